@@ -1,0 +1,426 @@
+"""The in-memory board: the host's tables and our ledger, as plain values.
+
+A real, public adapter: the unit and contract suites drive it, the pacing
+simulator replays against it, and embedders can use it to try policies. Its
+state is inspectable (``todos``, ``ledger``, ``hooks``, ``rings``), and every
+verb either applies whole or raises ``BoardError`` with nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import TypeVar
+
+import attrs
+
+from stall_core import (
+    ChargeOutcome,
+    LedgerPort,
+    LedgerRow,
+    Nudge,
+    PacingPolicy,
+    PairKey,
+    PairState,
+    TodoRef,
+    WakeError,
+    WakePort,
+    aware,
+    charge_row,
+    plan_tick,
+)
+
+__all__ = [
+    "BoardError",
+    "Delivery",
+    "Endpoint",
+    "Hook",
+    "MemoryBoard",
+    "RecordingWake",
+    "Ring",
+    "Todo",
+]
+
+_T = TypeVar("_T")
+
+ENDPOINT_STATES = frozenset({"active", "paused", "disabled"})
+
+
+class BoardError(ValueError):
+    """A verb on the board named something missing or asked an impossible transition."""
+
+
+@attrs.frozen(kw_only=True)
+class Endpoint:
+    id: str
+    state: str = "active"
+
+
+@attrs.frozen(kw_only=True)
+class Delivery:
+    id: str
+    endpoint_id: str
+    verified: bool
+    received_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class Todo:
+    """A todos row, every column the host schema has."""
+
+    id: str
+    endpoint_id: str
+    queue: str
+    delivery_id: str | None
+    state: str
+    title: str | None
+    created_at: datetime
+    claimed_at: datetime | None = None
+    claim_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    attempt: int = 0
+    ring_attempts: int = 0
+    last_ringed_at: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Hook:
+    """A notify_hooks row; ``queues`` None covers every queue of the endpoint."""
+
+    id: str
+    endpoint_id: str
+    url: str
+    secret: str
+    queues: tuple[str, ...] | None = None
+    enabled: bool = True
+    consecutive_failures: int = 0
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
+
+    def covers(self, endpoint_id: str, queue: str) -> bool:
+        return (
+            self.enabled
+            and self.endpoint_id == endpoint_id
+            and (self.queues is None or queue in self.queues)
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Ring:
+    """One MCP channel doorbell ring (SPEC-0011), the host's per-todo path."""
+
+    todo_id: str
+    at: datetime
+
+
+class MemoryBoard:
+    """Endpoints, deliveries, todos, notify hooks and the nudge ledger, in memory.
+
+    ``charge_due`` decides with ``stall_core.plan_tick`` and applies the
+    result without awaiting, so concurrent sweeps on one event loop are
+    serialised exactly as the Postgres ledger's single statement is.
+    """
+
+    def __init__(self) -> None:
+        self._endpoints: dict[str, Endpoint] = {}
+        self._deliveries: dict[str, Delivery] = {}
+        self._todos: dict[str, Todo] = {}
+        self._hooks: dict[str, Hook] = {}
+        self._ledger: dict[PairKey, LedgerRow] = {}
+        self._rings: list[Ring] = []
+
+    # -- inspectable state ---------------------------------------------------
+
+    @property
+    def endpoints(self) -> Mapping[str, Endpoint]:
+        return MappingProxyType(self._endpoints)
+
+    @property
+    def todos(self) -> Mapping[str, Todo]:
+        return MappingProxyType(self._todos)
+
+    @property
+    def hooks(self) -> Mapping[str, Hook]:
+        return MappingProxyType(self._hooks)
+
+    @property
+    def ledger(self) -> Mapping[PairKey, LedgerRow]:
+        return MappingProxyType(self._ledger)
+
+    @property
+    def rings(self) -> tuple[Ring, ...]:
+        return tuple(self._rings)
+
+    # -- host verbs ----------------------------------------------------------
+
+    def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> Endpoint:
+        self._fresh_id("endpoint", endpoint_id, self._endpoints)
+        _check_state(state)
+        self._endpoints[endpoint_id] = endpoint = Endpoint(id=endpoint_id, state=state)
+        return endpoint
+
+    def set_endpoint_state(self, endpoint_id: str, state: str) -> Endpoint:
+        endpoint = self._get("endpoint", endpoint_id, self._endpoints)
+        _check_state(state)
+        self._endpoints[endpoint_id] = endpoint = attrs.evolve(endpoint, state=state)
+        return endpoint
+
+    def add_delivery(
+        self, delivery_id: str, *, endpoint_id: str, verified: bool, received_at: datetime
+    ) -> Delivery:
+        self._fresh_id("delivery", delivery_id, self._deliveries)
+        self._get("endpoint", endpoint_id, self._endpoints)
+        delivery = Delivery(
+            id=delivery_id,
+            endpoint_id=endpoint_id,
+            verified=verified,
+            received_at=aware("received_at", received_at),
+        )
+        self._deliveries[delivery_id] = delivery
+        return delivery
+
+    def add_hook(
+        self,
+        hook_id: str,
+        *,
+        endpoint_id: str,
+        url: str,
+        secret: str,
+        queues: Iterable[str] | None = None,
+        enabled: bool = True,
+    ) -> Hook:
+        self._fresh_id("hook", hook_id, self._hooks)
+        self._get("endpoint", endpoint_id, self._endpoints)
+        hook = Hook(
+            id=hook_id,
+            endpoint_id=endpoint_id,
+            url=url,
+            secret=secret,
+            queues=_queues(queues),
+            enabled=enabled,
+        )
+        self._hooks[hook_id] = hook
+        return hook
+
+    def set_hook_enabled(
+        self, hook_id: str, enabled: bool, *, at: datetime | None = None, reason: str | None = None
+    ) -> Hook:
+        """Enable (clearing the failure count) or disable a hook, as the host or dispatcher does."""
+        hook = self._get("hook", hook_id, self._hooks)
+        if enabled:
+            hook = attrs.evolve(
+                hook, enabled=True, consecutive_failures=0, disabled_at=None, disabled_reason=None
+            )
+        else:
+            hook = attrs.evolve(hook, enabled=False, disabled_at=at, disabled_reason=reason)
+        self._hooks[hook_id] = hook
+        return hook
+
+    def set_hook_queues(self, hook_id: str, queues: Iterable[str] | None) -> Hook:
+        hook = attrs.evolve(self._get("hook", hook_id, self._hooks), queues=_queues(queues))
+        self._hooks[hook_id] = hook
+        return hook
+
+    def record_hook_delivery(self, hook_id: str, *, ok: bool) -> Hook:
+        """Count one delivery outcome: a success resets the consecutive failures."""
+        hook = self._get("hook", hook_id, self._hooks)
+        failures = 0 if ok else hook.consecutive_failures + 1
+        hook = attrs.evolve(hook, consecutive_failures=failures)
+        self._hooks[hook_id] = hook
+        return hook
+
+    def hooks_covering(self, endpoint_id: str, queue: str) -> tuple[Hook, ...]:
+        """The enabled hooks of the endpoint whose queue filter covers ``queue``, by id."""
+        return tuple(
+            hook for _, hook in sorted(self._hooks.items()) if hook.covers(endpoint_id, queue)
+        )
+
+    def create_todo(
+        self,
+        todo_id: str,
+        *,
+        endpoint_id: str,
+        queue: str,
+        created_at: datetime,
+        delivery_id: str | None = None,
+        title: str | None = None,
+    ) -> Todo:
+        self._fresh_id("todo", todo_id, self._todos)
+        self._get("endpoint", endpoint_id, self._endpoints)
+        if delivery_id is not None:
+            delivery = self._get("delivery", delivery_id, self._deliveries)
+            if delivery.endpoint_id != endpoint_id:
+                raise BoardError(
+                    f"delivery {delivery_id!r} belongs to endpoint {delivery.endpoint_id!r}, "
+                    f"not {endpoint_id!r}"
+                )
+        todo = Todo(
+            id=todo_id,
+            endpoint_id=endpoint_id,
+            queue=queue,
+            delivery_id=delivery_id,
+            state="pending",
+            title=title,
+            created_at=aware("created_at", created_at),
+        )
+        self._todos[todo_id] = todo
+        return todo
+
+    def claim(
+        self,
+        todo_id: str,
+        *,
+        owner: str,
+        at: datetime,
+        lease: timedelta = timedelta(minutes=5),
+    ) -> Todo:
+        """Claim a pending todo (pull ignores the sender gate, as the host's claim verb does)."""
+        todo = self._get("todo", todo_id, self._todos)
+        if todo.state != "pending":
+            raise BoardError(f"todo {todo_id!r} is {todo.state}, not pending")
+        aware("at", at)
+        todo = attrs.evolve(
+            todo,
+            state="claimed",
+            claimed_at=at,
+            claim_owner=owner,
+            lease_expires_at=at + lease,
+        )
+        self._todos[todo_id] = todo
+        return todo
+
+    def claim_next(self, endpoint_id: str, queue: str, *, owner: str, at: datetime) -> Todo | None:
+        """Claim the oldest pending todo of the pair, or return None when there is none."""
+        pending = [
+            t
+            for t in self._todos.values()
+            if t.endpoint_id == endpoint_id and t.queue == queue and t.state == "pending"
+        ]
+        if not pending:
+            return None
+        oldest = min(pending, key=lambda t: (t.created_at, t.id))
+        return self.claim(oldest.id, owner=owner, at=at)
+
+    def complete(self, todo_id: str) -> Todo:
+        todo = self._get("todo", todo_id, self._todos)
+        if todo.state != "claimed":
+            raise BoardError(f"todo {todo_id!r} is {todo.state}, not claimed")
+        todo = attrs.evolve(todo, state="done", claim_owner=None, lease_expires_at=None)
+        self._todos[todo_id] = todo
+        return todo
+
+    def requeue(self, todo_id: str) -> Todo:
+        """Return a claimed todo to pending; its claimed_at stays (the claim happened)."""
+        todo = self._get("todo", todo_id, self._todos)
+        if todo.state != "claimed":
+            raise BoardError(f"todo {todo_id!r} is {todo.state}, not claimed")
+        todo = attrs.evolve(
+            todo,
+            state="pending",
+            claim_owner=None,
+            lease_expires_at=None,
+            attempt=todo.attempt + 1,
+        )
+        self._todos[todo_id] = todo
+        return todo
+
+    def ring(self, todo_id: str, *, at: datetime) -> Ring:
+        """Ring the session doorbell for one todo: the SPEC-0011 path, never the nudge's."""
+        todo = self._get("todo", todo_id, self._todos)
+        self._todos[todo_id] = attrs.evolve(
+            todo, ring_attempts=todo.ring_attempts + 1, last_ringed_at=aware("at", at)
+        )
+        ring = Ring(todo_id=todo_id, at=at)
+        self._rings.append(ring)
+        return ring
+
+    # -- the sweep's view and the ledger --------------------------------------
+
+    def gate_passes(self, todo: Todo) -> bool:
+        """SPEC-0011 sender gate: verified delivery, or no delivery (operator-made)."""
+        return todo.delivery_id is None or self._deliveries[todo.delivery_id].verified
+
+    def pair_states(self) -> list[PairState]:
+        """The state of every pair with a pending todo or a ledger row."""
+        by_pair: dict[PairKey, list[Todo]] = {}
+        for todo in self._todos.values():
+            by_pair.setdefault((todo.endpoint_id, todo.queue), []).append(todo)
+        keys = {key for key, todos in by_pair.items() if any(t.state == "pending" for t in todos)}
+        keys.update(self._ledger)
+        return [self._pair_state(key, by_pair.get(key, [])) for key in sorted(keys)]
+
+    def _pair_state(self, key: PairKey, todos: list[Todo]) -> PairState:
+        endpoint_id, queue = key
+        gated = [t for t in todos if t.state == "pending" and self.gate_passes(t)]
+        oldest = min(gated, key=lambda t: (t.created_at, t.id), default=None)
+        claims = [t.claimed_at for t in todos if t.claimed_at is not None]
+        endpoint = self._endpoints.get(endpoint_id)
+        return PairState(
+            endpoint_id=endpoint_id,
+            queue=queue,
+            oldest=None
+            if oldest is None
+            else TodoRef(id=oldest.id, created_at=oldest.created_at, title=oldest.title),
+            endpoint_active=endpoint is not None and endpoint.state == "active",
+            has_receiver=any(h.covers(endpoint_id, queue) for h in self._hooks.values()),
+            last_claimed_at=max(claims, default=None),
+        )
+
+    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
+        """Plan and apply one tick with no await in between: atomic on one event loop."""
+        plan = plan_tick(self.pair_states(), self._ledger, now, policy)
+        for key in plan.deletions:
+            del self._ledger[key]
+        for nudge in plan.charges:
+            self._ledger[nudge.key] = charge_row(nudge)
+        return ChargeOutcome(charged=plan.charges, deleted=plan.deletions)
+
+    # -- helpers ---------------------------------------------------------------
+
+    @staticmethod
+    def _fresh_id(kind: str, key: str, table: Mapping[str, object]) -> None:
+        if not isinstance(key, str) or not key:
+            raise BoardError(f"{kind} id must be a non-empty string, got {key!r}")
+        if key in table:
+            raise BoardError(f"{kind} {key!r} already exists")
+
+    @staticmethod
+    def _get(kind: str, key: str, table: Mapping[str, _T]) -> _T:
+        try:
+            return table[key]
+        except KeyError:
+            raise BoardError(f"no {kind} {key!r}") from None
+
+
+def _check_state(state: str) -> None:
+    if state not in ENDPOINT_STATES:
+        raise BoardError(f"endpoint state must be one of {sorted(ENDPOINT_STATES)}, got {state!r}")
+
+
+def _queues(queues: Iterable[str] | None) -> tuple[str, ...] | None:
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        raise BoardError("hook queues must be a collection of queue names, not one string")
+    return tuple(queues)
+
+
+@attrs.define
+class RecordingWake:
+    """A WakePort that records every nudge it is handed; set ``refuse`` to make it fail."""
+
+    sent: list[Nudge] = attrs.field(factory=list)
+    refused: list[Nudge] = attrs.field(factory=list)
+    refuse: bool = False
+
+    async def wake(self, nudge: Nudge) -> None:
+        if self.refuse:
+            self.refused.append(nudge)
+            raise WakeError(f"wake refused for {nudge.endpoint_id}/{nudge.queue}")
+        self.sent.append(nudge)
+
+
+def _conforms(board: MemoryBoard, wake: RecordingWake) -> tuple[LedgerPort, WakePort]:
+    """mypy checks here that the memory adapters satisfy the core's ports."""
+    return board, wake

@@ -1,0 +1,72 @@
+"""stall_core: the pure core of the SPEC-0038 queue-stall nudge.
+
+Import rule: this package imports only the standard library, attrs and
+itself. It reads no clock and draws no randomness (time, policy and random
+generators are arguments), and it reaches Postgres and HTTP only through the
+ports below. ruff's banned-api rule and tests/unit/test_purity.py enforce it.
+"""
+
+from ._decide import (
+    Capped,
+    Charge,
+    Decision,
+    Drain,
+    Idle,
+    IdleReason,
+    TickPlan,
+    Wait,
+    charge_row,
+    decide,
+    effective_nudges,
+    is_candidate,
+    made_progress,
+    next_due_at,
+    plan_tick,
+)
+from ._policy import PacingPolicy
+from ._ports import LedgerError, LedgerPort, WakeError, WakePort
+from ._sweeper import Clock, Sweeper, TickReport
+from ._values import (
+    QUARANTINE_QUEUE,
+    ChargeOutcome,
+    LedgerRow,
+    Nudge,
+    PairKey,
+    PairState,
+    TodoRef,
+    aware,
+)
+
+__all__ = [
+    "QUARANTINE_QUEUE",
+    "Capped",
+    "Charge",
+    "ChargeOutcome",
+    "Clock",
+    "Decision",
+    "Drain",
+    "Idle",
+    "IdleReason",
+    "LedgerError",
+    "LedgerPort",
+    "LedgerRow",
+    "Nudge",
+    "PacingPolicy",
+    "PairKey",
+    "PairState",
+    "Sweeper",
+    "TickPlan",
+    "TickReport",
+    "TodoRef",
+    "Wait",
+    "WakeError",
+    "WakePort",
+    "aware",
+    "charge_row",
+    "decide",
+    "effective_nudges",
+    "is_candidate",
+    "made_progress",
+    "next_due_at",
+    "plan_tick",
+]

@@ -1,0 +1,209 @@
+"""The sweep's decisions: pure functions of (pair, ledger row, now, policy).
+
+Everything that affects whether a pair is nudged lives in this file, so it
+can be read as the spec's state table. ``decide`` classifies one pair;
+``plan_tick`` turns a whole board into the charges and deletions of one
+tick. Nothing here reads a clock or touches IO: the sweeper and the ledger
+adapters gather the inputs and apply the outputs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+import attrs
+
+from ._policy import PacingPolicy
+from ._values import QUARANTINE_QUEUE, LedgerRow, Nudge, PairKey, PairState, TodoRef, aware
+
+__all__ = [
+    "Capped",
+    "Charge",
+    "Decision",
+    "Drain",
+    "Idle",
+    "IdleReason",
+    "TickPlan",
+    "Wait",
+    "charge_row",
+    "decide",
+    "effective_nudges",
+    "is_candidate",
+    "made_progress",
+    "next_due_at",
+    "plan_tick",
+]
+
+
+class IdleReason(enum.Enum):
+    """Why a pair with no ledger business this tick is left alone."""
+
+    NO_WORK = "no-work"  # no gate-passing, non-quarantine pending todo
+    ENDPOINT_INACTIVE = "endpoint-inactive"
+    NO_RECEIVER = "no-receiver"
+    FRESH = "fresh"  # its oldest gate-passing todo is within the threshold
+
+
+@attrs.frozen(kw_only=True)
+class Charge:
+    """Charge the pair now: this will be nudge ``number`` since progress."""
+
+    number: int
+    todo: TodoRef
+
+
+@attrs.frozen(kw_only=True)
+class Wait:
+    """A candidate backing off: the next nudge is due at ``due_at``."""
+
+    due_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class Capped:
+    """A candidate that spent ``cap`` nudges without progress: silence."""
+
+    nudges: int
+
+
+@attrs.frozen(kw_only=True)
+class Drain:
+    """A ledger row whose pair has no pending work left: delete it."""
+
+
+@attrs.frozen(kw_only=True)
+class Idle:
+    """Not a candidate; its ledger row (if any) stays as it is."""
+
+    reason: IdleReason
+
+
+Decision = Charge | Wait | Capped | Drain | Idle
+
+
+def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
+    """True when the pair is stalled: gated work past the threshold, active, reachable."""
+    return isinstance(_candidacy(pair, now, policy), TodoRef)
+
+
+def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef | IdleReason:
+    work = None if pair.queue == QUARANTINE_QUEUE else pair.oldest
+    if work is None:
+        return IdleReason.NO_WORK
+    if not pair.endpoint_active:
+        return IdleReason.ENDPOINT_INACTIVE
+    if not pair.has_receiver:
+        return IdleReason.NO_RECEIVER
+    if not work.created_at < now - policy.threshold:
+        return IdleReason.FRESH
+    return work
+
+
+def made_progress(pair: PairState, row: LedgerRow | None) -> bool:
+    """True when some todo of the pair was claimed after the pair's last nudge."""
+    return (
+        row is not None
+        and pair.last_claimed_at is not None
+        and pair.last_claimed_at > row.last_nudged_at
+    )
+
+
+def effective_nudges(pair: PairState, row: LedgerRow | None) -> int:
+    """Nudges spent since progress: 0 with no row or after a claim."""
+    if row is None or made_progress(pair, row):
+        return 0
+    return row.nudges
+
+
+def next_due_at(row: LedgerRow, policy: PacingPolicy) -> datetime | None:
+    """When the nudge after ``row.nudges`` may fire, absent progress; None once capped."""
+    if row.nudges >= policy.cap:
+        return None
+    return row.last_nudged_at + policy.delay_before(row.nudges + 1)
+
+
+def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: PacingPolicy) -> Decision:
+    """Classify one pair at ``now``: charge, wait, capped, drain or idle."""
+    aware("now", now)
+    if row is not None and row.key != pair.key:
+        raise ValueError(f"ledger row {row.key!r} does not belong to pair {pair.key!r}")
+    work = _candidacy(pair, now, policy)
+    if work is IdleReason.NO_WORK and row is not None:
+        return Drain()
+    if isinstance(work, IdleReason):
+        return Idle(reason=work)
+    spent = effective_nudges(pair, row)
+    if spent == 0:
+        return Charge(number=1, todo=work)
+    assert row is not None  # spent > 0 only with a row
+    due_at = next_due_at(row, policy)
+    if due_at is None:
+        return Capped(nudges=row.nudges)
+    if now >= due_at:
+        return Charge(number=spent + 1, todo=work)
+    return Wait(due_at=due_at)
+
+
+def charge_row(nudge: Nudge) -> LedgerRow:
+    """The ledger row a committed charge leaves behind."""
+    return LedgerRow(
+        endpoint_id=nudge.endpoint_id,
+        queue=nudge.queue,
+        nudges=nudge.number,
+        last_nudged_at=nudge.charged_at,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class TickPlan:
+    """One tick's work: nudges to charge (at most tick_limit) and rows to delete."""
+
+    charges: tuple[Nudge, ...]
+    deletions: tuple[PairKey, ...]
+    #: Pairs that were due but held back by the tick limit.
+    held_back: int = 0
+
+
+def plan_tick(
+    pairs: Iterable[PairState],
+    ledger_rows: Mapping[PairKey, LedgerRow],
+    now: datetime,
+    policy: PacingPolicy,
+) -> TickPlan:
+    """Decide one tick over a whole board.
+
+    Due pairs are charged least-nudged first (effective count), then by
+    oldest pending todo, then endpoint_id and queue (by code point, the
+    order of Postgres' "C" collation), so every ledger picks the same four.
+    A row whose pair is absent from ``pairs`` has no pending work: deleted.
+    """
+    due: list[tuple[tuple[int, datetime, str, str], Nudge]] = []
+    deletions: list[PairKey] = []
+    seen: set[PairKey] = set()
+    for pair in pairs:
+        if pair.key in seen:
+            raise ValueError(f"pair {pair.key!r} appears twice")
+        seen.add(pair.key)
+        decision = decide(pair, ledger_rows.get(pair.key), now, policy)
+        if isinstance(decision, Drain):
+            deletions.append(pair.key)
+        elif isinstance(decision, Charge):
+            nudge = Nudge(
+                endpoint_id=pair.endpoint_id,
+                queue=pair.queue,
+                todo=decision.todo,
+                number=decision.number,
+                charged_at=now,
+            )
+            order = (decision.number - 1, decision.todo.created_at, pair.endpoint_id, pair.queue)
+            due.append((order, nudge))
+    deletions.extend(key for key in ledger_rows if key not in seen)
+    due.sort(key=lambda item: item[0])
+    charges = tuple(nudge for _, nudge in due[: policy.tick_limit])
+    return TickPlan(
+        charges=charges,
+        deletions=tuple(sorted(deletions)),
+        held_back=max(0, len(due) - policy.tick_limit),
+    )

@@ -1,0 +1,115 @@
+"""Plain values the sweep reads, decides on and hands to its ports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import attrs
+
+__all__ = [
+    "QUARANTINE_QUEUE",
+    "ChargeOutcome",
+    "LedgerRow",
+    "Nudge",
+    "PairKey",
+    "PairState",
+    "TodoRef",
+    "aware",
+]
+
+#: Held deliveries live here; they never count as pending work (SPEC-0038).
+QUARANTINE_QUEUE = "quarantine"
+
+#: (endpoint_id, queue): the unit the sweep nudges and the ledger keys on.
+PairKey = tuple[str, str]
+
+
+def aware(name: str, value: datetime) -> datetime:
+    """Return ``value`` if it carries a time zone, else raise naming ``name``.
+
+    Naive datetimes compare wrongly against the database's timestamptz, so
+    every instant entering the core must be aware.
+    """
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware, got naive {value.isoformat()}")
+    return value
+
+
+def _must_be_aware(_: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
+    aware(attribute.name, value)
+
+
+def _aware_or_none(
+    _: object, attribute: attrs.Attribute[datetime | None], value: datetime | None
+) -> None:
+    if value is not None:
+        aware(attribute.name, value)
+
+
+@attrs.frozen(kw_only=True)
+class TodoRef:
+    """The fields of a todo a wake names; only ever a gate-passing todo."""
+
+    id: str
+    created_at: datetime = attrs.field(validator=_must_be_aware)
+    title: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PairState:
+    """What the sweep knows of one (endpoint, queue) pair at one instant.
+
+    ``oldest`` is the oldest pending, unclaimed todo whose delivery passes
+    the sender gate (None when there is none); ``last_claimed_at`` is the
+    latest claim on any todo of the pair, the measure of progress.
+    """
+
+    endpoint_id: str
+    queue: str
+    oldest: TodoRef | None
+    endpoint_active: bool
+    has_receiver: bool
+    last_claimed_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
+
+    @property
+    def key(self) -> PairKey:
+        return (self.endpoint_id, self.queue)
+
+
+@attrs.frozen(kw_only=True)
+class LedgerRow:
+    """A queue_stall_nudges row: the pacing state of one pair."""
+
+    endpoint_id: str
+    queue: str
+    nudges: int
+    last_nudged_at: datetime = attrs.field(validator=_must_be_aware)
+
+    @property
+    def key(self) -> PairKey:
+        return (self.endpoint_id, self.queue)
+
+
+@attrs.frozen(kw_only=True)
+class Nudge:
+    """One charged wake: the pair, the todo it names and its number since progress."""
+
+    endpoint_id: str
+    queue: str
+    todo: TodoRef
+    number: int
+    charged_at: datetime = attrs.field(validator=_must_be_aware)
+
+    @property
+    def key(self) -> PairKey:
+        return (self.endpoint_id, self.queue)
+
+
+@attrs.frozen(kw_only=True)
+class ChargeOutcome:
+    """What one ledger charge committed: the nudges to deliver, the rows deleted."""
+
+    charged: tuple[Nudge, ...] = ()
+    deleted: tuple[PairKey, ...] = ()
