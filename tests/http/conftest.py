@@ -7,13 +7,15 @@ import base64
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 import attrs
 import pytest
 from aiohttp import web
+from standardwebhooks.webhooks import Webhook
 
 from adapters.http import DeliveryPolicy, HookDispatcher, MemoryHooks
-from adapters.memory import MemoryBoard
+from adapters.memory import BoardError, MemoryBoard
 
 #: Retries in milliseconds so tests only wait for what real retries need.
 FAST = DeliveryPolicy(
@@ -142,3 +144,41 @@ class FakeClock:
     def advance(self, delta: timedelta) -> datetime:
         self.now += delta
         return self.now
+
+
+@pytest.fixture(name="board_hooks")
+def _board_hooks(board: MemoryBoard) -> MemoryHooks:
+    return MemoryHooks(board)
+
+
+class OlderConsumer:
+    """A one-shot consumer written before "stalled" existed: it knows created and requeued only.
+
+    Each wake starts it once: it verifies the signature, reads meta.todo_id
+    and claims that todo (or the pair's next one if someone beat it), then
+    exits. It never branches on the reason: an unknown one is a plain wake.
+    """
+
+    KNOWN_REASONS: ClassVar[dict[str, str]] = {"created": "new work", "requeued": "work returned"}
+
+    def __init__(self, board: MemoryBoard, clock: Callable[[], datetime]) -> None:
+        self.board = board
+        self.clock = clock
+        self.woken_by: list[str] = []
+        self.claimed: list[str] = []
+
+    async def __call__(self, received: Received, request: web.Request) -> web.StreamResponse:
+        body = Webhook(SECRET).verify(received.body, received.headers)
+        meta = body["meta"]
+        self.woken_by.append(self.KNOWN_REASONS.get(meta["reason"], "a wake"))
+        try:
+            todo = self.board.claim(meta["todo_id"], owner="older-consumer", at=self.clock())
+        except BoardError:
+            claimed = self.board.claim_next(
+                meta["endpoint_id"], meta["queue"], owner="older-consumer", at=self.clock()
+            )
+            if claimed is None:
+                return web.Response(status=204)
+            todo = claimed
+        self.claimed.append(todo.id)
+        return web.Response(status=204)
