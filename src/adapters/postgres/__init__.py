@@ -3,10 +3,18 @@
 from ._errors import describe
 from ._host import HostError, PostgresHost, TodoRow
 from ._ledger import PostgresLedger
-from ._migrate import LEDGER_TABLE, MigrationReport, MissingHostTables, migrate
+from ._migrate import (
+    HOST_TABLES,
+    LEDGER_TABLE,
+    MigrationReport,
+    MissingHostTables,
+    migrate,
+    missing_tables,
+)
 from ._sql import parse_queries, queries
 
 __all__ = [
+    "HOST_TABLES",
     "LEDGER_TABLE",
     "HostError",
     "MigrationReport",
@@ -16,6 +24,7 @@ __all__ = [
     "TodoRow",
     "describe",
     "migrate",
+    "missing_tables",
     "parse_queries",
     "queries",
 ]

@@ -15,8 +15,11 @@ from stall_core import (
     Nudge,
     PacingPolicy,
     PairKey,
+    PairState,
+    PairStatus,
     TodoRef,
     aware,
+    pair_status,
 )
 
 from ._errors import as_ledger_error
@@ -82,6 +85,39 @@ class PostgresLedger:
             )
             for r in rows
         }
+
+    async def status(self, *, now: datetime, policy: PacingPolicy) -> list[PairStatus]:
+        """Every pair with pending work or a ledger row, judged by the sweep's own decision."""
+        aware("now", now)
+        with as_ledger_error("reading the queue status failed"):
+            rows = await self._pool.fetch(_SQL["pair_status"])
+        return [
+            pair_status(
+                PairState(
+                    endpoint_id=r["endpoint_id"],
+                    queue=r["queue"],
+                    oldest=None
+                    if r["todo_id"] is None
+                    else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
+                    endpoint_active=r["endpoint_active"],
+                    has_receiver=r["has_receiver"],
+                    last_claimed_at=r["last_claimed_at"],
+                ),
+                None
+                if r["nudges"] is None
+                else LedgerRow(
+                    endpoint_id=r["endpoint_id"],
+                    queue=r["queue"],
+                    nudges=r["nudges"],
+                    last_nudged_at=r["last_nudged_at"],
+                ),
+                pending_gated=r["gated"],
+                pending_ungated=r["ungated"],
+                now=now,
+                policy=policy,
+            )
+            for r in rows
+        ]
 
 
 def _conforms(ledger: PostgresLedger) -> LedgerPort:

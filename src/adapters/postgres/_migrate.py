@@ -7,7 +7,14 @@ import attrs
 
 from ._sql import script
 
-__all__ = ["LEDGER_TABLE", "MigrationReport", "MissingHostTables", "migrate"]
+__all__ = [
+    "HOST_TABLES",
+    "LEDGER_TABLE",
+    "MigrationReport",
+    "MissingHostTables",
+    "migrate",
+    "missing_tables",
+]
 
 LEDGER_TABLE = "queue_stall_nudges"
 HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
@@ -36,6 +43,13 @@ async def _existing(conn: asyncpg.Connection, names: tuple[str, ...]) -> set[str
         list(names),
     )
     return {r["relname"] for r in rows}
+
+
+async def missing_tables(conn: asyncpg.Connection) -> list[str]:
+    """The host tables and our ledger table that this database lacks, in that order."""
+    wanted = (*HOST_TABLES, LEDGER_TABLE)
+    present = await _existing(conn, wanted)
+    return [t for t in wanted if t not in present]
 
 
 async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> MigrationReport:
