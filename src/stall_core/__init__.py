@@ -25,6 +25,7 @@ from ._decide import (
 )
 from ._policy import PacingPolicy
 from ._ports import LedgerError, LedgerPort, WakeError, WakePort
+from ._status import PairStatus, Verdict, pair_status
 from ._sweeper import Clock, Sweeper, TickReport
 from ._values import (
     QUARANTINE_QUEUE,
@@ -54,10 +55,12 @@ __all__ = [
     "PacingPolicy",
     "PairKey",
     "PairState",
+    "PairStatus",
     "Sweeper",
     "TickPlan",
     "TickReport",
     "TodoRef",
+    "Verdict",
     "Wait",
     "WakeError",
     "WakePort",
@@ -68,5 +71,6 @@ __all__ = [
     "is_candidate",
     "made_progress",
     "next_due_at",
+    "pair_status",
     "plan_tick",
 ]

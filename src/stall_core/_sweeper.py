@@ -16,7 +16,7 @@ from datetime import datetime
 import attrs
 
 from ._policy import PacingPolicy
-from ._ports import LedgerPort, WakePort
+from ._ports import LedgerError, LedgerPort, WakeError, WakePort
 from ._values import Nudge, PairKey, aware
 
 __all__ = ["Clock", "Sweeper", "TickReport"]
@@ -80,15 +80,18 @@ class Sweeper:
         for nudge in outcome.charged:
             try:
                 await self._wake.wake(nudge)
-            except Exception:
+            except Exception as exc:
                 failed += 1
-                log.exception(
-                    "tick %d: wake for %s/%s (nudge %d, todo %s) failed",
+                log.warning(
+                    "tick %d: wake for %s/%s (nudge %d, todo %s) failed: %s",
                     self._ticks,
                     nudge.endpoint_id,
                     nudge.queue,
                     nudge.number,
                     nudge.todo.id,
+                    exc,
+                    # A refusal is an expected outcome; anything else deserves its traceback.
+                    exc_info=not isinstance(exc, WakeError),
                 )
             else:
                 delivered += 1
@@ -122,8 +125,13 @@ class Sweeper:
                 report = await self.tick()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("tick %d: sweep failed; the loop continues", self._ticks)
+            except Exception as exc:
+                log.error(
+                    "tick %d: sweep failed, the loop continues: %s",
+                    self._ticks,
+                    exc,
+                    exc_info=not isinstance(exc, LedgerError),
+                )
             else:
                 if on_report is not None:
                     on_report(report)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from . import _migrate, _status
 from ._common import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -31,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Level-triggered queue-stall nudges for switchboard (SPEC-0038).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for module in (_migrate, _status):
+        module.register(commands)
     return parser
 
 

@@ -1,0 +1,33 @@
+"""The Postgres adapters: the nudge ledger, its migration and the reference host verbs."""
+
+from ._embedded import EmbeddedUnavailable, embedded_postgres
+from ._errors import describe
+from ._host import HostError, PostgresHost, TodoRow
+from ._ledger import PostgresLedger
+from ._migrate import (
+    HOST_TABLES,
+    LEDGER_TABLE,
+    MigrationReport,
+    MissingHostTables,
+    migrate,
+    missing_tables,
+)
+from ._sql import parse_queries, queries
+
+__all__ = [
+    "HOST_TABLES",
+    "LEDGER_TABLE",
+    "EmbeddedUnavailable",
+    "HostError",
+    "MigrationReport",
+    "MissingHostTables",
+    "PostgresHost",
+    "PostgresLedger",
+    "TodoRow",
+    "describe",
+    "embedded_postgres",
+    "migrate",
+    "missing_tables",
+    "parse_queries",
+    "queries",
+]

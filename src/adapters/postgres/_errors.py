@@ -1,0 +1,36 @@
+"""Turning database failures into the one error type the sweeper logs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import asyncpg
+
+from stall_core import LedgerError
+
+__all__ = ["as_ledger_error", "describe"]
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line reason for a database failure, with a hint for the usual fixes."""
+    if isinstance(exc, asyncpg.UndefinedTableError):
+        return (
+            f"{exc} (is the schema migrated? run `stall-nudge migrate`; "
+            "add --host-schema for the reference host tables)"
+        )
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return f"{exc} (the database named in the DSN does not exist)"
+    if isinstance(exc, OSError):
+        return f"cannot reach PostgreSQL: {exc.strerror or exc}"
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+@contextmanager
+def as_ledger_error(what: str) -> Iterator[None]:
+    """Re-raise database and connection failures as ``LedgerError`` naming ``what`` failed."""
+    try:
+        yield
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+        raise LedgerError(f"{what}: {describe(exc)}") from exc

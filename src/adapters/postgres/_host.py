@@ -1,0 +1,151 @@
+"""The reference host's verbs on Postgres: switchboard's side of the board.
+
+The demo, the soak and the contract suite use it to create, claim and
+complete todos the way switchboard does, including the todo_ready NOTIFY.
+Verbs raise ``HostError`` naming what was wrong, with nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from stall_core import aware
+
+from ._sql import queries
+
+__all__ = ["HostError", "PostgresHost", "TodoRow"]
+
+_SQL = queries("host.sql")
+
+#: A todos row as a plain mapping of every column.
+TodoRow = Mapping[str, object]
+
+
+class HostError(ValueError):
+    """A host verb named a missing row or asked an impossible transition."""
+
+
+class PostgresHost:
+    """Switchboard's verbs on the reference host schema, over an asyncpg pool."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None:
+        await self._pool.execute(_SQL["add_endpoint"], endpoint_id, state)
+
+    async def set_endpoint_state(self, endpoint_id: str, state: str) -> None:
+        await self._expect(
+            _SQL["set_endpoint_state"], f"endpoint {endpoint_id!r}", endpoint_id, state
+        )
+
+    async def add_delivery(
+        self, delivery_id: str, *, endpoint_id: str, verified: bool, received_at: datetime
+    ) -> None:
+        await self._pool.execute(
+            _SQL["add_delivery"],
+            delivery_id,
+            endpoint_id,
+            verified,
+            aware("received_at", received_at),
+        )
+
+    async def add_hook(
+        self,
+        hook_id: str,
+        *,
+        endpoint_id: str,
+        url: str,
+        secret: str,
+        queues: Iterable[str] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        await self._pool.execute(
+            _SQL["add_hook"], hook_id, endpoint_id, url, secret, _queues(queues), enabled
+        )
+
+    async def set_hook_enabled(
+        self, hook_id: str, enabled: bool, *, at: datetime | None = None, reason: str | None = None
+    ) -> None:
+        await self._expect(
+            _SQL["set_hook_enabled"], f"hook {hook_id!r}", hook_id, enabled, at, reason
+        )
+
+    async def set_hook_queues(self, hook_id: str, queues: Iterable[str] | None) -> None:
+        await self._expect(_SQL["set_hook_queues"], f"hook {hook_id!r}", hook_id, _queues(queues))
+
+    async def create_todo(
+        self,
+        todo_id: str,
+        *,
+        endpoint_id: str,
+        queue: str,
+        created_at: datetime,
+        delivery_id: str | None = None,
+        title: str | None = None,
+    ) -> None:
+        await self._pool.execute(
+            _SQL["create_todo"],
+            todo_id,
+            endpoint_id,
+            queue,
+            delivery_id,
+            title,
+            aware("created_at", created_at),
+        )
+
+    async def claim(
+        self, todo_id: str, *, owner: str, at: datetime, lease: timedelta = timedelta(minutes=5)
+    ) -> None:
+        await self._transition("claim", todo_id, "pending", owner, aware("at", at), lease)
+
+    async def claim_next(
+        self,
+        endpoint_id: str,
+        queue: str,
+        *,
+        owner: str,
+        at: datetime,
+        lease: timedelta = timedelta(minutes=5),
+    ) -> str | None:
+        """Claim the pair's oldest pending todo; return its id, or None when there is none."""
+        todo_id: str | None = await self._pool.fetchval(
+            _SQL["claim_next"], endpoint_id, queue, owner, aware("at", at), lease
+        )
+        return todo_id
+
+    async def complete(self, todo_id: str) -> None:
+        await self._transition("complete", todo_id, "claimed")
+
+    async def requeue(self, todo_id: str) -> None:
+        await self._transition("requeue", todo_id, "claimed")
+
+    async def ring(self, todo_id: str, *, at: datetime) -> None:
+        await self._expect(_SQL["ring"], f"todo {todo_id!r}", todo_id, aware("at", at))
+
+    async def todos(self) -> dict[str, dict[str, object]]:
+        """Every todo row, every column, keyed by id."""
+        return {r["id"]: dict(r) for r in await self._pool.fetch(_SQL["todos"])}
+
+    async def _expect(self, sql: str, what: str, *args: object) -> None:
+        if await self._pool.fetchval(sql, *args) is None:
+            raise HostError(f"no {what}")
+
+    async def _transition(self, verb: str, todo_id: str, needs: str, *args: object) -> None:
+        if await self._pool.fetchval(_SQL[verb], todo_id, *args) is not None:
+            return
+        state = await self._pool.fetchval(_SQL["todo_state"], todo_id)
+        if state is None:
+            raise HostError(f"no todo {todo_id!r}")
+        raise HostError(f"todo {todo_id!r} is {state}, not {needs}")
+
+
+def _queues(queues: Iterable[str] | None) -> list[str] | None:
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        raise HostError("hook queues must be a collection of queue names, not one string")
+    return list(queues)

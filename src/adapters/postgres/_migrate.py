@@ -1,0 +1,76 @@
+"""Applying our migration (and, for demos and tests, the reference host schema)."""
+
+from __future__ import annotations
+
+import asyncpg
+import attrs
+
+from ._sql import script
+
+__all__ = [
+    "HOST_TABLES",
+    "LEDGER_TABLE",
+    "MigrationReport",
+    "MissingHostTables",
+    "migrate",
+    "missing_tables",
+]
+
+LEDGER_TABLE = "queue_stall_nudges"
+HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
+_OWN_INDEXES = (
+    "stall_nudge_todos_pending",
+    "stall_nudge_todos_claimed",
+    "stall_nudge_hooks_endpoint",
+)
+
+
+@attrs.frozen(kw_only=True)
+class MigrationReport:
+    """Which tables and indexes this run created (empty when nothing was needed)."""
+
+    created: tuple[str, ...]
+
+
+class MissingHostTables(Exception):
+    """The host tables our indexes and queries read are absent."""
+
+
+async def _existing(conn: asyncpg.Connection, names: tuple[str, ...]) -> set[str]:
+    rows = await conn.fetch(
+        "SELECT c.relname FROM pg_class c"
+        " WHERE c.relname = ANY($1::text[]) AND pg_table_is_visible(c.oid)",
+        list(names),
+    )
+    return {r["relname"] for r in rows}
+
+
+async def missing_tables(conn: asyncpg.Connection) -> list[str]:
+    """The host tables and our ledger table that this database lacks, in that order."""
+    wanted = (*HOST_TABLES, LEDGER_TABLE)
+    present = await _existing(conn, wanted)
+    return [t for t in wanted if t not in present]
+
+
+async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> MigrationReport:
+    """Create the ledger table and our indexes; with ``host_schema``, the host tables first.
+
+    Idempotent, and all-or-nothing: it runs in one transaction under an
+    advisory lock, so concurrent migrations neither race nor half-apply.
+    """
+    names = (*HOST_TABLES, LEDGER_TABLE, *_OWN_INDEXES)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('stall-nudge migrate'))")
+        before = await _existing(conn, names)
+        if host_schema:
+            await conn.execute(script("host_schema.sql"))
+        missing = [t for t in HOST_TABLES if t not in await _existing(conn, HOST_TABLES)]
+        if missing:
+            raise MissingHostTables(
+                f"host tables missing: {', '.join(missing)} "
+                "(switchboard's schema must exist first; for a demo or test database "
+                "use --host-schema)"
+            )
+        await conn.execute(script("migration.sql"))
+        after = await _existing(conn, names)
+    return MigrationReport(created=tuple(n for n in names if n in after - before))

@@ -1,0 +1,160 @@
+-- Queries of the Postgres ledger. Each query starts with a "-- name: NAME"
+-- line and a one-line description; adapters/postgres/_sql.py loads them once.
+-- Every policy number arrives as a parameter from PacingPolicy.
+
+-- name: charge_due
+-- Decide, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
+-- $1 now, $2 threshold, $3 backoff interval[], $4 cap, $5 tick_limit, $6 quarantine queue name
+WITH RECURSIVE pairs AS (
+    -- Loose index scan: one step per distinct (endpoint_id, queue) with a pending todo.
+    (SELECT t.endpoint_id, t.queue
+       FROM todos t
+      WHERE t.state = 'pending'
+      ORDER BY t.endpoint_id, t.queue
+      LIMIT 1)
+    UNION ALL
+    SELECT nxt.endpoint_id, nxt.queue
+      FROM pairs p
+     CROSS JOIN LATERAL (
+            SELECT t.endpoint_id, t.queue
+              FROM todos t
+             WHERE t.state = 'pending'
+               AND (t.endpoint_id, t.queue) > (p.endpoint_id, p.queue)
+             ORDER BY t.endpoint_id, t.queue
+             LIMIT 1) nxt
+),
+work AS (
+    -- Each pair's oldest pending todo that passes the sender gate; quarantine is not work.
+    SELECT p.endpoint_id, p.queue, o.id AS todo_id, o.created_at, o.title
+      FROM pairs p
+     CROSS JOIN LATERAL (
+            SELECT t.id, t.created_at, t.title
+              FROM todos t
+              LEFT JOIN deliveries d ON d.id = t.delivery_id
+             WHERE t.endpoint_id = p.endpoint_id
+               AND t.queue = p.queue
+               AND t.state = 'pending'
+               AND (t.delivery_id IS NULL OR d.verified)
+             ORDER BY t.created_at, t.id COLLATE "C"
+             LIMIT 1) o
+     WHERE p.queue <> $6
+),
+stale AS (
+    -- Ledger rows whose pair has no gate-passing pending todo left.
+    SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+      FROM queue_stall_nudges n
+     WHERE NOT EXISTS (SELECT 1 FROM work w
+                        WHERE w.endpoint_id = n.endpoint_id AND w.queue = n.queue)
+),
+drained AS (
+    -- Matching nudges and last_nudged_at re-checks the locked row: a row another
+    -- sweeper charged since our snapshot is not deleted.
+    DELETE FROM queue_stall_nudges n
+     USING stale s
+     WHERE n.endpoint_id = s.endpoint_id AND n.queue = s.queue
+       AND n.nudges = s.nudges AND n.last_nudged_at = s.last_nudged_at
+    RETURNING n.endpoint_id, n.queue
+),
+candidate AS (
+    -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
+    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, w.title,
+           CASE
+               WHEN r.endpoint_id IS NULL THEN 0
+               WHEN EXISTS (SELECT 1 FROM todos t
+                             WHERE t.endpoint_id = r.endpoint_id AND t.queue = r.queue
+                               AND t.claimed_at > r.last_nudged_at) THEN 0
+               ELSE r.nudges
+           END AS spent,
+           r.last_nudged_at
+      FROM work w
+      JOIN endpoints e ON e.id = w.endpoint_id AND e.state = 'active'
+      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+     WHERE w.created_at < $1::timestamptz - $2::interval
+       AND EXISTS (SELECT 1 FROM notify_hooks h
+                    WHERE h.endpoint_id = w.endpoint_id AND h.enabled
+                      AND (h.queues IS NULL OR w.queue = ANY (h.queues)))
+),
+due AS (
+    SELECT c.*,
+           row_number() OVER (ORDER BY c.spent, c.created_at,
+                              c.endpoint_id COLLATE "C", c.queue COLLATE "C") AS rank
+      FROM candidate c
+     WHERE c.spent = 0
+        OR (c.spent < $4
+            AND $1 >= c.last_nudged_at + ($3::interval[])[LEAST(c.spent, cardinality($3::interval[]))])
+     ORDER BY rank
+     LIMIT $5
+),
+charged AS (
+    -- ON CONFLICT re-checks "due" on the row as locked: a nudge another sweeper
+    -- committed first makes the WHERE false, so it is neither counted nor returned.
+    INSERT INTO queue_stall_nudges AS n (endpoint_id, queue, nudges, last_nudged_at)
+    SELECT d.endpoint_id, d.queue, d.spent + 1, $1 FROM due d
+    ON CONFLICT (endpoint_id, queue) DO UPDATE
+       SET nudges = CASE
+                        WHEN EXISTS (SELECT 1 FROM todos t
+                                      WHERE t.endpoint_id = n.endpoint_id AND t.queue = n.queue
+                                        AND t.claimed_at > n.last_nudged_at) THEN 1
+                        ELSE n.nudges + 1
+                    END,
+           last_nudged_at = EXCLUDED.last_nudged_at
+     WHERE EXISTS (SELECT 1 FROM todos t
+                    WHERE t.endpoint_id = n.endpoint_id AND t.queue = n.queue
+                      AND t.claimed_at > n.last_nudged_at)
+        OR (n.nudges < $4
+            AND EXCLUDED.last_nudged_at
+                >= n.last_nudged_at + ($3::interval[])[LEAST(n.nudges, cardinality($3::interval[]))])
+    RETURNING n.endpoint_id, n.queue, n.nudges
+)
+SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, d.todo_id, d.created_at, d.title, d.rank
+  FROM charged c
+  JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
+UNION ALL
+SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL
+  FROM drained x
+ORDER BY 1, 8;
+
+-- name: ledger_rows
+-- Every ledger row, for inspection and status.
+SELECT endpoint_id, queue, nudges, last_nudged_at FROM queue_stall_nudges;
+
+-- name: pair_status
+-- Every pair with a pending todo or a ledger row, with what "is my queue drained?" needs.
+WITH pairs AS (
+    SELECT endpoint_id, queue FROM todos WHERE state = 'pending'
+    UNION
+    SELECT endpoint_id, queue FROM queue_stall_nudges
+),
+counts AS (
+    SELECT t.endpoint_id, t.queue,
+           count(*) FILTER (WHERE t.delivery_id IS NULL OR d.verified) AS gated,
+           count(*) FILTER (WHERE t.delivery_id IS NOT NULL AND NOT d.verified) AS ungated
+      FROM todos t
+      LEFT JOIN deliveries d ON d.id = t.delivery_id
+     WHERE t.state = 'pending'
+     GROUP BY t.endpoint_id, t.queue
+)
+SELECT p.endpoint_id, p.queue,
+       coalesce(c.gated, 0) AS gated,
+       coalesce(c.ungated, 0) AS ungated,
+       o.id AS todo_id, o.created_at, o.title,
+       coalesce(e.state = 'active', false) AS endpoint_active,
+       EXISTS (SELECT 1 FROM notify_hooks h
+                WHERE h.endpoint_id = p.endpoint_id AND h.enabled
+                  AND (h.queues IS NULL OR p.queue = ANY (h.queues))) AS has_receiver,
+       (SELECT max(t.claimed_at) FROM todos t
+         WHERE t.endpoint_id = p.endpoint_id AND t.queue = p.queue) AS last_claimed_at,
+       r.nudges, r.last_nudged_at
+  FROM pairs p
+  LEFT JOIN counts c ON c.endpoint_id = p.endpoint_id AND c.queue = p.queue
+  LEFT JOIN endpoints e ON e.id = p.endpoint_id
+  LEFT JOIN queue_stall_nudges r ON r.endpoint_id = p.endpoint_id AND r.queue = p.queue
+  LEFT JOIN LATERAL (
+        SELECT t.id, t.created_at, t.title
+          FROM todos t
+          LEFT JOIN deliveries d ON d.id = t.delivery_id
+         WHERE t.endpoint_id = p.endpoint_id AND t.queue = p.queue AND t.state = 'pending'
+           AND (t.delivery_id IS NULL OR d.verified)
+         ORDER BY t.created_at, t.id COLLATE "C"
+         LIMIT 1) o ON true
+ ORDER BY p.endpoint_id COLLATE "C", p.queue COLLATE "C";

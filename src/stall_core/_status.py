@@ -1,0 +1,92 @@
+"""Answering "is my queue drained?": one pair's verdict, from the same decision the sweep makes."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timedelta
+
+import attrs
+
+from ._decide import Capped, Charge, Drain, Idle, IdleReason, Wait, decide
+from ._policy import PacingPolicy
+from ._values import QUARANTINE_QUEUE, LedgerRow, PairState
+
+__all__ = ["PairStatus", "Verdict", "pair_status"]
+
+
+class Verdict(enum.Enum):
+    """What the sweep will do with a pair, in the words `stall-nudge status` prints."""
+
+    FRESH = "fresh"  # gated work, but younger than the threshold
+    DUE = "due"  # the next tick charges it (tick limit permitting)
+    BACKING_OFF = "backing-off"  # nudged, waiting out the backoff
+    CAPPED = "capped"  # cap reached without progress: silent, work stays claimable
+    NO_RECEIVER = "no-receiver"  # no enabled notify hook covers the queue
+    ENDPOINT_INACTIVE = "endpoint-inactive"  # endpoint paused or disabled
+    UNGATED = "ungated"  # only unverified deliveries pending: pull only
+    QUARANTINE = "quarantine"  # held deliveries: never nudged
+    DRAINED = "drained"  # no gated pending work; a leftover row goes next tick
+
+
+@attrs.frozen(kw_only=True)
+class PairStatus:
+    """One line of the status report."""
+
+    endpoint_id: str
+    queue: str
+    pending_gated: int
+    pending_ungated: int
+    oldest_age: timedelta | None
+    nudges: int | None
+    last_nudged_at: datetime | None
+    next_due_at: datetime | None
+    verdict: Verdict
+
+
+def pair_status(
+    pair: PairState,
+    row: LedgerRow | None,
+    *,
+    pending_gated: int,
+    pending_ungated: int,
+    now: datetime,
+    policy: PacingPolicy,
+) -> PairStatus:
+    """The verdict the sweep's own ``decide`` gives this pair at ``now``."""
+    decision = decide(pair, row, now, policy)
+    next_due: datetime | None = None
+    match decision:
+        case Charge():
+            verdict, next_due = Verdict.DUE, now
+        case Wait(due_at=due_at):
+            verdict, next_due = Verdict.BACKING_OFF, due_at
+        case Capped():
+            verdict = Verdict.CAPPED
+        case Drain():
+            verdict = Verdict.DRAINED
+        case Idle(reason=IdleReason.FRESH):
+            verdict = Verdict.FRESH
+            assert pair.oldest is not None  # FRESH needs gated work
+            next_due = pair.oldest.created_at + policy.threshold
+        case Idle(reason=IdleReason.NO_RECEIVER):
+            verdict = Verdict.NO_RECEIVER
+        case Idle(reason=IdleReason.ENDPOINT_INACTIVE):
+            verdict = Verdict.ENDPOINT_INACTIVE
+        case Idle():
+            if pair.queue == QUARANTINE_QUEUE:
+                verdict = Verdict.QUARANTINE
+            elif pending_ungated:
+                verdict = Verdict.UNGATED
+            else:
+                verdict = Verdict.DRAINED
+    return PairStatus(
+        endpoint_id=pair.endpoint_id,
+        queue=pair.queue,
+        pending_gated=pending_gated,
+        pending_ungated=pending_ungated,
+        oldest_age=None if pair.oldest is None else now - pair.oldest.created_at,
+        nudges=None if row is None else row.nudges,
+        last_nudged_at=None if row is None else row.last_nudged_at,
+        next_due_at=next_due,
+        verdict=verdict,
+    )

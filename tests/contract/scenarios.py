@@ -1,0 +1,347 @@
+"""SPEC-0038 ledger scenarios, written once and run against every LedgerPort.
+
+A backend joins the suite with a three-line subclass of ``LedgerContract``
+that provides the ``driver`` fixture (see test_memory.py and
+test_postgres.py). Scenarios speak only the ``BoardDriver`` interface and
+never branch on the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from adapters.memory import RecordingWake
+from stall_core import PacingPolicy, Sweeper, TickReport
+from tests.support import T0, FakeClock, minutes
+
+from .driver import BoardDriver
+
+POLICY = PacingPolicy()
+
+
+async def sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickReport:
+    """Run one tick of a fresh sweeper (as a new reaper tick would) at ``at``."""
+    return await Sweeper(ledger=driver.ledger, wake=wake, clock=FakeClock(at), policy=POLICY).tick()
+
+
+async def stalled_queue(
+    driver: BoardDriver, *, endpoint: str = "ep-1", queue: str = "lane-l", todos: int = 1
+) -> list[str]:
+    """An active endpoint with a covering hook and ``todos`` verified todos created at T0."""
+    await driver.add_endpoint(endpoint)
+    await driver.add_hook(f"hook-{endpoint}", endpoint_id=endpoint)
+    await driver.add_delivery(
+        f"dlv-{endpoint}-{queue}", endpoint_id=endpoint, verified=True, received_at=T0
+    )
+    ids = []
+    for i in range(todos):
+        todo_id = f"todo-{endpoint}-{queue}-{i}"
+        await driver.create_todo(
+            todo_id,
+            endpoint_id=endpoint,
+            queue=queue,
+            created_at=T0 + timedelta(seconds=i),
+            delivery_id=f"dlv-{endpoint}-{queue}",
+            title=f"verified work {i}",
+        )
+        ids.append(todo_id)
+    return ids
+
+
+class LedgerContract:
+    """The scenarios every ledger must pass. Subclasses provide the ``driver`` fixture."""
+
+    async def test_pending_work_with_no_new_inbound_webhook(self, driver: BoardDriver) -> None:
+        """Pending work with no new inbound webhook: one wake names the todo."""
+        [todo] = await stalled_queue(driver)
+        wake = RecordingWake()
+
+        report = await sweep(driver, T0 + minutes(10), wake)
+
+        assert [("ep-1", "lane-l", todo, 1)] == [
+            (n.endpoint_id, n.queue, n.todo.id, n.number) for n in wake.sent
+        ]
+        assert "verified work 0" == wake.sent[0].todo.title
+        assert 1 == report.delivered
+        rows = await driver.ledger_rows()
+        assert 1 == rows["ep-1", "lane-l"].nudges
+        assert T0 + minutes(10) == rows["ep-1", "lane-l"].last_nudged_at
+
+    async def test_fresh_work_is_not_a_stalled_queue(self, driver: BoardDriver) -> None:
+        """Fresh work is not a stalled queue: nothing selected, no count advanced."""
+        await stalled_queue(driver)
+        wake = RecordingWake()
+
+        await sweep(driver, T0 + timedelta(seconds=30), wake)
+        # D3: the threshold is strict, so a todo exactly two minutes old is still fresh.
+        await sweep(driver, T0 + minutes(2), wake)
+
+        assert [] == wake.sent
+        assert {} == await driver.ledger_rows()
+
+    async def test_unverified_deliveries_age_quietly(self, driver: BoardDriver) -> None:
+        """Unverified deliveries age quietly: no nudge, and the todos stay pending and claimable."""
+        await driver.add_endpoint("ep-1")
+        await driver.add_hook("hook-1", endpoint_id="ep-1")
+        await driver.add_delivery("dlv-open", endpoint_id="ep-1", verified=False, received_at=T0)
+        for i in range(3):
+            await driver.create_todo(
+                f"u{i}", endpoint_id="ep-1", queue="lane-l", created_at=T0, delivery_id="dlv-open"
+            )
+        wake = RecordingWake()
+
+        await sweep(driver, T0 + timedelta(days=2), wake)
+
+        assert [] == wake.sent
+        assert {} == await driver.ledger_rows()
+        assert {"pending"} == {t.state for t in (await driver.todos()).values()}
+        await driver.claim("u0", owner="puller", at=T0 + timedelta(days=2))
+        assert "claimed" == (await driver.todos())["u0"].state
+
+    async def test_a_queue_with_no_receiver_is_not_charged(self, driver: BoardDriver) -> None:
+        """A queue with no receiver is not charged: disabled hook or a filter elsewhere."""
+        await stalled_queue(driver, endpoint="no-hook")
+        await stalled_queue(driver, endpoint="other-queue")
+        await stalled_queue(driver, endpoint="disabled")
+        await driver.set_hook_enabled("hook-disabled", False)
+        await driver.set_hook_queues("hook-other-queue", ["lane-x"])
+        # The first stalled_queue call added a covering hook; a receiver-less endpoint has none.
+        await driver.set_hook_enabled("hook-no-hook", False)
+        wake = RecordingWake()
+
+        for step in range(4):
+            await sweep(driver, T0 + timedelta(hours=step + 1), wake)
+
+        assert [] == wake.sent
+        assert {} == await driver.ledger_rows()
+
+    async def test_a_deep_backlog_costs_one_wake(self, driver: BoardDriver) -> None:
+        """A deep backlog costs one wake: five stalled todos, one nudge naming the oldest."""
+        ids = await stalled_queue(driver, todos=5)
+        wake = RecordingWake()
+
+        report = await sweep(driver, T0 + minutes(10), wake)
+
+        assert [ids[0]] == [n.todo.id for n in wake.sent]
+        assert 1 == len(report.charged)
+
+    async def test_the_named_todo_is_the_oldest_gate_passing_one(self, driver: BoardDriver) -> None:
+        """An older unverified todo is skipped: the nudge names the oldest verified todo."""
+        [verified] = await stalled_queue(driver)
+        await driver.add_delivery("dlv-open", endpoint_id="ep-1", verified=False, received_at=T0)
+        await driver.create_todo(
+            "older-unverified",
+            endpoint_id="ep-1",
+            queue="lane-l",
+            created_at=T0 - minutes(30),
+            delivery_id="dlv-open",
+            title="<sender text>",
+        )
+        wake = RecordingWake()
+
+        await sweep(driver, T0 + minutes(10), wake)
+
+        assert [verified] == [n.todo.id for n in wake.sent]
+        assert "<sender text>" not in repr(wake.sent)
+
+    async def test_operator_todo_without_delivery_passes_the_gate(
+        self, driver: BoardDriver
+    ) -> None:
+        """A todo with no delivery (operator-made) passes the sender gate."""
+        await driver.add_endpoint("ep-1")
+        await driver.add_hook("hook-1", endpoint_id="ep-1")
+        await driver.create_todo("op", endpoint_id="ep-1", queue="ops", created_at=T0)
+        wake = RecordingWake()
+
+        await sweep(driver, T0 + minutes(3), wake)
+
+        assert ["op"] == [n.todo.id for n in wake.sent]
+
+    async def test_a_stalled_queue_backs_off_and_stops(self, driver: BoardDriver) -> None:
+        """A stalled queue backs off and stops: 5m, 20m, 1h, 6h, then silence with work visible."""
+        await stalled_queue(driver, todos=2)
+        clock = FakeClock(T0 + minutes(3))
+        wake = RecordingWake()
+        fired = []
+        # Tick every minute for two days, recording when each nudge fired.
+        while clock.now < T0 + timedelta(days=2):
+            report = await sweep(driver, clock.now, wake)
+            fired.extend((n.number, clock.now - T0) for n in report.charged)
+            clock.advance(minutes(1))
+
+        first = minutes(3)
+        assert [
+            (1, first),
+            (2, first + minutes(5)),
+            (3, first + minutes(25)),
+            (4, first + minutes(85)),
+            (5, first + minutes(445)),
+        ] == fired
+        assert {"pending"} == {t.state for t in (await driver.todos()).values()}
+        assert 5 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+    async def test_consumer_woken_but_never_claims(self, driver: BoardDriver) -> None:
+        """Consumer woken but never claims: backoff widens to the cap, then silence; work stays."""
+        await stalled_queue(driver)
+        clock = FakeClock(T0 + minutes(10))
+        wake = RecordingWake()
+        for gap in (0, 5, 20, 60, 360, 360, 24 * 60):
+            clock.advance(minutes(gap))
+            await sweep(driver, clock.now, wake)
+
+        assert [1, 2, 3, 4, 5] == [n.number for n in wake.sent]
+        assert ["pending"] == [t.state for t in (await driver.todos()).values()]
+
+    async def test_progress_keeps_the_short_cadence(self, driver: BoardDriver) -> None:
+        """Progress keeps the short cadence: a claim at count 4 makes it due now, at 1."""
+        ids = await stalled_queue(driver, todos=3)
+        clock = FakeClock(T0 + minutes(10))
+        wake = RecordingWake()
+        for gap in (0, 5, 20, 60):
+            clock.advance(minutes(gap))
+            await sweep(driver, clock.now, wake)
+        assert 4 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+        clock.advance(minutes(1))
+        await driver.claim(ids[0], owner="consumer", at=clock.now)
+        await driver.complete(ids[0])
+        clock.advance(timedelta(seconds=15))
+        report = await sweep(driver, clock.now, wake)
+
+        assert [(1, ids[1])] == [(n.number, n.todo.id) for n in report.charged]
+        assert 1 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+    async def test_a_drained_queue_does_not_ring(self, driver: BoardDriver) -> None:
+        """A drained queue does not ring: the row goes, and the next backlog starts at nudge 1."""
+        ids = await stalled_queue(driver, todos=2)
+        clock = FakeClock(T0 + minutes(10))
+        wake = RecordingWake()
+        await sweep(driver, clock.now, wake)
+        await sweep(driver, clock.advance(minutes(5)), wake)
+        assert 2 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+        for todo_id in ids:
+            await driver.claim(todo_id, owner="consumer", at=clock.advance(minutes(1)))
+            await driver.complete(todo_id)
+        report = await sweep(driver, clock.advance(minutes(1)), wake)
+
+        assert () == report.charged
+        assert (("ep-1", "lane-l"),) == report.deleted
+        assert {} == await driver.ledger_rows()
+
+        await driver.create_todo(
+            "next",
+            endpoint_id="ep-1",
+            queue="lane-l",
+            created_at=clock.now,
+            delivery_id="dlv-ep-1-lane-l",
+        )
+        report = await sweep(driver, clock.advance(minutes(3)), wake)
+        assert [("next", 1)] == [(n.todo.id, n.number) for n in report.charged]
+
+    async def test_two_instances_one_wake(self, driver: BoardDriver) -> None:
+        """Two instances, one wake: concurrent sweeps in one cooldown window fire once."""
+        await stalled_queue(driver)
+        clock = FakeClock(T0 + minutes(10))
+        wakes = [RecordingWake(), RecordingWake()]
+
+        await asyncio.gather(*(sweep(driver, clock.now, w) for w in wakes))
+        await asyncio.gather(*(sweep(driver, clock.advance(minutes(1)), w) for w in wakes))
+
+        assert 1 == sum(len(w.sent) for w in wakes)
+        assert 1 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+    async def test_a_nudge_spends_no_ring_budget(self, driver: BoardDriver) -> None:
+        """A nudge spends no ring budget: every todo row is identical before and after sweeps."""
+        ids = await stalled_queue(driver, todos=3)
+        await driver.ring(ids[0], at=T0 + minutes(1))
+        await driver.claim(ids[2], owner="someone", at=T0 + minutes(1))
+        before = await driver.todos()
+        clock = FakeClock(T0 + minutes(3))
+        wake = RecordingWake()
+
+        for gap in (0, 5, 20, 60, 360, 60):
+            await sweep(driver, clock.advance(minutes(gap)), wake)
+
+        assert 5 == len(wake.sent)
+        assert before == await driver.todos()
+
+    async def test_nudging_does_not_wake_a_quarantined_queue(self, driver: BoardDriver) -> None:
+        """Nudging does not wake a quarantined queue, whatever the quarantine row's age."""
+        await stalled_queue(driver, queue="quarantine", todos=2)
+        wake = RecordingWake()
+
+        for days in (1, 30, 365):
+            await sweep(driver, T0 + timedelta(days=days), wake)
+
+        assert [] == wake.sent
+        assert {} == await driver.ledger_rows()
+
+    async def test_an_inactive_endpoint_is_not_nudged_until_resumed(
+        self, driver: BoardDriver
+    ) -> None:
+        """A paused endpoint's stalled queue waits, uncharged, and is nudged once resumed."""
+        await stalled_queue(driver)
+        await driver.set_endpoint_state("ep-1", "paused")
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        assert ([], {}) == (wake.sent, await driver.ledger_rows())
+
+        await driver.set_endpoint_state("ep-1", "active")
+        await sweep(driver, T0 + minutes(11), wake)
+        assert [1] == [n.number for n in wake.sent]
+
+    async def test_one_tick_wakes_at_most_the_tick_limit(self, driver: BoardDriver) -> None:
+        """One tick charges at most four pairs, least-nudged first, oldest work first."""
+        for i in range(6):
+            await stalled_queue(driver, endpoint=f"ep-{i}")
+        wake = RecordingWake()
+        clock = FakeClock(T0 + minutes(10))
+
+        first = await sweep(driver, clock.now, wake)
+        second = await sweep(driver, clock.advance(minutes(1)), wake)
+
+        assert ["ep-0", "ep-1", "ep-2", "ep-3"] == [n.endpoint_id for n in first.charged]
+        # The two held back (count 0) go before any pair waiting on its backoff.
+        assert ["ep-4", "ep-5"] == [n.endpoint_id for n in second.charged]
+
+    async def test_the_reported_case(self, driver: BoardDriver) -> None:
+        """The reported case: a one-shot consumer is re-woken until lane-l is empty."""
+        ids = await stalled_queue(driver, todos=3)
+        clock = FakeClock(T0)
+        wake = RecordingWake()
+        # The creation wake starts the consumer: it claims one todo and exits.
+        await driver.claim(ids[0], owner="one-shot", at=clock.advance(timedelta(seconds=5)))
+        await driver.complete(ids[0])
+
+        claimed = [ids[0]]
+        last_claim = clock.now
+        gaps = []
+        while clock.now < T0 + timedelta(hours=2):
+            report = await sweep(driver, clock.advance(timedelta(seconds=15)), wake)
+            for nudge in report.charged:
+                gaps.append(clock.now - last_claim)
+                # Each wake starts the consumer afresh: it claims one todo a second later.
+                last_claim = clock.now + timedelta(seconds=1)
+                await driver.claim(nudge.todo.id, owner="one-shot", at=last_claim)
+                await driver.complete(nudge.todo.id)
+                claimed.append(nudge.todo.id)
+
+        assert ids == claimed
+        assert 2 == len(gaps)
+        assert all(gap <= POLICY.threshold + POLICY.backoff[0] for gap in gaps)
+        assert {} == await driver.ledger_rows()
+        assert 2 == len(wake.sent)
+
+    async def test_the_wake_is_lost(self, driver: BoardDriver) -> None:
+        """The wake is lost: with the creation wake dropped, the sweep still surfaces the work."""
+        # No consumer ever heard of this todo: its creation wake went nowhere.
+        [todo] = await stalled_queue(driver)
+        wake = RecordingWake()
+
+        before = await sweep(driver, T0 + minutes(1), wake)
+        after = await sweep(driver, T0 + minutes(2) + timedelta(seconds=1), wake)
+
+        assert () == before.charged
+        assert [todo] == [n.todo.id for n in after.charged]

@@ -1,0 +1,14 @@
+"""The contract scenarios against the in-memory board."""
+
+from __future__ import annotations
+
+import pytest
+
+from .driver import MemoryDriver
+from .scenarios import LedgerContract
+
+
+class TestMemoryLedger(LedgerContract):
+    @pytest.fixture(name="driver")
+    def _driver(self) -> MemoryDriver:
+        return MemoryDriver()
