@@ -483,3 +483,28 @@ async def test_body_is_the_contract_shape_for_host_reasons(
     for body in bodies:
         body["meta"].pop("sent_at")
     assert 1 == len({json.dumps(b, sort_keys=True) for b in bodies})
+
+
+async def test_restart_after_close_runs_nothing_abandoned(
+    board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
+) -> None:
+    """Deliveries abandoned by close() are not resent when the dispatcher is started again."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.script("hook", receiver.hang)
+    policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
+    dispatcher = HookDispatcher(hooks=board_hooks, policy=policy, workers=1)
+    await dispatcher.start()
+    for _ in range(3):
+        await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+    await receiver.wait_for(1, "hook")
+    await dispatcher.close(deadline=0.01)
+    receiver.released.set()
+
+    async with dispatcher:
+        await _send(dispatcher)
+
+    assert (3, 1, 2) == (
+        dispatcher.stats.abandoned,
+        dispatcher.stats.delivered,
+        len(receiver.at("hook")),
+    )

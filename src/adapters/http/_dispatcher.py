@@ -84,6 +84,7 @@ class _Outcome:
     status: int | None  # None: no response (connection error or timeout)
     detail: str
     retry_after: str | None = None
+    final: bool = False  # no attempt can succeed (the HTTP client refused the URL)
 
 
 class HookDispatcher:
@@ -101,7 +102,7 @@ class HookDispatcher:
         policy: DeliveryPolicy | None = None,
         clock: Callable[[], datetime] = _wall_clock,
         queue_size: int = 1000,
-        workers: int = 16,
+        workers: int = 32,
     ) -> None:
         for name, value in (("queue_size", queue_size), ("workers", workers)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -119,7 +120,8 @@ class HookDispatcher:
         self._outstanding = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._stats = DispatchStats()
+        # Plain counters on the hot path; ``stats`` snapshots them into a value.
+        self._counts = dict.fromkeys(attrs.fields_dict(DispatchStats), 0)
 
     @property
     def policy(self) -> DeliveryPolicy:
@@ -127,7 +129,7 @@ class HookDispatcher:
 
     @property
     def stats(self) -> DispatchStats:
-        return self._stats
+        return DispatchStats(**self._counts)
 
     @property
     def outstanding(self) -> int:
@@ -179,6 +181,7 @@ class HookDispatcher:
             self._count(abandoned=self._outstanding)
             self._outstanding = 0
             self._idle.set()
+        self._ready = asyncio.Queue()  # abandoned jobs must not run after a restart
         session, self._session = self._session, None
         await session.close()
 
@@ -286,9 +289,13 @@ class HookDispatcher:
             job = await self._ready.get()
             try:
                 finished = await self._attempt(job)
-            except Exception:
-                log.exception(
-                    "hook %s: delivery of %s crashed", job.delivery.hook.id, job.delivery.label
+            except Exception as exc:
+                # Type only: an unexpected exception's text might quote the URL.
+                log.error(
+                    "hook %s: delivery of %s crashed (%s)",
+                    job.delivery.hook.id,
+                    job.delivery.label,
+                    type(exc).__name__,
                 )
                 finished = True
             if finished:
@@ -309,7 +316,7 @@ class HookDispatcher:
                 log.exception("hook %s: could not book a success", delivery.hook.id)
             return True
         delay = None
-        if is_retryable(outcome.status):
+        if not outcome.final and is_retryable(outcome.status):
             delay = retry_delay(
                 attempts_made=job.attempts_made,
                 policy=self._policy,
@@ -358,6 +365,8 @@ class HookDispatcher:
                 )
         except TimeoutError:
             return _Outcome(status=None, detail=f"timed out after {self._policy.timeout}")
+        except aiohttp.InvalidURL:
+            return _Outcome(status=None, detail="URL refused by the HTTP client", final=True)
         except aiohttp.ClientError as exc:
             # The exception text can quote the URL; name only its type.
             return _Outcome(status=None, detail=f"connection error ({type(exc).__name__})")
@@ -393,7 +402,11 @@ class HookDispatcher:
         except Exception:
             log.exception("hook %s: could not book a failed delivery", hook.id)
             return
-        if health is not None and not health.enabled:
+        if (
+            health is not None
+            and not health.enabled
+            and health.consecutive_failures == self._policy.disable_after
+        ):
             log.warning(
                 "hook %s disabled after %d consecutive failed deliveries (last: %s)",
                 hook.id,
@@ -402,10 +415,8 @@ class HookDispatcher:
             )
 
     def _count(self, **increments: int) -> None:
-        self._stats = attrs.evolve(
-            self._stats,
-            **{name: getattr(self._stats, name) + step for name, step in increments.items()},
-        )
+        for name, step in increments.items():
+            self._counts[name] += step
 
 
 def _conforms(dispatcher: HookDispatcher) -> WakePort:
