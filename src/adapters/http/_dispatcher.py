@@ -1,0 +1,413 @@
+"""The notify-hook dispatcher: every todo.ready (created, requeued, stalled) goes through here.
+
+Theory of operation
+-------------------
+``notify`` resolves the pair's hooks, builds one message (one body, one
+``webhook-id``) and queues one delivery per usable hook. Admission is all
+or nothing: when the deliveries accepted and not yet finished (queued,
+in flight or waiting to retry) would exceed ``queue_size``, the message is
+dropped, counted and logged, and the caller gets ``WakeError``. Dropping is
+safe because the sweep is level-triggered: pending work is surfaced again.
+
+A fixed pool of workers shares one ``ClientSession``. A worker makes one
+attempt at a time; a retry waits on a timer, not on a worker, so a failing
+hook cannot starve the others. Each attempt is re-signed with the current
+timestamp; body and id stay the same. The outcome of the last attempt is
+booked once in the hook directory, which disables the hook after
+``DeliveryPolicy.disable_after`` failures in a row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self
+
+import aiohttp
+import attrs
+
+from stall_core import Nudge, TodoRef, WakeError, WakePort, aware
+
+from ._directory import HookDirectory, HookTarget
+from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
+from ._policy import DeliveryPolicy
+from ._retry import is_delivered, is_retryable, parse_retry_after, retry_delay
+from ._signing import HookRefused, parse_secret, safe_url, signed_headers
+
+__all__ = ["DispatchStats", "HookDispatcher"]
+
+log = logging.getLogger("adapters.http")
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@attrs.frozen(kw_only=True)
+class DispatchStats:
+    """Counters since start: messages and per-hook deliveries."""
+
+    accepted: int = 0  # messages queued for at least one hook
+    dropped: int = 0  # messages refused because the queue was full
+    refused: int = 0  # hooks skipped for a malformed secret or URL
+    delivered: int = 0  # deliveries a hook answered with 2xx
+    failed: int = 0  # deliveries whose attempts all failed
+    retries: int = 0  # attempts after the first
+    abandoned: int = 0  # deliveries cut off by close()'s deadline
+
+
+@attrs.frozen(kw_only=True)
+class _Delivery:
+    """One message for one hook; the key never reaches a repr."""
+
+    message_id: str
+    body: bytes = attrs.field(repr=False)
+    hook: HookTarget
+    key: bytes = attrs.field(repr=False)
+    shown_url: str
+    label: str  # endpoint/queue todo reason, for logs
+
+
+@attrs.define
+class _Job:
+    delivery: _Delivery
+    attempts_made: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _Outcome:
+    status: int | None  # None: no response (connection error or timeout)
+    detail: str
+    retry_after: str | None = None
+
+
+class HookDispatcher:
+    """Delivers signed todo.ready messages to notify hooks; a ``stall_core.WakePort``.
+
+    Use as ``async with HookDispatcher(...) as dispatcher:`` or call
+    ``start()`` and ``close()``. ``clock`` gives ``sent_at`` and each
+    attempt's ``webhook-timestamp``; it defaults to the UTC wall clock.
+    """
+
+    def __init__(
+        self,
+        *,
+        hooks: HookDirectory,
+        policy: DeliveryPolicy | None = None,
+        clock: Callable[[], datetime] = _wall_clock,
+        queue_size: int = 1000,
+        workers: int = 16,
+    ) -> None:
+        for name, value in (("queue_size", queue_size), ("workers", workers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self._hooks = hooks
+        self._policy = policy if policy is not None else DeliveryPolicy()
+        self._clock = clock
+        self._queue_size = queue_size
+        self._worker_count = workers
+        self._ready: asyncio.Queue[_Job] = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._session: aiohttp.ClientSession | None = None
+        self._accepting = False
+        self._outstanding = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stats = DispatchStats()
+
+    @property
+    def policy(self) -> DeliveryPolicy:
+        return self._policy
+
+    @property
+    def stats(self) -> DispatchStats:
+        return self._stats
+
+    @property
+    def outstanding(self) -> int:
+        """Deliveries accepted and not yet finished (queued, in flight, waiting to retry)."""
+        return self._outstanding
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the shared session and start the workers; needs a running event loop."""
+        if self._session is not None:
+            raise RuntimeError("dispatcher already started")
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._worker_count),
+            cookie_jar=aiohttp.DummyCookieJar(),  # one hook's cookies never reach another
+            timeout=aiohttp.ClientTimeout(total=self._policy.timeout.total_seconds()),
+        )
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"notify-hook-worker-{i}")
+            for i in range(self._worker_count)
+        ]
+        self._accepting = True
+
+    async def drain(self) -> None:
+        """Wait until every accepted delivery, retries included, has finished."""
+        await self._idle.wait()
+
+    async def close(self, deadline: float = 10.0) -> None:
+        """Stop taking messages, give the outstanding ones ``deadline`` seconds, cancel the rest."""
+        if self._session is None:
+            return
+        self._accepting = False
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=deadline)
+        except TimeoutError:
+            log.warning(
+                "closing with %d deliveries unfinished after %.1fs: abandoned",
+                self._outstanding,
+                deadline,
+            )
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+        if self._outstanding:
+            self._count(abandoned=self._outstanding)
+            self._outstanding = 0
+            self._idle.set()
+        session, self._session = self._session, None
+        await session.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- the wake port and the host's other reasons ---------------------------
+
+    async def wake(self, nudge: Nudge) -> None:
+        """Queue the nudge's todo.ready (reason "stalled") for every hook covering its pair.
+
+        Raises ``WakeError`` when the message is dropped or no usable hook
+        covers the pair, so the sweep counts the wake as failed.
+        """
+        queued = await self.notify(
+            endpoint_id=nudge.endpoint_id, queue=nudge.queue, todo=nudge.todo, reason=STALLED
+        )
+        if queued == 0:
+            raise WakeError(f"no usable notify hook covers {nudge.endpoint_id}/{nudge.queue}")
+
+    async def notify(self, *, endpoint_id: str, queue: str, todo: TodoRef, reason: str) -> int:
+        """Queue one todo.ready for the pair's hooks; returns how many deliveries were queued.
+
+        The host calls this for ``created`` and ``requeued``; ``wake`` for
+        ``stalled``. ``todo`` must pass the sender gate: its title is sent.
+        Raises ``WakeError`` when not running, when the hooks cannot be
+        resolved, or when the queue is full (the message is dropped).
+        """
+        if not reason:
+            raise ValueError("reason must be a non-empty string")
+        if not self._accepting:
+            raise WakeError("the notify-hook dispatcher is not running")
+        label = f"{endpoint_id}/{queue} todo {todo.id} ({reason})"
+        try:
+            hooks = await self._hooks.hooks_covering(endpoint_id, queue)
+        except Exception as exc:
+            raise WakeError(f"could not resolve notify hooks for {endpoint_id}/{queue}") from exc
+        if not hooks:
+            return 0
+        message = ReadyMessage(
+            meta=ReadyMeta(
+                endpoint_id=endpoint_id,
+                queue=queue,
+                todo_id=todo.id,
+                reason=reason,
+                sent_at=aware("clock()", self._clock()),
+            ),
+            todo=ReadyTodo(id=todo.id, queue=queue, title=todo.title, created_at=todo.created_at),
+        )
+        body = encode_message(message)
+        message_id = f"msg_{uuid.uuid4().hex}"
+        deliveries: list[_Delivery] = []
+        for hook in hooks:
+            try:
+                key = parse_secret(hook.secret)
+                shown = safe_url(hook.url)
+            except HookRefused as exc:
+                self._count(refused=1)
+                log.error("hook %s: refused for %s: %s; no request sent", hook.id, label, exc)
+                await self._book_failure(hook, f"refused: {exc}")
+                continue
+            deliveries.append(
+                _Delivery(
+                    message_id=message_id,
+                    body=body,
+                    hook=hook,
+                    key=key,
+                    shown_url=shown,
+                    label=label,
+                )
+            )
+        if not deliveries:
+            return 0
+        if not self._accepting:
+            raise WakeError("the notify-hook dispatcher closed while resolving hooks")
+        if self._outstanding + len(deliveries) > self._queue_size:
+            self._count(dropped=1)
+            log.warning(
+                "queue full (%d of %d deliveries outstanding): dropped %s; the sweep resurfaces it",
+                self._outstanding,
+                self._queue_size,
+                label,
+            )
+            raise WakeError(f"notify-hook queue full: dropped {label}")
+        self._count(accepted=1)
+        self._outstanding += len(deliveries)
+        self._idle.clear()
+        for delivery in deliveries:
+            self._ready.put_nowait(_Job(delivery=delivery))
+        return len(deliveries)
+
+    # -- workers -----------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            job = await self._ready.get()
+            try:
+                finished = await self._attempt(job)
+            except Exception:
+                log.exception(
+                    "hook %s: delivery of %s crashed", job.delivery.hook.id, job.delivery.label
+                )
+                finished = True
+            if finished:
+                self._finish()
+
+    async def _attempt(self, job: _Job) -> bool:
+        """Make one attempt; returns False when a retry was scheduled."""
+        delivery = job.delivery
+        job.attempts_made += 1
+        if job.attempts_made > 1:
+            self._count(retries=1)
+        outcome = await self._post(delivery)
+        if outcome.status is not None and is_delivered(outcome.status):
+            self._count(delivered=1)
+            try:
+                await self._hooks.record_success(delivery.hook.id)
+            except Exception:
+                log.exception("hook %s: could not book a success", delivery.hook.id)
+            return True
+        delay = None
+        if is_retryable(outcome.status):
+            delay = retry_delay(
+                attempts_made=job.attempts_made,
+                policy=self._policy,
+                retry_after=parse_retry_after(outcome.retry_after, self._clock()),
+            )
+        if delay is not None:
+            log.info(
+                "hook %s (%s): attempt %d of %s failed (%s); retrying in %.1fs",
+                delivery.hook.id,
+                delivery.shown_url,
+                job.attempts_made,
+                delivery.label,
+                outcome.detail,
+                delay.total_seconds(),
+            )
+            job.timer = asyncio.get_running_loop().call_later(
+                delay.total_seconds(), self._requeue, job
+            )
+            self._timers.add(job.timer)
+            return False
+        self._count(failed=1)
+        log.warning(
+            "hook %s (%s): delivery of %s failed after %d attempt(s): %s",
+            delivery.hook.id,
+            delivery.shown_url,
+            delivery.label,
+            job.attempts_made,
+            outcome.detail,
+        )
+        await self._book_failure(delivery.hook, outcome.detail)
+        return True
+
+    async def _post(self, delivery: _Delivery) -> _Outcome:
+        assert self._session is not None  # workers run only between start and close
+        timestamp = int(self._clock().timestamp())
+        headers = signed_headers(delivery.key, delivery.message_id, timestamp, delivery.body)
+        try:
+            async with self._session.post(
+                delivery.hook.url, data=delivery.body, headers=headers, allow_redirects=False
+            ) as response:
+                await self._discard_body(response)
+                return _Outcome(
+                    status=response.status,
+                    detail=f"HTTP {response.status}",
+                    retry_after=response.headers.get("Retry-After"),
+                )
+        except TimeoutError:
+            return _Outcome(status=None, detail=f"timed out after {self._policy.timeout}")
+        except aiohttp.ClientError as exc:
+            # The exception text can quote the URL; name only its type.
+            return _Outcome(status=None, detail=f"connection error ({type(exc).__name__})")
+
+    async def _discard_body(self, response: aiohttp.ClientResponse) -> None:
+        """Read at most ``max_response_bytes``; an unread rest closes the connection."""
+        remaining = self._policy.max_response_bytes
+        while remaining > 0:
+            chunk = await response.content.read(remaining)
+            if not chunk:
+                return
+            remaining -= len(chunk)
+
+    def _requeue(self, job: _Job) -> None:
+        if job.timer is not None:
+            self._timers.discard(job.timer)
+            job.timer = None
+        self._ready.put_nowait(job)
+
+    def _finish(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle.set()
+
+    async def _book_failure(self, hook: HookTarget, reason: str) -> None:
+        try:
+            health = await self._hooks.record_failure(
+                hook.id,
+                at=aware("clock()", self._clock()),
+                reason=reason,
+                disable_after=self._policy.disable_after,
+            )
+        except Exception:
+            log.exception("hook %s: could not book a failed delivery", hook.id)
+            return
+        if health is not None and not health.enabled:
+            log.warning(
+                "hook %s disabled after %d consecutive failed deliveries (last: %s)",
+                hook.id,
+                health.consecutive_failures,
+                reason,
+            )
+
+    def _count(self, **increments: int) -> None:
+        self._stats = attrs.evolve(
+            self._stats,
+            **{name: getattr(self._stats, name) + step for name, step in increments.items()},
+        )
+
+
+def _conforms(dispatcher: HookDispatcher) -> WakePort:
+    """mypy checks here that the dispatcher satisfies the core's wake port."""
+    return dispatcher

@@ -1,0 +1,29 @@
+-- The hook directory's queries over the host's notify_hooks table.
+-- Each query sits under a "-- name: <name> --" header and a one-line description.
+
+-- name: hooks_covering --
+-- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
+SELECT id, endpoint_id, url, secret
+FROM notify_hooks
+WHERE endpoint_id = $1
+  AND enabled
+  AND (queues IS NULL OR $2 = ANY (queues))
+ORDER BY id;
+
+-- name: record_success --
+-- Reset a hook's consecutive failure count after a delivered message.
+UPDATE notify_hooks
+SET consecutive_failures = 0
+WHERE id = $1 AND consecutive_failures <> 0;
+
+-- name: record_failure --
+-- Count one failed delivery; the $2-th in a row disables the hook at $3 for reason $4.
+UPDATE notify_hooks
+SET consecutive_failures = consecutive_failures + 1,
+    enabled = enabled AND consecutive_failures + 1 < $2,
+    disabled_at = CASE WHEN enabled AND consecutive_failures + 1 >= $2
+                       THEN $3 ELSE disabled_at END,
+    disabled_reason = CASE WHEN enabled AND consecutive_failures + 1 >= $2
+                           THEN $4 ELSE disabled_reason END
+WHERE id = $1
+RETURNING consecutive_failures, enabled;

@@ -1,0 +1,487 @@
+"""The dispatcher against a real aiohttp receiver on loopback: signing, retries, bounds."""
+
+# ruff: noqa: SIM300 -- STYLE habit 12: the expected value comes first in asserts.
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import pytest
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook
+
+from adapters.http import (
+    CREATED,
+    HookDispatcher,
+    HookHealth,
+    HookTarget,
+    MemoryHooks,
+    decode_message,
+)
+from adapters.memory import MemoryBoard
+from stall_core import Nudge, TodoRef, WakeError
+
+from .conftest import FAST, OTHER_SECRET, SECRET, T0, FakeClock, Received, Receiver
+
+TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
+
+
+def _nudge(queue: str = "lane-l") -> Nudge:
+    return Nudge(endpoint_id="e1", queue=queue, todo=TODO, number=1, charged_at=T0)
+
+
+async def _send(dispatcher: HookDispatcher, queue: str = "lane-l") -> int:
+    queued = await dispatcher.notify(endpoint_id="e1", queue=queue, todo=TODO, reason=CREATED)
+    await dispatcher.drain()
+    return queued
+
+
+def _ids(requests: Sequence[Received]) -> list[str]:
+    return [r.headers["webhook-id"] for r in requests]
+
+
+async def test_wake_delivers_a_signed_stalled_ready(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """A nudge arrives as todo.ready with reason stalled, and its signature verifies."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+
+    await dispatcher.wake(_nudge())
+    await dispatcher.drain()
+
+    [request] = receiver.at("hook")
+    body = Webhook(SECRET).verify(request.body, request.headers)
+    assert ("todo.ready", "stalled", "t1", "Deploy lane-l") == (
+        body["type"],
+        body["meta"]["reason"],
+        body["meta"]["todo_id"],
+        body["todo"]["title"],
+    )
+    assert 1 == dispatcher.stats.delivered
+
+
+async def test_injected_clock_stamps_sent_at_and_timestamp(
+    board: MemoryBoard, receiver: Receiver
+) -> None:
+    """The injected clock stamps meta.sent_at and webhook-timestamp, both under the signature."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    clock = FakeClock(datetime(2026, 10, 15, 12, 30, 15, tzinfo=UTC))
+
+    async with HookDispatcher(hooks=MemoryHooks(board), policy=FAST, clock=clock) as dispatcher:
+        await _send(dispatcher)
+
+    [request] = receiver.at("hook")
+    expected = Webhook(SECRET).sign(request.headers["webhook-id"], clock.now, request.body.decode())
+    assert (expected, str(int(clock.now.timestamp()))) == (
+        request.headers["webhook-signature"],
+        request.headers["webhook-timestamp"],
+    )
+    assert clock.now == decode_message(request.body).meta.sent_at
+
+
+async def test_every_hook_covering_the_queue_gets_its_own_signature(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """Each covering hook verifies with its own secret; a hook for another queue gets nothing."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("a"), secret=SECRET)
+    board.add_hook(
+        "h2", endpoint_id="e1", url=receiver.url("b"), secret=OTHER_SECRET, queues=["lane-l"]
+    )
+    board.add_hook("h3", endpoint_id="e1", url=receiver.url("c"), secret=SECRET, queues=["other"])
+
+    assert 2 == await _send(dispatcher)
+
+    [a], [b] = receiver.at("a"), receiver.at("b")
+    Webhook(SECRET).verify(a.body, a.headers)
+    Webhook(OTHER_SECRET).verify(b.body, b.headers)
+    assert [] == receiver.at("c")
+
+
+async def test_webhook_id_is_unique_per_message(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """Two messages to one hook carry two different ids."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+
+    await _send(dispatcher)
+    await _send(dispatcher)
+
+    assert 2 == len(set(_ids(receiver.at("hook"))))
+
+
+async def test_5xx_is_retried_with_the_same_id(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """Two 500s then a 204: three attempts, one id, a delivery, and no failure booked."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.record_hook_delivery("h1", ok=False)
+    receiver.script("hook", 500, 503)
+
+    await _send(dispatcher)
+
+    requests = receiver.at("hook")
+    assert 3 == len(requests)
+    assert 1 == len(set(_ids(requests)))
+    assert 1 == len({r.body for r in requests})
+    for request in requests:
+        Webhook(SECRET).verify(request.body, request.headers)
+    assert (1, 0, 2) == (
+        dispatcher.stats.delivered,
+        dispatcher.stats.failed,
+        dispatcher.stats.retries,
+    )
+    assert 0 == board.hooks["h1"].consecutive_failures
+
+
+async def test_timeout_is_retried_with_the_same_id(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """A hook that does not answer within the timeout is tried again under the same id."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.script("hook", receiver.hang)
+
+    await _send(dispatcher)
+
+    requests = receiver.at("hook")
+    assert 2 == len(requests)
+    assert 1 == len(set(_ids(requests)))
+    assert 1 == dispatcher.stats.delivered
+
+
+@pytest.mark.parametrize("status", [408, 429])
+async def test_408_and_429_are_retried(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher, status: int
+) -> None:
+    """Request Timeout and Too Many Requests (with Retry-After) are retried."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+
+    async def busy(received: Received, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=status, headers={"Retry-After": "1"})
+
+    receiver.script("hook", busy)
+
+    await _send(dispatcher)
+
+    assert 2 == len(receiver.at("hook"))
+    assert 1 == dispatcher.stats.delivered
+
+
+async def test_all_attempts_failing_count_one_failure(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """Three 500s are three attempts and one failed delivery."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", 500)
+
+    await _send(dispatcher)
+
+    assert 3 == len(receiver.at("hook"))
+    assert (1, 1) == (dispatcher.stats.failed, board.hooks["h1"].consecutive_failures)
+
+
+async def test_400_is_final(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """A 400 is not retried and counts one failure."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", 400)
+
+    await _send(dispatcher)
+
+    assert 1 == len(receiver.at("hook"))
+    assert 1 == board.hooks["h1"].consecutive_failures
+
+
+async def test_redirect_is_final_and_not_followed(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """A 302 is neither retried nor followed to its Location."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+
+    async def moved(received: Received, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=302, headers={"Location": receiver.url("elsewhere")})
+
+    receiver.route("hook", moved)
+
+    await _send(dispatcher)
+
+    assert (1, 0) == (len(receiver.at("hook")), len(receiver.at("elsewhere")))
+    assert 1 == board.hooks["h1"].consecutive_failures
+
+
+async def test_connection_refused_is_retried_then_booked(board: MemoryBoard) -> None:
+    """A hook whose port accepts no connection is tried three times and booked once."""
+    silent = Receiver()
+    await silent.start()
+    url = silent.url("hook")
+    await silent.stop()
+    board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
+
+    async with HookDispatcher(hooks=MemoryHooks(board), policy=FAST) as dispatcher:
+        await _send(dispatcher)
+
+    assert (2, 1) == (dispatcher.stats.retries, board.hooks["h1"].consecutive_failures)
+
+
+async def test_success_resets_the_failure_count(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """Failures in a row are forgotten after one delivered message."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.script("hook", 400, 400, 400)
+
+    for _ in range(3):
+        await _send(dispatcher)
+    failures_before = board.hooks["h1"].consecutive_failures
+    await _send(dispatcher)
+
+    assert (3, 0) == (failures_before, board.hooks["h1"].consecutive_failures)
+
+
+async def test_ten_failed_deliveries_disable_the_hook(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """The tenth failure in a row disables the hook with a time and reason; no more requests."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", 400)
+
+    for _ in range(9):
+        await _send(dispatcher)
+    still_enabled = board.hooks["h1"].enabled
+    await _send(dispatcher)
+    queued_after = await _send(dispatcher)
+
+    hook = board.hooks["h1"]
+    assert (True, False, 10) == (still_enabled, hook.enabled, hook.consecutive_failures)
+    assert hook.disabled_at is not None
+    assert "HTTP 400" == hook.disabled_reason
+    assert (0, 10) == (queued_after, len(receiver.at("hook")))
+
+
+async def test_endless_response_body_is_not_read_to_the_end(
+    board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
+) -> None:
+    """A 200 with an endless body is a delivery; only a bounded prefix is read."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    sent: list[int] = []
+    hung_up = asyncio.Event()
+
+    async def endless(received: Received, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        await response.prepare(request)
+        chunk = b"x" * 65536
+        try:
+            while True:
+                await response.write(chunk)
+                sent.append(len(chunk))
+        except (ConnectionError, RuntimeError):
+            hung_up.set()
+        return response
+
+    receiver.route("hook", endless)
+    policy = attrs.evolve(FAST, max_response_bytes=4096, timeout=timedelta(seconds=30))
+
+    async with HookDispatcher(hooks=board_hooks, policy=policy) as dispatcher:
+        await _send(dispatcher)
+        await asyncio.wait_for(hung_up.wait(), 5)
+
+    assert 1 == dispatcher.stats.delivered
+    assert sum(sent) < 64 * 2**20
+
+
+async def test_full_queue_drops_counts_and_raises(
+    board: MemoryBoard,
+    receiver: Receiver,
+    board_hooks: MemoryHooks,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With every slot taken, a wake is dropped, counted, logged and reported as WakeError."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", receiver.hang)
+    policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
+
+    async with HookDispatcher(
+        hooks=board_hooks, policy=policy, queue_size=2, workers=1
+    ) as dispatcher:
+        await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+        await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+        with pytest.raises(WakeError, match="queue full"):
+            await dispatcher.wake(_nudge())
+        outstanding = dispatcher.outstanding
+        receiver.released.set()
+        await dispatcher.drain()
+
+    assert (2, 1, 2) == (outstanding, dispatcher.stats.dropped, dispatcher.stats.delivered)
+    assert "dropped e1/lane-l todo t1 (stalled)" in caplog.text
+
+
+async def test_drain_waits_for_retries(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """drain returns only after a delivery's pending retries have run."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.script("hook", 500, 500)
+
+    await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+    await dispatcher.drain()
+
+    assert (3, 0, 1) == (
+        len(receiver.at("hook")),
+        dispatcher.outstanding,
+        dispatcher.stats.delivered,
+    )
+
+
+async def test_close_cancels_what_the_deadline_does_not_cover(
+    board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
+) -> None:
+    """close waits up to its deadline, then abandons in-flight work and refuses new wakes."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", receiver.hang)
+    policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
+    dispatcher = HookDispatcher(hooks=board_hooks, policy=policy)
+    await dispatcher.start()
+    await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+    await receiver.wait_for(1, "hook")
+
+    await dispatcher.close(deadline=0.05)
+
+    assert (1, 0, 0) == (
+        dispatcher.stats.abandoned,
+        dispatcher.outstanding,
+        board.hooks["h1"].consecutive_failures,
+    )
+    with pytest.raises(WakeError, match="not running"):
+        await dispatcher.wake(_nudge())
+
+
+async def test_close_lets_in_flight_deliveries_finish(
+    board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
+) -> None:
+    """Deliveries that finish within the deadline are delivered, not abandoned."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.script("hook", 500)
+    dispatcher = HookDispatcher(hooks=board_hooks, policy=FAST)
+    await dispatcher.start()
+    await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+
+    await dispatcher.close(deadline=5)
+
+    assert (1, 0) == (dispatcher.stats.delivered, dispatcher.stats.abandoned)
+
+
+async def test_malformed_secret_refuses_only_that_hook(
+    board: MemoryBoard,
+    receiver: Receiver,
+    dispatcher: HookDispatcher,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hook with a bad secret gets no request and a logged reason; its sibling is delivered."""
+    bad_secret = "whsec_tooshort"
+    board.add_hook("h-bad", endpoint_id="e1", url=receiver.url("bad"), secret=bad_secret)
+    board.add_hook("h-good", endpoint_id="e1", url=receiver.url("good"), secret=SECRET)
+
+    with caplog.at_level(logging.INFO, logger="adapters.http"):
+        assert 1 == await _send(dispatcher)
+
+    assert (0, 1) == (len(receiver.at("bad")), len(receiver.at("good")))
+    assert "hook h-bad: refused" in caplog.text
+    assert "tooshort" not in caplog.text
+    assert (1, 1) == (dispatcher.stats.refused, board.hooks["h-bad"].consecutive_failures)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://alice:hunter2@127.0.0.1/hook", "mailto:ops@example.com", "https:///no-host"]
+)
+async def test_unsupported_url_refused_without_a_request(
+    board: MemoryBoard, dispatcher: HookDispatcher, caplog: pytest.LogCaptureFixture, url: str
+) -> None:
+    """A non-http(s) or host-less URL is refused with a logged reason; the nudge is a WakeError."""
+    board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
+
+    with pytest.raises(WakeError, match="no usable notify hook"):
+        await dispatcher.wake(_nudge())
+
+    assert "hook h1: refused" in caplog.text
+    assert "hunter2" not in caplog.text
+    assert 1 == dispatcher.stats.refused
+
+
+async def test_logs_never_show_secrets_or_url_credentials(
+    board: MemoryBoard,
+    receiver: Receiver,
+    dispatcher: HookDispatcher,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Logs name the hook and its safe URL, never its secret, URL password or query."""
+    url = receiver.url("hook").replace("http://", "http://alice:hunter2@") + "?token=querysecret"
+    board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
+    receiver.route("hook", 500)
+    policy = attrs.evolve(FAST, disable_after=1)
+
+    with caplog.at_level(logging.DEBUG):
+        async with HookDispatcher(hooks=MemoryHooks(board), policy=policy) as logged:
+            await _send(logged)
+
+    assert not board.hooks["h1"].enabled
+    assert "disabled" in caplog.text
+    assert receiver.url("hook") in caplog.text
+    for secret in ("hunter2", "querysecret", SECRET, SECRET.removeprefix("whsec_")):
+        assert secret not in caplog.text
+    assert 3 == len(receiver.at("hook"))
+
+
+async def test_no_covering_hook_queues_nothing(dispatcher: HookDispatcher) -> None:
+    """The host's created wake for a pair with no hook is a no-op; a nudge to it is a WakeError."""
+    assert 0 == await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
+    with pytest.raises(WakeError, match="no usable notify hook"):
+        await dispatcher.wake(_nudge())
+
+
+async def test_not_started_refuses(board_hooks: MemoryHooks) -> None:
+    """A dispatcher that was never started refuses wakes instead of queueing them forever."""
+    with pytest.raises(WakeError, match="not running"):
+        await HookDispatcher(hooks=board_hooks).wake(_nudge())
+
+
+async def test_directory_failure_is_a_wake_error(dispatcher: HookDispatcher) -> None:
+    """When the hooks cannot be resolved the wake fails, naming the pair."""
+
+    class Broken:
+        async def hooks_covering(self, endpoint_id: str, queue: str) -> Sequence[HookTarget]:
+            raise OSError("database went away")
+
+        async def record_success(self, hook_id: str) -> None:
+            raise OSError("database went away")
+
+        async def record_failure(
+            self, hook_id: str, *, at: datetime, reason: str, disable_after: int
+        ) -> HookHealth | None:
+            raise OSError("database went away")
+
+    async with HookDispatcher(hooks=Broken()) as broken:
+        with pytest.raises(WakeError, match="e1/lane-l"):
+            await broken.wake(_nudge())
+
+
+async def test_body_is_the_contract_shape_for_host_reasons(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """created and requeued go through the same path and differ from a nudge only in reason."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+
+    for reason in ("created", "requeued"):
+        await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=reason)
+    await dispatcher.wake(_nudge())
+    await dispatcher.drain()
+
+    bodies = [json.loads(r.body) for r in receiver.at("hook")]
+    assert ["created", "requeued", "stalled"] == sorted(b["meta"].pop("reason") for b in bodies)
+    for body in bodies:
+        body["meta"].pop("sent_at")
+    assert 1 == len({json.dumps(b, sort_keys=True) for b in bodies})
