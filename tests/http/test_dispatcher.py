@@ -1,7 +1,5 @@
 """The dispatcher against a real aiohttp receiver on loopback: signing, retries, bounds."""
 
-# ruff: noqa: SIM300 -- STYLE habit 12: the expected value comes first in asserts.
-
 from __future__ import annotations
 
 import asyncio

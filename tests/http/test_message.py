@@ -1,7 +1,5 @@
 """The todo.ready body: exactly DESIGN.md's shape, built from values."""
 
-# ruff: noqa: SIM300 -- STYLE habit 12: the expected value comes first in asserts.
-
 from __future__ import annotations
 
 import json

@@ -1,7 +1,5 @@
 """SPEC-0038's wake scenarios end to end: sweep, memory board, dispatcher, loopback consumer."""
 
-# ruff: noqa: SIM300 -- STYLE habit 12: the expected value comes first in asserts.
-
 from __future__ import annotations
 
 import json

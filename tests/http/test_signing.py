@@ -1,7 +1,5 @@
 """Standard Webhooks v1 signing, checked by the standardwebhooks package, and per-hook refusals."""
 
-# ruff: noqa: SIM300 -- STYLE habit 12: the expected value comes first in asserts.
-
 from __future__ import annotations
 
 import base64

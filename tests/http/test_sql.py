@@ -1,7 +1,5 @@
 """The named-query loader and the hook directory's query file."""
 
-# ruff: noqa: SIM300 -- STYLE habit 12: the expected value comes first in asserts.
-
 from __future__ import annotations
 
 import pytest
