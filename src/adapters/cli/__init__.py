@@ -9,11 +9,12 @@ stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from . import _migrate, _status
+from . import _demo, _migrate, _status, _sweep
 from ._common import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    for module in (_migrate, _status):
+    for module in (_migrate, _sweep, _status, _demo):
         module.register(commands)
     return parser
 
@@ -41,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     run = getattr(args, "run", None)
     if run is None:
         parser.print_help()

@@ -1,0 +1,258 @@
+"""The `stall-nudge` command, run as a subprocess against real PostgreSQL and a loopback hook."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import attrs
+import pytest
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook
+
+from adapters.postgres import PostgresHost
+from tests import pg
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+pytestmark = pytest.mark.postgres
+
+
+@attrs.frozen
+class Result:
+    status: int
+    out: str
+    err: str
+
+
+async def cli(*args: str, env: dict[str, str] | None = None, limit: float = 60) -> Result:
+    """Run `stall-nudge ARGS` in a fresh interpreter and collect its output."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "adapters.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), limit)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+class Hook:
+    """A loopback notify hook that verifies every delivery with standardwebhooks."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, object]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/hook", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/hook"
+
+    async def stop(self) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        payload = Webhook(SECRET).verify(body, dict(request.headers))
+        self.bodies.append(payload)
+        return web.Response(status=204)
+
+    def stalled(self) -> list[tuple[object, object]]:
+        metas = [b["meta"] for b in self.bodies]
+        return [(m["todo_id"], m["queue"]) for m in metas if m["reason"] == "stalled"]  # type: ignore[index]
+
+
+@pytest.fixture(name="hook")
+async def _hook() -> AsyncIterator[Hook]:
+    hook = Hook()
+    await hook.start()
+    yield hook
+    await hook.stop()
+
+
+@pytest.fixture(name="board")
+async def _board(pg_pool: asyncpg.Pool, hook: Hook) -> PostgresHost:
+    """A migrated database with one stalled pair (ep-1, lane-l) and one fresh pair."""
+    host = PostgresHost(pg_pool)
+    now = datetime.now(UTC)
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_delivery("d1", endpoint_id="ep-1", verified=True, received_at=now)
+    for i, age in enumerate((30, 20)):
+        await host.create_todo(
+            f"l-{i}",
+            endpoint_id="ep-1",
+            queue="lane-l",
+            created_at=now - timedelta(minutes=age),
+            delivery_id="d1",
+            title=f"item {i}",
+        )
+    await host.create_todo("f-0", endpoint_id="ep-1", queue="fresh", created_at=now)
+    return host
+
+
+async def test_help_and_version() -> None:
+    """--help lists every subcommand and --version prints the version."""
+    help_ = await cli("--help")
+    version = await cli("--version")
+
+    assert 0 == help_.status
+    for command in ("migrate", "sweep", "status", "demo"):
+        assert command in help_.out
+    assert version.out.startswith("stall-nudge ")
+
+
+async def test_migrate_is_idempotent_and_asks_for_host_tables(pg_server: str) -> None:
+    """migrate refuses a database without host tables, creates with --host-schema, then no-ops."""
+    name = pg.unique_name("stall_cli")
+    await pg.create_database(pg_server, name)
+    dsn = pg.with_database(pg_server, name)
+    try:
+        bare = await cli("migrate", "--dsn", dsn)
+        created = await cli("migrate", "--dsn", dsn, "--host-schema")
+        again = await cli("migrate", "--dsn", dsn, "--host-schema")
+    finally:
+        await pg.drop_database(pg_server, name)
+
+    assert 1 == bare.status
+    assert "--host-schema" in bare.err
+    assert "Traceback" not in bare.err
+    assert 0 == created.status
+    assert "queue_stall_nudges" in created.out
+    assert (0, "nothing to do: schema is up to date\n") == (again.status, again.out)
+
+
+async def test_sweep_once_wakes_the_stalled_queue(
+    pg_dsn: str, board: PostgresHost, hook: Hook
+) -> None:
+    """Pending work with no new inbound webhook: `sweep --once` fires one signed stalled wake."""
+    result = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
+
+    assert 0 == result.status, result.err
+    assert [("l-0", "lane-l")] == hook.stalled()
+    report = json.loads(result.out)
+    assert 1 == report["dispatch"]["delivered"]
+    assert [1] == [n["number"] for n in report["tick"]["charged"]]
+
+
+async def test_concurrent_sweep_processes_fire_each_wake_once(
+    pg_dsn: str, board: PostgresHost, hook: Hook
+) -> None:
+    """Two instances, one wake: four `sweep --once` processes at once deliver one wake."""
+    results = await asyncio.gather(*(cli("sweep", "--once", "--dsn", pg_dsn) for _ in range(4)))
+
+    assert [0, 0, 0, 0] == [r.status for r in results]
+    assert [("l-0", "lane-l")] == hook.stalled()
+
+
+async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: Hook) -> None:
+    """status answers 'is my queue drained?' per pair, as a table and as JSON."""
+    before = await cli("status", "--json", "--dsn", pg_dsn)
+    await cli("sweep", "--once", "--dsn", pg_dsn)
+    after = await cli("status", "--json", "--dsn", pg_dsn)
+    table = await cli("status", "--dsn", pg_dsn)
+
+    def verdicts(result: Result) -> dict[str, str]:
+        return {row["queue"]: row["verdict"] for row in map(json.loads, result.out.splitlines())}
+
+    assert {"lane-l": "due", "fresh": "fresh"} == verdicts(before)
+    assert {"lane-l": "backing-off", "fresh": "fresh"} == verdicts(after)
+    assert "VERDICT" in table.out.splitlines()[0]
+    assert SECRET not in table.out + after.out
+
+
+async def test_sweep_loop_stops_cleanly_on_sigterm(
+    pg_dsn: str, board: PostgresHost, hook: Hook
+) -> None:
+    """The sidecar loop ticks until SIGTERM, then exits 0 after its wake was delivered."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "adapters.cli",
+        "sweep",
+        "--interval",
+        "0.2",
+        "--json",
+        "--dsn",
+        pg_dsn,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    lines = [await asyncio.wait_for(proc.stdout.readline(), 30) for _ in range(3)]
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+
+    assert 0 == proc.returncode, err.decode()
+    assert [1, 2, 3] == [json.loads(line)["tick"]["tick"] for line in lines]
+    assert [("l-0", "lane-l")] == hook.stalled()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("sweep", "--once"), "no database given"),
+        (("sweep", "--once", "--dsn", "mysql://x"), "malformed DSN"),
+        (("status", "--dsn", "postgresql://nobody@127.0.0.1:1/x"), "cannot connect"),
+        (("sweep", "--interval", "0", "--dsn", "postgresql://x@h/db"), "positive number"),
+        (("sweep", "--interval", "soon", "--dsn", "postgresql://x@h/db"), "not a number"),
+        (("status", "--bogus"), "unrecognized arguments"),
+    ],
+)
+async def test_user_mistakes_get_one_clear_line(args: tuple[str, ...], needle: str) -> None:
+    """Each user mistake gets a clear message on stderr and a non-zero exit, no traceback."""
+    result = await cli(*args, env={"PATH": "/usr/bin:/bin"})
+
+    assert 0 != result.status
+    assert needle in result.err
+    assert "Traceback" not in result.err
+
+
+async def test_missing_tables_are_named(pg_server: str, pg_dsn: str) -> None:
+    """Ledger table missing or host tables missing: sweep names what to run."""
+    name = pg.unique_name("stall_bare")
+    await pg.create_database(pg_server, name)
+    bare = await cli("sweep", "--once", "--dsn", pg.with_database(pg_server, name))
+    await pg.drop_database(pg_server, name)
+    conn = await asyncpg.connect(pg_dsn)
+    await conn.execute("DROP TABLE queue_stall_nudges")
+    await conn.close()
+    no_ledger = await cli("sweep", "--once", "--dsn", pg_dsn)
+
+    assert 1 == bare.status
+    assert "migrate --host-schema" in bare.err
+    assert 1 == no_ledger.status
+    assert "queue_stall_nudges is missing: run stall-nudge migrate" in no_ledger.err
+    assert "Traceback" not in bare.err + no_ledger.err
+
+
+async def test_demo_plays_the_reported_case(pg_server: str) -> None:
+    """The reported case and the lost wake, end to end: the demo drains and falls silent."""
+    result = await cli("demo", "--dsn", pg_server, limit=120)
+
+    assert 0 == result.status, result.out + result.err
+    assert "creation wake DROPPED" in result.out
+    assert result.out.splitlines()[-1].startswith("verdict: OK: 4 of 4 todos claimed")
+
+
+async def test_demo_runs_on_the_embedded_default() -> None:
+    """With no arguments the demo starts its own embedded PostgreSQL and exits 0."""
+    result = await cli("demo", limit=180)
+
+    assert 0 == result.status, result.out + result.err
+    assert "verdict: OK" in result.out
