@@ -190,11 +190,12 @@ def test_done_todo_cannot_be_claimed_completed_or_requeued(board: MemoryBoard) -
     board.complete("t1")
     done = board.todos["t1"]
 
-    for verb in (
+    verbs: list[Callable[[], object]] = [
         lambda: board.claim("t1", owner="c", at=T0),
         lambda: board.complete("t1"),
         lambda: board.requeue("t1"),
-    ):
+    ]
+    for verb in verbs:
         with pytest.raises(BoardError, match="is done"):
             verb()
 
@@ -335,7 +336,8 @@ def test_empty_hook_filter_covers_nothing(board: MemoryBoard) -> None:
 def test_record_hook_delivery_resets_on_success(board: MemoryBoard) -> None:
     """Failures count up one by one; a success resets the count to zero."""
     counts = [
-        board.record_hook_delivery("h1", ok=ok).consecutive_failures for ok in (0, 0, 0, 1, 0)
+        board.record_hook_delivery("h1", ok=ok).consecutive_failures
+        for ok in (False, False, False, True, False)
     ]
 
     assert [1, 2, 3, 0, 1] == counts

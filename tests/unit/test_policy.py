@@ -36,7 +36,7 @@ def test_policy_is_frozen() -> None:
 def test_policy_is_keyword_only() -> None:
     """Positional arguments are refused, so a number never lands in the wrong field."""
     with pytest.raises(TypeError):
-        PacingPolicy(minutes(2))  # type: ignore[misc]
+        PacingPolicy(minutes(2))  # type: ignore[call-arg]
 
 
 def test_policies_compare_by_value() -> None:
