@@ -1,0 +1,532 @@
+"""Hypothesis properties: plan_tick on generated boards, and random histories on the MemoryBoard.
+
+The state machine keeps its own model of each pair's pacing (nudges since the
+last progress, time of the last nudge) and an independent reading of the
+board's gate, receivers and endpoint states, and checks every sweep against
+them: nothing is charged that should not be, nothing due is skipped unless
+the tick limit was reached, and no sweep changes a todo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+import attrs
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from adapters.memory import MemoryBoard, RecordingWake, Todo
+from stall_core import (
+    QUARANTINE_QUEUE,
+    Charge,
+    ChargeOutcome,
+    Drain,
+    LedgerRow,
+    Nudge,
+    PacingPolicy,
+    PairKey,
+    PairState,
+    Sweeper,
+    TodoRef,
+    decide,
+    plan_tick,
+)
+from tests.support import T0, minutes
+
+ENDPOINTS = ("a", "b", "é")
+QUEUES = ("lane", "Lane", QUARANTINE_QUEUE)
+KINDS = ("verified", "unverified", "operator")
+
+
+def d6_key(nudge: Nudge) -> tuple[int, datetime, str, str]:
+    """The D6 order: effective count, oldest pending todo, endpoint_id, queue."""
+    return (nudge.number - 1, nudge.todo.created_at, nudge.endpoint_id, nudge.queue)
+
+
+# -- strategies ------------------------------------------------------------------------
+
+steps = st.lists(
+    st.sampled_from([minutes(1), minutes(5), minutes(20), timedelta(hours=1)]),
+    min_size=1,
+    max_size=4,
+).map(lambda xs: tuple(sorted(xs)))
+
+policies = st.one_of(
+    st.just(PacingPolicy()),
+    st.builds(
+        PacingPolicy,
+        threshold=st.sampled_from([timedelta(seconds=30), minutes(2)]),
+        backoff=steps,
+        cap=st.integers(1, 3),
+        tick_limit=st.integers(1, 4),
+    ),
+)
+
+# Instants near NOW, often exactly on a threshold or backoff boundary.
+NOW = T0
+instants = st.one_of(
+    st.sampled_from(
+        [
+            timedelta(0),
+            -timedelta(seconds=30),
+            -minutes(2),
+            -minutes(2) - timedelta(microseconds=1),
+            -minutes(5),
+            -minutes(20),
+            -timedelta(hours=1),
+        ]
+    ),
+    st.integers(-600, 10).map(minutes),
+).map(lambda d: NOW + d)
+mostly = st.sampled_from([True, True, True, False])
+keys = st.tuples(
+    st.sampled_from(["a", "B", "é", "b", "A"]), st.sampled_from(["q", "Q", QUARANTINE_QUEUE])
+)
+
+
+@st.composite
+def boards(
+    draw: st.DrawFn,
+) -> tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy]:
+    """A board of distinct pairs, rows for some of them (and some orphans), now and a policy."""
+    pair_keys = draw(st.lists(keys, unique=True, max_size=12))
+    pairs = [
+        PairState(
+            endpoint_id=ep,
+            queue=q,
+            oldest=draw(
+                st.none() | st.builds(TodoRef, id=st.just(f"{ep}/{q}"), created_at=instants)
+            ),
+            endpoint_active=draw(mostly),
+            has_receiver=draw(mostly),
+            last_claimed_at=draw(st.none() | instants),
+        )
+        for ep, q in pair_keys
+    ]
+    row_keys = draw(st.lists(keys, unique=True, max_size=12))
+    rows = {
+        (ep, q): LedgerRow(
+            endpoint_id=ep, queue=q, nudges=draw(st.integers(1, 6)), last_nudged_at=draw(instants)
+        )
+        for ep, q in row_keys
+    }
+    return pairs, rows, NOW, draw(policies)
+
+
+# -- plan_tick on generated values ---------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(boards())
+def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
+    board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
+) -> None:
+    """Charges are exactly the first tick_limit Charge decisions in D6 order, held_back the rest."""
+    pairs, rows, now, policy = board
+    decisions = {p.key: (p, decide(p, rows.get(p.key), now, policy)) for p in pairs}
+    wanted = sorted(
+        (
+            Nudge(
+                endpoint_id=p.endpoint_id,
+                queue=p.queue,
+                todo=d.todo,
+                number=d.number,
+                charged_at=now,
+            )
+            for p, d in decisions.values()
+            if isinstance(d, Charge)
+        ),
+        key=d6_key,
+    )
+
+    plan = plan_tick(pairs, rows, now, policy)
+
+    assert tuple(wanted[: policy.tick_limit]) == plan.charges
+    assert sorted(plan.charges, key=d6_key) == list(plan.charges)
+    assert len(wanted) - len(plan.charges) == plan.held_back
+    assert len(plan.charges) <= policy.tick_limit
+
+
+@settings(max_examples=150, deadline=None)
+@given(boards())
+def test_plan_tick_deletions_are_drains_and_orphans(
+    board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
+) -> None:
+    """Deletions are the Drain decisions plus rows with no pair, sorted, never also charged."""
+    pairs, rows, now, policy = board
+    present = {p.key for p in pairs}
+    drains = {p.key for p in pairs if isinstance(decide(p, rows.get(p.key), now, policy), Drain)}
+
+    plan = plan_tick(pairs, rows, now, policy)
+
+    assert sorted(drains | (rows.keys() - present)) == list(plan.deletions)
+    assert set() == {n.key for n in plan.charges} & set(plan.deletions)
+
+
+@settings(max_examples=150, deadline=None)
+@given(boards())
+def test_plan_tick_never_charges_a_non_candidate(
+    board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
+) -> None:
+    """Every charge is of a stalled, active, reachable, non-quarantine pair, numbered within cap."""
+    pairs, rows, now, policy = board
+    by_key = {p.key: p for p in pairs}
+
+    plan = plan_tick(pairs, rows, now, policy)
+
+    for nudge in plan.charges:
+        pair = by_key[nudge.key]
+        assert QUARANTINE_QUEUE != pair.queue
+        assert (True, True) == (pair.endpoint_active, pair.has_receiver)
+        assert pair.oldest == nudge.todo
+        assert nudge.todo.created_at < now - policy.threshold
+        assert 1 <= nudge.number <= policy.cap
+
+
+# -- random histories on the memory board -----------------------------------------------------
+
+advances = st.one_of(
+    st.sampled_from(
+        [
+            timedelta(0),
+            timedelta(seconds=15),
+            minutes(1),
+            minutes(2),
+            minutes(2) + timedelta(seconds=1),
+            minutes(5) - timedelta(seconds=1),
+            minutes(5),
+            minutes(20),
+            timedelta(hours=1),
+            timedelta(hours=6),
+            timedelta(days=1),
+        ]
+    ),
+    st.integers(0, 4 * 3600).map(lambda s: timedelta(seconds=s)),
+)
+filters = st.sampled_from([None, ("lane",), ("Lane",), (), ("lane", "Lane", QUARANTINE_QUEUE)])
+
+
+@attrs.frozen(kw_only=True)
+class Before:
+    """The board as it stood just before a sweep, and what the model says is due."""
+
+    todos: dict[str, Todo]
+    #: Pending, gate-passing todos by pair (any queue, any endpoint state).
+    gated: dict[PairKey, list[Todo]]
+    #: Candidate pairs (stalled, active, reachable, not quarantine) -> oldest gated created_at.
+    eligible: dict[PairKey, datetime]
+    #: Candidates due now -> their D6 sort key.
+    due: dict[PairKey, tuple[int, datetime, str, str]]
+    #: Ledger rows whose pair has no gate-passing, non-quarantine pending todo.
+    drained: set[PairKey]
+
+
+@attrs.define
+class Pacing:
+    """The model's pacing of one pair: nudges since progress and the last nudge's time."""
+
+    count: int = 0
+    last: datetime | None = None
+
+
+class BoardMachine(RuleBasedStateMachine):
+    """Random host operations and sweeps on a MemoryBoard, every sweep checked against a model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        self.board = MemoryBoard()
+        self.now = T0
+        self.policy = PacingPolicy()
+        self.kinds: dict[str, str] = {}
+        self.pacing: dict[PairKey, Pacing] = {}
+        self.sweeps = 0
+        self.charged_total = 0
+
+    def teardown(self) -> None:
+        self.runner.close()
+        top = max((p.count for p in self.pacing.values()), default=0)
+        event(f"nudges charged: {min(self.charged_total, 10)}, deepest count: {top}")
+        event(f"sweeps: {min(self.sweeps, 10)}")
+
+    @initialize(
+        policy=policies,
+        backlog=st.lists(
+            st.tuples(st.sampled_from(ENDPOINTS), st.sampled_from(QUEUES), st.sampled_from(KINDS)),
+            min_size=1,
+            max_size=8,
+        ),
+    )
+    def setup(self, policy: PacingPolicy, backlog: list[tuple[str, str, str]]) -> None:
+        """Three endpoints with hooks and deliveries, and a backlog already past the threshold."""
+        self.policy = policy
+        for ep in ENDPOINTS:
+            self.board.add_endpoint(ep)
+            for verified in (True, False):
+                self.board.add_delivery(
+                    f"d-{ep}-{'v' if verified else 'u'}",
+                    endpoint_id=ep,
+                    verified=verified,
+                    received_at=T0,
+                )
+        self.board.add_hook("h-a", endpoint_id="a", url="http://127.0.0.1:9/", secret="whsec_a")
+        self.board.add_hook(
+            "h-b", endpoint_id="b", url="http://127.0.0.1:9/", secret="whsec_b", queues=["lane"]
+        )
+        self.board.add_hook(
+            "h-é", endpoint_id="é", url="http://127.0.0.1:9/", secret="whsec_e", queues=["Lane"]
+        )
+        for endpoint, queue, kind in backlog:
+            self.create_todo(endpoint, queue, kind, backdate=minutes(10))
+
+    # -- host operations ----------------------------------------------------------------
+
+    @rule(
+        endpoint=st.sampled_from(ENDPOINTS),
+        queue=st.sampled_from(QUEUES),
+        kind=st.sampled_from(KINDS),
+        backdate=st.sampled_from([timedelta(0), timedelta(0), minutes(3), timedelta(hours=2)]),
+    )
+    def create_todo(self, endpoint: str, queue: str, kind: str, backdate: timedelta) -> None:
+        todo_id = f"t{len(self.kinds)}"
+        delivery = {"verified": f"d-{endpoint}-v", "unverified": f"d-{endpoint}-u"}.get(kind)
+        self.board.create_todo(
+            todo_id,
+            endpoint_id=endpoint,
+            queue=queue,
+            created_at=self.now - backdate,
+            delivery_id=delivery,
+            title=f"{kind} text of {todo_id}",
+        )
+        self.kinds[todo_id] = kind
+
+    def in_state(self, state: str) -> list[Todo]:
+        return sorted(
+            (t for t in self.board.todos.values() if t.state == state), key=lambda t: t.id
+        )
+
+    def claimed_now(self, todo: Todo) -> None:
+        """Update the model for a claim at ``now``: progress if after the pair's last nudge."""
+        pacing = self.pacing.get((todo.endpoint_id, todo.queue))
+        if pacing is not None and pacing.last is not None and self.now > pacing.last:
+            pacing.count = 0
+
+    @precondition(lambda self: bool(self.in_state("pending")))
+    @rule(pick=st.integers(0, 10_000))
+    def claim(self, pick: int) -> None:
+        pending = self.in_state("pending")
+        todo = pending[pick % len(pending)]
+        self.board.claim(todo.id, owner="consumer", at=self.now)
+        self.claimed_now(todo)
+
+    @rule(endpoint=st.sampled_from(ENDPOINTS), queue=st.sampled_from(QUEUES))
+    def claim_next(self, endpoint: str, queue: str) -> None:
+        todo = self.board.claim_next(endpoint, queue, owner="one-shot", at=self.now)
+        if todo is not None:
+            self.claimed_now(todo)
+
+    @precondition(lambda self: bool(self.in_state("claimed")))
+    @rule(pick=st.integers(0, 10_000), requeue=st.booleans())
+    def finish(self, pick: int, requeue: bool) -> None:
+        claimed = self.in_state("claimed")
+        todo = claimed[pick % len(claimed)]
+        if requeue:
+            self.board.requeue(todo.id)
+        else:
+            self.board.complete(todo.id)
+
+    @rule(
+        endpoint=st.sampled_from(ENDPOINTS),
+        state=st.sampled_from(["active", "paused"]),
+        enabled=st.booleans(),
+        queues=filters,
+        what=st.sampled_from(["endpoint", "hook enabled", "hook queues"]),
+    )
+    def reconfigure(
+        self, endpoint: str, state: str, enabled: bool, queues: Iterable[str] | None, what: str
+    ) -> None:
+        """Pause or resume an endpoint, enable or disable its hook, or change the hook's filter."""
+        if what == "endpoint":
+            self.board.set_endpoint_state(endpoint, state)
+        elif what == "hook enabled":
+            self.board.set_hook_enabled(f"h-{endpoint}", enabled, at=self.now, reason="test")
+        else:
+            self.board.set_hook_queues(f"h-{endpoint}", queues)
+
+    # -- sweeps --------------------------------------------------------------------------
+
+    @rule(
+        delta=advances,
+        how=st.sampled_from(["charge_due", "sweeper", "refused", "concurrent", "no sweep"]),
+    )
+    def tick(self, delta: timedelta, how: str) -> None:
+        """Move the clock, then sweep one way: the ledger alone, a Sweeper, or several at once."""
+        self.now += delta
+        before = self.expectations()
+        if how == "charge_due":
+            outcome = self.runner.run(self.board.charge_due(now=self.now, policy=self.policy))
+            self.check(before, [outcome])
+        elif how == "concurrent":
+            self.check(before, self.runner.run(self.gathered()), concurrent=True)
+        elif how != "no sweep":
+            self.sweep(before, refuse=how == "refused")
+
+    @rule(delta=advances)
+    def tick_again(self, delta: timedelta) -> None:
+        """A plain reaper tick through the ledger (a second rule, so ticks are drawn often)."""
+        self.tick(delta, "charge_due")
+
+    def sweep(self, before: Before, *, refuse: bool) -> None:
+        wake = RecordingWake(refuse=refuse)
+        sweeper = Sweeper(ledger=self.board, wake=wake, clock=lambda: self.now, policy=self.policy)
+        report = self.runner.run(sweeper.tick())
+        self.check(before, [ChargeOutcome(charged=report.charged, deleted=report.deleted)])
+        delivered, refused = (wake.sent, wake.refused)
+        assert (list(report.charged), []) == ((refused, delivered) if refuse else (delivered, []))
+        assert (len(delivered), len(refused)) == (report.delivered, report.failed)
+
+    async def gathered(self) -> list[ChargeOutcome]:
+        calls = (self.board.charge_due(now=self.now, policy=self.policy) for _ in range(3))
+        return list(await asyncio.gather(*calls))
+
+    # -- the oracle ------------------------------------------------------------------------
+
+    def gate_passes(self, todo: Todo) -> bool:
+        return self.kinds[todo.id] != "unverified"
+
+    def receives(self, endpoint: str, queue: str) -> bool:
+        return any(
+            h.enabled and h.endpoint_id == endpoint and (h.queues is None or queue in h.queues)
+            for h in self.board.hooks.values()
+        )
+
+    def expectations(self) -> Before:
+        """What the board looks like, and what is due, just before a sweep."""
+        todos = dict(self.board.todos)
+        gated: dict[PairKey, list[Todo]] = {}
+        for todo in todos.values():
+            if todo.state == "pending" and self.gate_passes(todo):
+                gated.setdefault((todo.endpoint_id, todo.queue), []).append(todo)
+        eligible: dict[PairKey, datetime] = {}
+        for (endpoint, queue), work in gated.items():
+            oldest = min(t.created_at for t in work)
+            if (
+                queue != QUARANTINE_QUEUE
+                and self.board.endpoints[endpoint].state == "active"
+                and self.receives(endpoint, queue)
+                and oldest < self.now - self.policy.threshold
+            ):
+                eligible[endpoint, queue] = oldest
+        due: dict[PairKey, tuple[int, datetime, str, str]] = {}
+        for key, oldest in eligible.items():
+            pacing = self.pacing.get(key, Pacing())
+            if pacing.count == 0 or (
+                pacing.count < self.policy.cap
+                and pacing.last is not None
+                and self.now >= pacing.last + self.policy.delay_before(pacing.count + 1)
+            ):
+                due[key] = (pacing.count, oldest, *key)
+        drained = {
+            key for key in self.board.ledger if key[1] == QUARANTINE_QUEUE or key not in gated
+        }
+        return Before(todos=todos, gated=gated, eligible=eligible, due=due, drained=drained)
+
+    def check(
+        self, before: Before, outcomes: list[ChargeOutcome], concurrent: bool = False
+    ) -> None:
+        """Check one sweep's outcomes against the board as it stood just before it."""
+        self.sweeps += 1
+        todos, gated, eligible, due = before.todos, before.gated, before.eligible, before.due
+        drained = before.drained
+        # A nudge never changes any todo.
+        assert todos == dict(self.board.todos)
+        all_keys = [n.key for o in outcomes for n in o.charged]
+        # One nudge per pair per tick, even across concurrent sweeps at one instant.
+        assert len(set(all_keys)) == len(all_keys)
+        # The drained rows are deleted by the first sweep to see them, and only they.
+        assert drained == {key for o in outcomes for key in o.deleted}
+
+        for outcome in outcomes:
+            assert len(outcome.charged) <= self.policy.tick_limit
+            assert sorted(outcome.charged, key=d6_key) == list(outcome.charged)
+            for nudge in outcome.charged:
+                self.check_nudge(nudge, gated, eligible)
+
+        if not concurrent:
+            [outcome] = outcomes
+            charged = {n.key for n in outcome.charged}
+            assert charged <= due.keys()
+            skipped = due.keys() - charged
+            if skipped:
+                # Something due was left out only because the tick was full, and least-nudged first.
+                assert self.policy.tick_limit == len(outcome.charged)
+                assert max(due[k] for k in charged) < min(due[k] for k in skipped)
+        else:
+            charged = set(all_keys)
+            assert charged <= due.keys()
+            assert min(len(due), self.policy.tick_limit) <= len(outcomes[0].charged)
+
+        for key in drained:
+            self.pacing.pop(key, None)
+
+    def check_nudge(
+        self, nudge: Nudge, gated: dict[PairKey, list[Todo]], eligible: dict[PairKey, datetime]
+    ) -> None:
+        """The nudge is of a candidate pair, names its oldest gated todo and respects pacing."""
+        assert self.now == nudge.charged_at
+        # Never a fresh, ungated, quarantine, inactive-endpoint or hookless pair.
+        assert nudge.key in eligible
+        todo = self.board.todos[nudge.todo.id]
+        assert (nudge.endpoint_id, nudge.queue, "pending") == (
+            todo.endpoint_id,
+            todo.queue,
+            todo.state,
+        )
+        assert self.gate_passes(todo)
+        # The named todo is the pair's oldest gate-passing pending todo.
+        assert eligible[nudge.key] == todo.created_at
+        assert TodoRef(id=todo.id, created_at=todo.created_at, title=todo.title) == nudge.todo
+        assert todo in gated[nudge.key]
+
+        pacing = self.pacing.setdefault(nudge.key, Pacing())
+        assert pacing.count + 1 == nudge.number
+        if nudge.number > 1:
+            assert pacing.last is not None
+            assert self.now - pacing.last >= self.policy.delay_before(nudge.number)
+        pacing.count, pacing.last = nudge.number, self.now
+        # Never more than cap nudges between two progress events.
+        assert pacing.count <= self.policy.cap
+        assert (
+            LedgerRow(
+                endpoint_id=nudge.endpoint_id,
+                queue=nudge.queue,
+                nudges=nudge.number,
+                last_nudged_at=self.now,
+            )
+            == self.board.ledger[nudge.key]
+        )
+        self.charged_total += 1
+
+    @invariant()
+    def ledger_rows_stay_within_cap(self) -> None:
+        """No ledger row ever counts more nudges than the cap."""
+        assert all(1 <= row.nudges <= self.policy.cap for row in self.board.ledger.values())
+
+
+BoardMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestBoardHistories = BoardMachine.TestCase
+TestBoardHistories.__doc__ = "Random host histories and sweeps never break a SPEC-0038 guarantee."
