@@ -36,13 +36,27 @@ from ._values import (
     TodoRef,
     aware,
 )
+from .sim import (
+    Bursts,
+    Consumer,
+    ConsumerKind,
+    Poisson,
+    RandomSource,
+    Scenario,
+    SimPolicy,
+    SimResult,
+    simulate,
+)
 
 __all__ = [
     "QUARANTINE_QUEUE",
+    "Bursts",
     "Capped",
     "Charge",
     "ChargeOutcome",
     "Clock",
+    "Consumer",
+    "ConsumerKind",
     "Decision",
     "Drain",
     "Idle",
@@ -54,6 +68,11 @@ __all__ = [
     "PacingPolicy",
     "PairKey",
     "PairState",
+    "Poisson",
+    "RandomSource",
+    "Scenario",
+    "SimPolicy",
+    "SimResult",
     "Sweeper",
     "TickPlan",
     "TickReport",
@@ -69,4 +88,5 @@ __all__ = [
     "made_progress",
     "next_due_at",
     "plan_tick",
+    "simulate",
 ]
