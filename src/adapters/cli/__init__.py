@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from . import _simulate
 from ._common import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -31,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Level-triggered queue-stall nudges for switchboard (SPEC-0038).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    _simulate.register(subparsers)
     return parser
 
 
