@@ -309,6 +309,7 @@ class _Pair:
         "busy_until",
         "endpoint_id",
         "gated",
+        "head",
         "held",
         "held_state",
         "index",
@@ -332,6 +333,8 @@ class _Pair:
         self.pending: deque[tuple[int, int, bool]] = deque()
         #: The verified subset of ``pending``: (created µs, todo number).
         self.gated: deque[tuple[int, int]] = deque()
+        #: The TodoRef of ``gated[0]`` once built; None until then.
+        self.head: TodoRef | None = None
         self.last_claim = -1
         self.row: LedgerRow | None = None
         self.row_at = 0
@@ -373,6 +376,9 @@ class _Run:
         arrivals = scenario.arrivals
         self.burst = arrivals.size if isinstance(arrivals, Bursts) else 1
         self.rate_per_us = arrivals.per_hour / _HOUR_US
+        self.unverified = scenario.unverified_share
+        self.loss = scenario.wake_loss
+        self.start = scenario.start
         # Host events: (µs, pair index, sequence, what); what = -1 is an
         # arrival, n >= 0 a consumer claiming up to n todos.
         self.events: list[tuple[int, int, int, int]] = []
@@ -404,7 +410,7 @@ class _Run:
         return pairs
 
     def dt(self, us: int) -> datetime:
-        return self.s.start + timedelta(microseconds=us)
+        return self.start + timedelta(microseconds=us)
 
     # -- the run ---------------------------------------------------------------
 
@@ -414,7 +420,9 @@ class _Run:
                 self.create(pair, 0)
         if self.rate_per_us > 0:
             for pair in self.pairs:
-                self.next_arrival(pair, 0)
+                at = int(self.workload.expovariate(self.rate_per_us))
+                if at <= self.end_us:
+                    self.push(at, pair.index, -1)
         samples: list[tuple[float, int]] = []
         step = self.end_us / (self.s.samples - 1) if self.s.samples > 1 else self.end_us + 1
         next_sample, sample_no = 0.0, 0
@@ -429,15 +437,25 @@ class _Run:
                 samples.append((next_sample / 1e6, self.pending_total))
                 sample_no += 1
                 next_sample = sample_no * step
-            if te <= tk:
-                t, index, _, what = heapq.heappop(events)
-                pair = self.pairs[index]
-                if what < 0:
-                    self.arrive(pair, t)
-                else:
-                    self.claim(pair, t, what)
-            else:
+            if te > tk:
                 self.sweep(heapq.heappop(look_heap))
+                continue
+            t, index, _, what = events[0]
+            pair = self.pairs[index]
+            if what >= 0:
+                heapq.heappop(events)
+                self.claim(pair, t, what)
+                continue
+            # An arrival: create its todos while it still heads the heap (what they
+            # push comes later), then replace it with the pair's next arrival.
+            for _ in range(self.burst):
+                self.create(pair, t)
+            at = t + int(self.workload.expovariate(self.rate_per_us))
+            if at <= end_us:
+                self.seq += 1
+                heapq.heapreplace(events, (at, index, self.seq, -1))
+            else:
+                heapq.heappop(events)
         while sample_no < self.s.samples:
             samples.append((min(next_sample, end_us) / 1e6, self.pending_total))
             sample_no += 1
@@ -448,26 +466,16 @@ class _Run:
         self.seq += 1
         heapq.heappush(self.events, (t, index, self.seq, what))
 
-    def next_arrival(self, pair: _Pair, now: int) -> None:
-        at = now + int(self.workload.expovariate(self.rate_per_us))
-        if at <= self.end_us:
-            self.push(at, pair.index, -1)
-
-    def arrive(self, pair: _Pair, t: int) -> None:
-        for _ in range(self.burst):
-            self.create(pair, t)
-        self.next_arrival(pair, t)
-
     def create(self, pair: _Pair, t: int) -> None:
-        share = self.s.unverified_share
-        verified = not (share > 0 and self.workload.random() < share)
         number = self.todos
-        self.todos += 1
+        self.todos = number + 1
         self.pending_total += 1
+        verified = not (self.unverified and self.workload.random() < self.unverified)
         pair.pending.append((t, number, verified))
         if verified:
-            pair.gated.append((t, number))
-            if len(pair.gated) == 1:
+            gated = pair.gated
+            gated.append((t, number))
+            if len(gated) == 1 and self.pacing is not None:
                 self.reschedule(pair, -(-t // self.tick_us))
         if self.record:
             self.trace.append(
@@ -485,8 +493,8 @@ class _Run:
 
     def wake(self, pair: _Pair, t: int) -> bool:
         """Deliver one wake at ``t``; True when it started the consumer."""
-        loss = self.s.wake_loss
-        if loss > 0 and self.chance.random() < loss:
+        loss = self.loss
+        if loss and self.chance.random() < loss:
             self.lost += 1
             return False
         if pair.busy_until > t:
@@ -506,11 +514,13 @@ class _Run:
         return True
 
     def claim(self, pair: _Pair, t: int, take: int) -> None:
+        pending = pair.pending
         taken = 0
-        while taken < take and pair.pending:
-            created, number, verified = pair.pending.popleft()
+        while taken < take and pending:
+            created, number, verified = pending.popleft()
             if verified:
                 pair.gated.popleft()
+                pair.head = None
             taken += 1
             self.waits.append(t - created)
             if self.record:
@@ -520,7 +530,8 @@ class _Run:
             self.claims += taken
             self.pending_total -= taken
             pair.last_claim = t
-            self.reschedule(pair, -(-t // self.tick_us))
+            if self.pacing is not None:
+                self.progressed(pair, -(-t // self.tick_us))
 
     # -- the sweep ---------------------------------------------------------------
 
@@ -533,6 +544,7 @@ class _Run:
             self.unhold(pair)  # its state changed: plan it afresh
         if not pair.gated:
             if pair.row is None:
+                pair.look = -1  # nothing to decide until work arrives
                 return
             tick = min_tick  # drain the row
         else:
@@ -542,9 +554,13 @@ class _Run:
             if row is not None and pair.last_claim <= pair.row_at:
                 due = next_due_at(row, pacing)
                 if due is None:
-                    return  # capped: only progress wakes it again
-                tick = max(tick, -(-_us(due - self.s.start) // self.tick_us))
-        if tick > self.last_tick or pair.look == tick:
+                    pair.look = -1  # capped: only progress wakes it again
+                    return
+                tick = max(tick, -(-_us(due - self.start) // self.tick_us))
+        if tick > self.last_tick:
+            pair.look = -1
+            return
+        if pair.look == tick:
             return
         pair.look = tick
         bucket = self.looks.get(tick)
@@ -554,11 +570,36 @@ class _Run:
         else:
             bucket.append(pair)
 
+    def progressed(self, pair: _Pair, tick: int) -> None:
+        """After a claim, queue the pair as ``reschedule`` does, skipping a foregone decision.
+
+        A claim between sweeps is progress, so when the pair's oldest gated todo
+        is stalled by the next tick, decide() can only answer Charge(number=1)
+        for it from then on: it joins ``held`` under that order directly, and
+        plan_tick decides it when it comes up (``charge`` checks it agrees).
+        """
+        if (
+            pair.receiver
+            and pair.gated
+            and tick <= self.last_tick
+            and (pair.row is None or pair.last_claim > pair.row_at)
+            and (pair.gated[0][0] + self.threshold_us) // self.tick_us + 1 <= tick
+        ):
+            if pair.held:
+                self.unhold(pair)
+            pair.look = -1
+            self.hold(pair, None, 1)
+            if tick not in self.looks:
+                self.looks[tick] = []
+                heapq.heappush(self.look_heap, tick)
+            return
+        self.reschedule(pair, tick)
+
     def state(self, pair: _Pair) -> PairState:
-        oldest = None
-        if pair.gated:
+        oldest = pair.head
+        if oldest is None and pair.gated:
             created, number = pair.gated[0]
-            oldest = TodoRef(id=_todo_id(number), created_at=self.dt(created))
+            oldest = pair.head = TodoRef(id=_todo_id(number), created_at=self.dt(created))
         return PairState(
             endpoint_id=pair.endpoint_id,
             queue=pair.queue,
@@ -614,8 +655,10 @@ class _Run:
         t = tick * self.tick_us
         by_key = {pair.key: pair for pair in chosen}
         rows = {pair.key: pair.row for pair in chosen if pair.row is not None}
-        states = [pair.held_state for pair in chosen if pair.held_state is not None]
+        states = [pair.held_state or self.state(pair) for pair in chosen]
         plan = plan_tick(states, rows, now, pacing)
+        if len(plan.charges) != len(chosen) or plan.deletions:
+            raise AssertionError(f"tick {tick}: plan_tick did not charge every due pair chosen")
         started = 0
         for nudge in plan.charges:
             pair = by_key[nudge.key]
@@ -631,7 +674,7 @@ class _Run:
             pair.held_state = None
             self.reschedule(pair, tick + 1)
 
-    def hold(self, pair: _Pair, state: PairState, number: int) -> None:
+    def hold(self, pair: _Pair, state: PairState | None, number: int) -> None:
         """Keep a due pair until the tick limit lets it through, under plan_tick's order."""
         self.stamp += 1
         pair.held = self.stamp

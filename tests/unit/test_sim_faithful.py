@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from adapters.memory import MemoryBoard, RecordingWake
-from stall_core import PacingPolicy, Sweeper
+from stall_core import Nudge, PacingPolicy, Sweeper
 from stall_core.sim import (
     Bursts,
     Claimed,
@@ -22,6 +22,9 @@ from stall_core.sim import (
     simulate,
 )
 
+#: (time, endpoint, queue, todo, nudge number): what the faithfulness test compares.
+NudgeRow = tuple[datetime, str, str, str, int]
+
 
 class _Clock:
     def __init__(self, now: datetime) -> None:
@@ -31,7 +34,7 @@ class _Clock:
         return self.now
 
 
-async def replay(scenario: Scenario, result: SimResult, policy: PacingPolicy) -> list[tuple]:
+async def replay(scenario: Scenario, result: SimResult, policy: PacingPolicy) -> list[NudgeRow]:
     """Apply the run's host events to a MemoryBoard and tick the real Sweeper on every tick."""
     board = MemoryBoard()
     hooked: dict[str, list[str]] = {}
@@ -85,7 +88,7 @@ def apply(board: MemoryBoard, event: Created | Claimed) -> None:
         board.complete(event.todo_id)
 
 
-def _row(nudge) -> tuple:  # type: ignore[no-untyped-def]
+def _row(nudge: Nudge) -> NudgeRow:
     return (nudge.charged_at, nudge.endpoint_id, nudge.queue, nudge.todo.id, nudge.number)
 
 
