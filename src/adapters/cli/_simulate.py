@@ -308,7 +308,8 @@ def _describe(scenario: Scenario, seed: int) -> str:
     elif c.kind is ConsumerKind.FLAKY:
         consumer += f" (p={c.claim_probability:g})"
     return (
-        f"{scenario.pairs:,} pairs over {_human(scenario.duration.total_seconds())}, "
+        f"{scenario.pairs:,} pair{'' if scenario.pairs == 1 else 's'} over "
+        f"{_human(scenario.duration.total_seconds())}, "
         f"tick {_human(scenario.tick.total_seconds())}, arrivals {shape} per queue, "
         f"backlog {scenario.backlog}, unverified {scenario.unverified_share:g}, "
         f"hookless {scenario.hookless_share:g}, consumer {consumer}, "
@@ -382,12 +383,19 @@ def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
     fig, (backlog, waits) = plt.subplots(1, 2, figsize=(12, 4.5))
     hours = scenario.duration.total_seconds() >= 3 * 3_600
     scale, unit = (3_600.0, "hours") if hours else (60.0, "minutes")
-    for r in results:
-        backlog.plot([t / scale for t, _ in r.backlog], [n for _, n in r.backlog], label=r.policy)
+    styles = ("-", "--", ":", "-.")  # policies often overlap: tell them apart by dash too
+    for i, r in enumerate(results):
+        style = styles[i % len(styles)]
+        backlog.plot(
+            [t / scale for t, _ in r.backlog],
+            [n for _, n in r.backlog],
+            style,
+            label=r.policy,
+        )
         if r.wait_percentiles:
             floor = 0.1  # log axis: show sub-tenth-second waits at 0.1 s
             xs = [max(w, floor) for w in r.wait_percentiles]
-            waits.step(xs, range(len(xs)), where="post", label=r.policy)
+            waits.step(xs, range(len(xs)), style, where="post", label=r.policy)
     backlog.set(title="Pending todos", xlabel=f"simulated {unit}", ylabel="todos")
     waits.set(
         title="Wait from creation to claim (claimed todos)",
@@ -397,7 +405,10 @@ def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
     )
     for ax in (backlog, waits):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+        else:
+            ax.text(0.5, 0.5, "no todo claimed", ha="center", transform=ax.transAxes)
     fig.suptitle(_describe(scenario, seed=0).rsplit(", seed", 1)[0], fontsize=8, wrap=True)
     fig.tight_layout()
     try:
