@@ -52,7 +52,7 @@ def measure(label: str, pairs: int, days: int, loss: float = 0.1) -> tuple[float
         f"{result.pair_ticks:,} pair-ticks; "
         f"wall {wall:.2f} s, cpu {cpu:.2f} s, {rate:,.0f} pair-ticks/s; "
         f"{result.todos:,} todos, {result.nudges:,} nudges, {result.claims:,} claims, "
-        f"{result.swept_ticks:,} of {result.ticks:,} ticks charged"
+        f"{result.charged_ticks:,} of {result.ticks:,} ticks charged"
     )
     return wall, rate
 

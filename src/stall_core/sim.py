@@ -12,19 +12,21 @@ probability ``wake_loss``; a wake that reaches a running consumer is absorbed
 (it is already running: the one-shot shape of the spec's reported case); a
 wake that reaches an idle consumer starts it, and it claims ``latency``
 later: one todo (one-shot), up to ``batch`` (batch), one with probability
-``claim_probability`` (flaky) or none (dead, which never runs). A consumer
+``claim_probability`` (flaky) or none (dead: it exits at once). A consumer
 stays busy ``service`` per claimed todo, then exits. Claims take the pair's
 oldest pending todo, verified or not, as the host's claim verb does.
 
 The run is event-driven: it never steps every tick. Host events sit in one
 heap; each pair also knows the first tick at which ``decide`` could charge
 or drain it (its stalled instant, its ``next_due_at``, the tick after
-progress or after its last gated todo went), and only ticks some pair is
-waiting for are swept. A swept tick builds the ``PairState`` of those pairs
-and calls ``plan_tick`` on them, so decisions, the tick limit and its
-ordering are the sweeper's own; a pair not looked at could only be idle,
-waiting or capped, which plan_tick would not act on either. Host events at
-a tick's instant happen before its sweep.
+progress or after its last gated todo went), and only those ticks are
+looked at. There each queued pair is decided with ``decide``; a due pair
+joins a heap ordered as ``plan_tick`` orders charges, and the best
+``tick_limit`` of that heap go through ``plan_tick`` itself, which charges
+them. Due pairs left over are exactly the ones the tick limit holds back on
+a real board; they keep their place until their state changes. A pair not
+looked at could only be idle, waiting or capped, which plan_tick would not
+act on either. Host events at a tick's instant happen before its sweep.
 
 Randomness comes from two generators the caller seeds (``random.Random``
 satisfies ``RandomSource``): ``workload`` draws the layout and arrivals
@@ -267,8 +269,8 @@ class SimResult:
     max_started_in_tick: int
     #: Ticks where the tick limit held back pairs that were due.
     held_back_ticks: int
-    #: Ticks the simulator actually swept (the others could change nothing).
-    swept_ticks: int
+    #: Ticks on which some pair was charged.
+    charged_ticks: int
     #: (seconds since start, pending todos) samples.
     backlog: tuple[tuple[float, int], ...]
     #: Every charged nudge, in order (only with ``record=True``).
@@ -390,7 +392,7 @@ class _Run:
         self.look_heap: list[int] = []
         self.pending_total = 0
         self.creation_wakes = self.nudges = self.lost = self.claims = 0
-        self.max_started = self.held_back_ticks = self.swept = 0
+        self.max_started = self.held_back_ticks = self.charged_ticks = 0
         self.waits: list[int] = []
         self.nudge_log: list[Nudge] = []
         self.trace: list[Created | Claimed] = []
@@ -651,7 +653,7 @@ class _Run:
                 heapq.heappush(self.look_heap, tick + 1)
 
     def charge(self, chosen: list[_Pair], tick: int, now: datetime, pacing: PacingPolicy) -> None:
-        self.swept += 1
+        self.charged_ticks += 1
         t = tick * self.tick_us
         by_key = {pair.key: pair for pair in chosen}
         rows = {pair.key: pair.row for pair in chosen if pair.row is not None}
@@ -728,7 +730,7 @@ class _Run:
             oldest_pending_s=None if oldest is None else oldest / 1e6,
             max_started_in_tick=self.max_started,
             held_back_ticks=self.held_back_ticks,
-            swept_ticks=self.swept,
+            charged_ticks=self.charged_ticks,
             backlog=backlog,
             nudge_log=tuple(self.nudge_log),
             trace=tuple(self.trace),

@@ -363,7 +363,7 @@ def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dic
                 "max_started_in_tick": r.max_started_in_tick,
                 "held_back_ticks": r.held_back_ticks,
                 "pair_ticks": r.pair_ticks,
-                "swept_ticks": r.swept_ticks,
+                "charged_ticks": r.charged_ticks,
             }
             for r in results
         ],
