@@ -37,13 +37,27 @@ from ._values import (
     TodoRef,
     aware,
 )
+from .sim import (
+    Bursts,
+    Consumer,
+    ConsumerKind,
+    Poisson,
+    RandomSource,
+    Scenario,
+    SimPolicy,
+    SimResult,
+    simulate,
+)
 
 __all__ = [
     "QUARANTINE_QUEUE",
+    "Bursts",
     "Capped",
     "Charge",
     "ChargeOutcome",
     "Clock",
+    "Consumer",
+    "ConsumerKind",
     "Decision",
     "Drain",
     "Idle",
@@ -56,6 +70,11 @@ __all__ = [
     "PairKey",
     "PairState",
     "PairStatus",
+    "Poisson",
+    "RandomSource",
+    "Scenario",
+    "SimPolicy",
+    "SimResult",
     "Sweeper",
     "TickPlan",
     "TickReport",
@@ -73,4 +92,5 @@ __all__ = [
     "next_due_at",
     "pair_status",
     "plan_tick",
+    "simulate",
 ]

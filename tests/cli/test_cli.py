@@ -112,7 +112,7 @@ async def test_help_and_version() -> None:
     version = await cli("--version")
 
     assert 0 == help_.status
-    for command in ("migrate", "sweep", "status", "demo"):
+    for command in ("migrate", "sweep", "status", "demo", "simulate"):
         assert command in help_.out
     assert version.out.startswith("stall-nudge ")
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from . import _demo, _migrate, _status, _sweep
+from . import _demo, _migrate, _simulate, _status, _sweep
 from ._common import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    for module in (_migrate, _sweep, _status, _demo):
+    for module in (_migrate, _sweep, _status, _demo, _simulate):
         module.register(commands)
     return parser
 

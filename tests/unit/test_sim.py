@@ -1,0 +1,293 @@
+"""The simulator's results on small cases one can check by hand."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from datetime import timedelta
+
+import pytest
+
+from stall_core import PacingPolicy
+from stall_core.sim import (
+    UNCAPPED,
+    Bursts,
+    Claimed,
+    Consumer,
+    ConsumerKind,
+    Created,
+    Poisson,
+    Scenario,
+    SimPolicy,
+    SimResult,
+    simulate,
+)
+
+NO_ARRIVALS = Poisson(per_hour=0.0)
+
+
+class Scripted:
+    """A RandomSource whose random() returns the given values, then 0.99 forever."""
+
+    def __init__(self, values: Iterable[float] = ()) -> None:
+        self.values = list(values)
+
+    def random(self) -> float:
+        return self.values.pop(0) if self.values else 0.99
+
+    def expovariate(self, lambd: float, /) -> float:
+        return 1 / lambd
+
+
+def run(
+    scenario: Scenario, policy: SimPolicy | None = None, *, chance: Iterable[float] = ()
+) -> SimResult:
+    return simulate(
+        scenario,
+        policy or SimPolicy.default(),
+        workload=random.Random(7),
+        chance=Scripted(chance),
+        record=True,
+    )
+
+
+def backlog_only(**kwargs: object) -> Scenario:
+    fields: dict[str, object] = {
+        "pairs": 1,
+        "duration": timedelta(hours=1),
+        "arrivals": NO_ARRIVALS,
+        "backlog": 1,
+    }
+    fields.update(kwargs)
+    return Scenario(**fields)  # type: ignore[arg-type]
+
+
+def test_dead_consumer_spends_exactly_cap_nudges_per_pair() -> None:
+    """A dead consumer gets cap nudges per pair, then silence, with its work still pending."""
+    scenario = backlog_only(
+        pairs=3, duration=timedelta(days=2), consumer=Consumer(kind=ConsumerKind.DEAD)
+    )
+
+    result = run(scenario)
+
+    assert 3 * 5 == result.nudges
+    assert 3 == result.capped_pairs
+    assert 3 == result.pending
+    assert 0 == result.claims
+
+
+def test_dead_consumer_nudges_follow_the_widening_backoff() -> None:
+    """Nudges 1..5 fire at the first stalled tick, then 5 min, 20 min, 1 h and 6 h apart."""
+    result = run(
+        backlog_only(duration=timedelta(days=1), consumer=Consumer(kind=ConsumerKind.DEAD))
+    )
+    start = result.nudge_log[0].charged_at
+
+    gaps = [n.charged_at - start for n in result.nudge_log]
+
+    assert [timedelta(seconds=135)] == [start - backlog_only().start]
+    assert [
+        timedelta(0),
+        timedelta(minutes=5),
+        timedelta(minutes=25),
+        timedelta(minutes=85),
+        timedelta(minutes=445),
+    ] == gaps
+    assert [1, 2, 3, 4, 5] == [n.number for n in result.nudge_log]
+
+
+def test_edge_only_sends_no_nudges() -> None:
+    """The edge-only baseline sends one creation wake per todo and nothing else."""
+    scenario = Scenario(
+        pairs=20,
+        duration=timedelta(hours=12),
+        arrivals=Poisson(per_hour=2.0),
+        consumer=Consumer(kind=ConsumerKind.DEAD),
+    )
+
+    result = run(scenario, SimPolicy.edge_only())
+
+    assert 0 == result.nudges
+    assert result.todos == result.creation_wakes == result.wakes_sent
+    assert 0 == result.max_started_in_tick
+
+
+def test_a_lost_creation_wake_is_recovered_at_the_first_stalled_tick() -> None:
+    """With the creation wake lost, nudge 1 at 135 s starts the consumer, which claims 1 s later."""
+    scenario = backlog_only(wake_loss=0.5)
+
+    result = run(scenario, chance=[0.1])  # the first draw loses the creation wake
+
+    assert 1 == result.wakes_lost
+    assert 1 == result.nudges
+    assert 1 == result.claims
+    assert 136.0 == result.wait.max
+    assert 0 == result.pending
+
+
+def test_a_lost_creation_wake_stays_pending_without_nudges() -> None:
+    """Edge-only never recovers the lost wake: the todo is still pending at the end."""
+    scenario = backlog_only(wake_loss=0.5)
+
+    result = run(scenario, SimPolicy.edge_only(), chance=[0.1])
+
+    assert 0 == result.claims
+    assert 1 == result.pending
+    assert 3600.0 == result.oldest_pending_s
+
+
+def test_lost_wakes_are_recovered_by_the_default_policy() -> None:
+    """With 30% of wakes lost, the default policy claims every todo and edge-only does not."""
+    scenario = Scenario(
+        pairs=40, duration=timedelta(days=1), arrivals=Poisson(per_hour=1.0), wake_loss=0.3
+    )
+    rng = random.Random
+
+    nudged = simulate(scenario, SimPolicy.default(), workload=rng(1), chance=rng(2))
+    edge = simulate(scenario, SimPolicy.edge_only(), workload=rng(1), chance=rng(2))
+
+    assert nudged.todos == edge.todos
+    assert 0 == nudged.capped_pairs
+    assert nudged.pending < 40  # at most the todos still inside their first minutes
+    assert edge.pending > 5 * nudged.pending
+
+
+def test_the_reported_case_drains_a_backlog_at_the_short_cadence() -> None:
+    """Three todos, one-shot consumer: the creation wake claims one, then two nudges numbered 1."""
+    scenario = backlog_only(backlog=3)
+
+    result = run(scenario)
+
+    claims = [e.at - scenario.start for e in result.trace if isinstance(e, Claimed)]
+
+    assert [(135, 1), (150, 1)] == [
+        ((n.charged_at - scenario.start).seconds, n.number) for n in result.nudge_log
+    ]
+    assert [timedelta(seconds=s) for s in (1, 136, 151)] == claims
+    assert 0 == result.pending
+
+
+def test_the_tick_limit_starts_at_most_four_consumers_per_tick() -> None:
+    """Ten pairs stalled at once: 4, 4, then 2 first nudges on three ticks, two holding back."""
+    scenario = backlog_only(pairs=10, consumer=Consumer(kind=ConsumerKind.DEAD))
+
+    result = run(scenario)
+    first = [n for n in result.nudge_log if n.number == 1]
+    ticks = sorted({n.charged_at for n in first})
+    per_tick = [sum(1 for n in first if n.charged_at == at) for at in ticks]
+
+    assert 4 == result.max_started_in_tick
+    assert [4, 4, 2] == per_tick
+    assert 2 == result.held_back_ticks  # later nudges stay staggered: no pile-up
+
+
+def test_fixed_repeat_never_stops() -> None:
+    """fixed-5m nudges a dead pair every five minutes from the first stalled tick, uncapped."""
+    policy = SimPolicy.fixed(timedelta(minutes=5))
+
+    result = run(backlog_only(consumer=Consumer(kind=ConsumerKind.DEAD)), policy)
+
+    assert ("fixed-5m", UNCAPPED) == (policy.name, policy.pacing and policy.pacing.cap)
+    assert 12 == result.nudges  # 135 s, then every 300 s up to 3600 s
+    assert 0 == result.capped_pairs
+
+
+def test_unverified_work_is_never_nudged() -> None:
+    """Only unverified todos: no nudge fires, and they stay pending for pull."""
+    scenario = backlog_only(
+        pairs=4, unverified_share=1.0, consumer=Consumer(kind=ConsumerKind.DEAD)
+    )
+
+    result = run(scenario)
+
+    assert 0 == result.nudges
+    assert 4 == result.pending
+
+
+def test_hookless_pairs_get_no_wake_at_all() -> None:
+    """A pair no hook covers gets neither creation wakes nor nudges."""
+    scenario = backlog_only(pairs=4, hookless_share=1.0)
+
+    result = run(scenario)
+
+    assert (0, 0, 4) == (result.wakes_sent, result.claims, result.pending)
+
+
+def test_batch_consumer_claims_up_to_its_batch() -> None:
+    """A batch consumer claims 4 of a 5-todo burst on its creation wake, the last on a nudge."""
+    scenario = backlog_only(backlog=5, consumer=Consumer(kind=ConsumerKind.BATCH, batch=4))
+
+    result = run(scenario)
+
+    assert 5 == result.claims
+    assert 1 == result.nudges
+
+
+def test_flaky_consumer_that_never_claims_is_capped() -> None:
+    """A flaky consumer with claim probability 0 behaves like a dead one."""
+    scenario = backlog_only(
+        duration=timedelta(days=1),
+        consumer=Consumer(kind=ConsumerKind.FLAKY, claim_probability=0.0),
+    )
+
+    result = run(scenario)
+
+    assert (5, 1, 0) == (result.nudges, result.capped_pairs, result.claims)
+
+
+def test_custom_policy_caps_at_its_own_cap() -> None:
+    """A custom policy with cap 2 stops a dead pair after two nudges."""
+    policy = SimPolicy(name="short", pacing=PacingPolicy(cap=2))
+
+    result = run(backlog_only(consumer=Consumer(kind=ConsumerKind.DEAD)), policy)
+
+    assert 2 == result.nudges
+
+
+def test_runs_are_deterministic_and_policies_share_the_workload() -> None:
+    """Equal seeds give equal results, and every policy sees the same todos."""
+    scenario = Scenario(
+        pairs=30,
+        duration=timedelta(hours=6),
+        arrivals=Bursts(per_hour=0.5, size=3),
+        unverified_share=0.2,
+        wake_loss=0.1,
+    )
+
+    def go(policy: SimPolicy) -> SimResult:
+        return simulate(
+            scenario, policy, workload=random.Random(3), chance=random.Random(4), record=True
+        )
+
+    first, again = go(SimPolicy.default()), go(SimPolicy.default())
+    edge = go(SimPolicy.edge_only())
+
+    assert first == again
+    assert [e for e in first.trace if isinstance(e, Created)] == [
+        e for e in edge.trace if isinstance(e, Created)
+    ]
+
+
+def test_backlog_samples_span_the_run() -> None:
+    """The backlog series starts at 0 s with the initial backlog and ends at the run's end."""
+    result = run(backlog_only(pairs=2, backlog=3, consumer=Consumer(kind=ConsumerKind.DEAD)))
+
+    assert (0.0, 6) == result.backlog[0]
+    assert (3600.0, 6) == result.backlog[-1]
+    assert 400 == len(result.backlog)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: backlog_only(pairs=0), "pairs must be >= 1"),
+        (lambda: backlog_only(wake_loss=1.5), "wake_loss must be between 0 and 1"),
+        (lambda: backlog_only(duration=timedelta(seconds=1)), "at least one tick"),
+        (lambda: Consumer(latency=timedelta(0)), "latency must be at least"),
+        (lambda: Poisson(per_hour=-1.0), "per_hour must be a finite rate"),
+    ],
+)
+def test_bad_parameters_are_refused(build: object, message: str) -> None:
+    """Impossible scenarios raise ValueError naming the parameter."""
+    with pytest.raises(ValueError, match=message):
+        build()  # type: ignore[operator]

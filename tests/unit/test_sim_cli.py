@@ -1,0 +1,132 @@
+"""``stall-nudge simulate``: the table, JSON, plot, and one-line errors for bad options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from adapters.cli import CliError, main
+from adapters.cli._simulate import parse_duration, parse_policy
+
+SMALL = ["simulate", "--pairs", "6", "--days", "0.25", "--backlog", "2", "--seed", "3"]
+
+
+def test_table_has_one_column_per_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default comparison prints default, edge-only and fixed-5m side by side."""
+    status = main(SMALL)
+
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "edge-only" in line)
+    assert 0 == status
+    assert ["default", "edge-only", "fixed-5m"] == header.split()
+    assert "wakes per claim" in out
+
+
+def test_json_reports_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints the scenario and one result per compared policy, custom ones included."""
+    custom = ["--policy", "slow:backoff=10m/1h,cap=2", "--days", "1"]  # past nudge 5 at 7.4 h
+
+    status = main([*SMALL, "--json", "--consumer", "dead", "--compare", "default,slow", *custom])
+
+    report = json.loads(capsys.readouterr().out)
+    assert 0 == status
+    assert ["default", "slow"] == [r["policy"] for r in report["results"]]
+    assert [6 * 5, 6 * 2] == [r["nudges"] for r in report["results"]]
+    assert "dead" == report["scenario"]["consumer"]
+
+
+def test_json_is_deterministic_for_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs with one seed print the same JSON."""
+    main([*SMALL, "--json", "--wake-loss", "0.2"])
+    first = capsys.readouterr().out
+    main([*SMALL, "--json", "--wake-loss", "0.2"])
+
+    assert first == capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--pairs", "x"], "--pairs: expected an integer, got 'x'"),
+        (["--wake-loss", "2"], "--wake-loss: expected a share between 0 and 1, got '2'"),
+        (["--tick", "soon"], "--tick: expected a duration like 90s, 5m, 1h or 2d, got 'soon'"),
+        (["--consumer", "lazy"], "--consumer: expected one of one-shot, batch, flaky, dead"),
+        (["--compare", "default,nope"], "--compare: unknown policy 'nope'"),
+        (["--policy", "p:cap=0", "--compare", "p"], "--policy p: cap: must be at least 1"),
+        (["--policy", "p:bogus=1"], "--policy p: unknown key 'bogus'"),
+        (["--days", "0"], "--days: must be positive"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    option: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad option exits 2 with one line on stderr naming it, and no traceback."""
+    status = main([*SMALL, *option])
+
+    err = capsys.readouterr().err
+    assert 2 == status
+    assert 1 == len(err.splitlines())
+    assert err.startswith(f"stall-nudge: error: {message}")
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--plot draws backlog and wait distribution into a PNG file."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "sim.png"
+
+    status = main([*SMALL, "--plot", str(target)])
+
+    assert 0 == status
+    assert b"\x89PNG" == target.read_bytes()[:4]
+    assert f"plot written to {target}" in capsys.readouterr().out
+
+
+def test_console_script_refuses_a_bad_option() -> None:
+    """The installed entry point, run as a process, reports a bad option in one line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "adapters.cli", "simulate", "--burst", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+    assert (2, "") == (done.returncode, done.stdout)
+    assert "stall-nudge: error: --burst: must be at least 1, got '0'\n" == done.stderr
+
+
+def test_parse_duration_units() -> None:
+    """Durations take s, m, h, d or bare seconds."""
+    parsed = [parse_duration("--x", text) for text in ("90", "90s", "5m", "1.5h", "2d")]
+
+    assert [
+        timedelta(seconds=90),
+        timedelta(seconds=90),
+        timedelta(minutes=5),
+        timedelta(minutes=90),
+        timedelta(days=2),
+    ] == parsed
+
+
+def test_parse_policy_keeps_unset_keys_at_the_default() -> None:
+    """A custom policy changes only the keys it names."""
+    name, policy = parse_policy("quick:backoff=1m/2m,limit=10")
+
+    assert policy.pacing is not None
+    assert ("quick", (timedelta(minutes=1), timedelta(minutes=2)), 10, 5) == (
+        name,
+        policy.pacing.backoff,
+        policy.pacing.tick_limit,
+        policy.pacing.cap,
+    )
+
+
+def test_parse_policy_refuses_a_built_in_name() -> None:
+    """A custom policy may not shadow default, edge-only or fixed-*."""
+    with pytest.raises(CliError, match="built-in policy name"):
+        parse_policy("default:cap=3")
