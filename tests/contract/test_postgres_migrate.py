@@ -108,3 +108,18 @@ async def test_concurrent_migrations_neither_race_nor_fail(empty_dsn: str) -> No
     finally:
         for conn in conns:
             await conn.close()
+
+
+async def test_a_host_table_missing_a_column_fails_whole(empty_dsn: str) -> None:
+    """A todos table without claimed_at fails on that column and leaves no ledger table behind."""
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await migrate(conn, host_schema=True)
+        await conn.execute(f"DROP TABLE {LEDGER_TABLE}; ALTER TABLE todos DROP COLUMN claimed_at")
+
+        with pytest.raises(asyncpg.UndefinedColumnError, match="claimed_at"):
+            await migrate(conn)
+
+        assert LEDGER_TABLE not in await relations(conn)
+    finally:
+        await conn.close()
