@@ -204,6 +204,35 @@ class TestPostgresLedger(LedgerContract):
             list(report.deleted),
         )
 
+    async def test_sweep_query_error(
+        self, driver: PostgresDriver, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Sweep query error: logged on each tick, the loop continues, and pull still drains."""
+        await ledger_board(driver)
+        await driver.pool.execute(POISON_TRIGGER)
+        stop = asyncio.Event()
+        sweeper = Sweeper(
+            ledger=StopAfter(driver.ledger, ticks=3, stop=stop),
+            wake=RecordingWake(),
+            clock=FakeClock(NOW),
+        )
+
+        with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
+            ran = await sweeper.run(interval=0.001, stop=stop)
+
+        assert 3 == ran
+        assert [f"tick {n}: sweep failed; the loop continues" for n in (1, 2, 3)] == [
+            r.getMessage() for r in caplog.records
+        ]
+        errors = [r.exc_info[1] for r in caplog.records if r.exc_info]
+        assert [LedgerError] * 3 == [type(e) for e in errors]
+        assert all("poisoned queue" in str(e) for e in errors)
+        pulled = [
+            await driver.host.claim_next("ep-1", queue, owner="puller", at=NOW)
+            for queue in ("lane-a", "poison")
+        ]
+        assert ["todo-ep-1-lane-a-0", "p"] == pulled
+
     async def test_a_timed_out_charge_writes_nothing(
         self, driver: PostgresDriver, pg_dsn: str
     ) -> None:
