@@ -8,9 +8,6 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from adapters.postgres import PostgresHost
-from tests.support import T0
-
 #: switchboard's tables; the sweep reads them and must never write them.
 HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
 
@@ -24,31 +21,6 @@ async def host_rows(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, list[d
         table: [dict(r) for r in await conn.fetch(f"SELECT * FROM {table} ORDER BY id")]
         for table in HOST_TABLES
     }
-
-
-async def stalled_pair(
-    host: PostgresHost, *, endpoint: str = "ep-1", queue: str = "lane-l", todos: int = 1
-) -> list[str]:
-    """An active endpoint with a covering hook and ``todos`` verified todos created at T0."""
-    await host.add_endpoint(endpoint)
-    await host.add_hook(
-        f"hook-{endpoint}",
-        endpoint_id=endpoint,
-        url="http://127.0.0.1:9/hook",
-        secret="whsec_" + "A" * 32,
-    )
-    await host.add_delivery(f"dlv-{endpoint}", endpoint_id=endpoint, verified=True, received_at=T0)
-    ids = [f"todo-{endpoint}-{queue}-{i}" for i in range(todos)]
-    for todo_id in ids:
-        await host.create_todo(
-            todo_id,
-            endpoint_id=endpoint,
-            queue=queue,
-            created_at=T0,
-            delivery_id=f"dlv-{endpoint}",
-            title="verified work",
-        )
-    return ids
 
 
 class Listener:

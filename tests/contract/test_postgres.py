@@ -23,8 +23,8 @@ from stall_core import (
 )
 from tests.support import T0, FakeClock, minutes
 
-from .pgboard import host_rows, listening, stalled_pair
-from .scenarios import LedgerContract, sweep
+from .pgboard import host_rows, listening
+from .scenarios import LedgerContract, stalled_queue, sweep
 
 
 class PostgresDriver:
@@ -125,8 +125,8 @@ class TestPostgresLedger(LedgerContract):
         self, driver: PostgresDriver, pg_dsn: str
     ) -> None:
         """A nudge spends no ring budget: every host row, all columns, is unchanged by sweeps."""
-        ids = await stalled_pair(driver.host, todos=3)
-        await stalled_pair(driver.host, endpoint="ep-2", queue="quarantine")
+        ids = await stalled_queue(driver, todos=3)
+        await stalled_queue(driver, endpoint="ep-2", queue="quarantine")
         await driver.ring(ids[0], at=T0 + minutes(1))
         await driver.claim(ids[2], owner="someone", at=T0 + minutes(1))
         before = await host_rows(driver.pool)
@@ -147,7 +147,7 @@ class TestPostgresLedger(LedgerContract):
         self, driver: PostgresDriver, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Ledger table missing: each tick logs why and `migrate`; the loop goes on."""
-        await stalled_pair(driver.host)
+        await stalled_queue(driver)
         ledger = driver.ledger
         # One good tick first, so the charge statement is prepared and cached when the table goes.
         assert 1 == len((await sweep(driver, T0 + minutes(10), RecordingWake())).charged)
@@ -275,9 +275,9 @@ CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON queue_stall_nudges
 
 async def ledger_board(driver: PostgresDriver) -> None:
     """At NOW: lane-a is due for nudge 1, poison for nudge 2, and drained has a row but no work."""
-    await stalled_pair(driver.host, queue="lane-a")
+    await stalled_queue(driver, queue="lane-a")
     await driver.create_todo(
-        "p", endpoint_id="ep-1", queue="poison", created_at=T0, delivery_id="dlv-ep-1"
+        "p", endpoint_id="ep-1", queue="poison", created_at=T0, delivery_id="dlv-ep-1-lane-a"
     )
     await driver.pool.executemany(
         "INSERT INTO queue_stall_nudges VALUES ($1, $2, $3, $4)",

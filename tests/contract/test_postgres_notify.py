@@ -20,7 +20,9 @@ from adapters.postgres import PostgresHost, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
 from tests.support import T0, FakeClock, minutes
 
-from .pgboard import listening, stalled_pair
+from .pgboard import listening
+from .scenarios import stalled_queue
+from .test_postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 
@@ -43,17 +45,18 @@ async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
         await pool.close()
 
 
-async def board(host: PostgresHost, queues: tuple[str, ...]) -> None:
+async def board(pool: asyncpg.Pool, queues: tuple[str, ...]) -> None:
     """Every endpoint active with a covering hook and one verified todo per queue, made at T0."""
+    driver = PostgresDriver(pool)
     for endpoint in ENDPOINTS:
-        await stalled_pair(host, endpoint=endpoint, queue=queues[0])
+        await stalled_queue(driver, endpoint=endpoint, queue=queues[0])
         for queue in queues[1:]:
-            await host.create_todo(
+            await driver.create_todo(
                 f"todo-{endpoint}-{queue}",
                 endpoint_id=endpoint,
                 queue=queue,
                 created_at=T0,
-                delivery_id=f"dlv-{endpoint}",
+                delivery_id=f"dlv-{endpoint}-{queues[0]}",
             )
 
 
@@ -61,7 +64,7 @@ async def test_mixed_versions_during_a_deploy_nudges_notify_nothing(
     instances: list[asyncpg.Pool], pg_dsn: str
 ) -> None:
     """Mixed versions during a deploy: an old LISTEN loop hears no nudge; each nudge wakes once."""
-    await board(PostgresHost(instances[0]), QUEUES)
+    await board(instances[0], QUEUES)
     wakes = [RecordingWake(), RecordingWake()]
     clock = FakeClock(T0)
     sweepers = [
@@ -87,10 +90,8 @@ async def test_mixed_versions_during_a_deploy_old_parser_reads_every_payload(
     pg_pool: asyncpg.Pool, pg_dsn: str
 ) -> None:
     """Mixed versions during a deploy: the old parser reads every creation payload, colons too."""
-    host = PostgresHost(pg_pool)
-
     async with listening(pg_dsn) as older_instance:
-        await board(host, QUEUES)
+        await board(pg_pool, QUEUES)
         heard = await older_instance.fence(pg_pool)
 
     created = [(e, q) for e in ENDPOINTS for q in QUEUES]

@@ -19,11 +19,12 @@ import asyncpg
 import pytest
 
 from adapters.memory import RecordingWake
-from adapters.postgres import PostgresHost, PostgresLedger
+from adapters.postgres import PostgresLedger
 from stall_core import LedgerRow, PacingPolicy, Sweeper, TickReport
 from tests.support import T0, FakeClock, minutes
 
-from .pgboard import stalled_pair
+from .scenarios import stalled_queue
+from .test_postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 
@@ -130,12 +131,12 @@ async def test_two_instances_one_wake(
 ) -> None:
     """Two instances, one wake: 200 concurrent trials of each race charge exactly once."""
     reset, number = RACES[race]
-    host = PostgresHost(instances[0])
-    await stalled_pair(host, todos=1)
+    driver = PostgresDriver(instances[0])
+    await stalled_queue(driver)
     if race == "progress reset":
         # A claim after the last nudge (and before NOW): progress since nudge 4.
-        await host.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
-        await host.claim("taken", owner="consumer", at=LAST + minutes(1))
+        await driver.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
+        await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
     ledgers = [PostgresLedger(pool) for pool in instances]
     pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
     gate = await asyncpg.connect(pg_dsn, server_settings=FAST)
