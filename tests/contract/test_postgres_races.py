@@ -141,7 +141,6 @@ async def test_two_instances_one_wake(
     pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
     gate = await asyncpg.connect(pg_dsn, server_settings=FAST)
     policy = PacingPolicy()
-    winners = [0, 0]
 
     try:
         for trial in range(TRIALS):
@@ -164,11 +163,9 @@ async def test_two_instances_one_wake(
             assert 1 == len(sent), f"trial {trial}: wakes {sent}"
             assert number == sent[0][1], f"trial {trial}: wakes {sent}"
             assert 1 == sum(len(r.charged) for r in reports), f"trial {trial}"
-            winners[sent[0][0]] += 1
             rows = await ledgers[0].ledger_rows()
             assert {
                 KEY: LedgerRow(endpoint_id=KEY[0], queue=KEY[1], nudges=number, last_nudged_at=NOW)
             } == rows, f"trial {trial}"
     finally:
         await gate.close()
-    assert TRIALS == sum(winners)
