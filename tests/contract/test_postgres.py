@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 import pytest
 
-from adapters.memory import Todo
-from adapters.postgres import PostgresHost, PostgresLedger
-from stall_core import LedgerPort, LedgerRow, PairKey
+from adapters.memory import RecordingWake, Todo
+from adapters.postgres import PostgresHost, PostgresLedger, migrate
+from stall_core import (
+    ChargeOutcome,
+    LedgerError,
+    LedgerPort,
+    LedgerRow,
+    PacingPolicy,
+    PairKey,
+    Sweeper,
+)
+from tests.support import T0, FakeClock, minutes
 
-from .scenarios import LedgerContract
+from .pgboard import host_rows, listening
+from .scenarios import LedgerContract, stalled_queue, sweep
 
 
 class PostgresDriver:
@@ -106,3 +118,183 @@ class TestPostgresLedger(LedgerContract):
     @pytest.fixture(name="driver")
     def _driver(self, pg_pool: asyncpg.Pool) -> PostgresDriver:
         return PostgresDriver(pg_pool)
+
+    # -- Postgres-only checks --------------------------------------------------
+
+    async def test_a_nudge_spends_no_ring_budget_raw_rows(
+        self, driver: PostgresDriver, pg_dsn: str
+    ) -> None:
+        """A nudge spends no ring budget: every host row, all columns, is unchanged by sweeps."""
+        ids = await stalled_queue(driver, todos=3)
+        await stalled_queue(driver, endpoint="ep-2", queue="quarantine")
+        await driver.ring(ids[0], at=T0 + minutes(1))
+        await driver.claim(ids[2], owner="someone", at=T0 + minutes(1))
+        before = await host_rows(driver.pool)
+        wake = RecordingWake()
+
+        async with listening(pg_dsn) as listener:
+            clock = FakeClock(T0 + minutes(3))
+            while clock.now < T0 + timedelta(hours=9):
+                await sweep(driver, clock.now, wake)
+                clock.advance(minutes(1))
+            notified = await listener.fence(driver.pool)
+
+        assert [1, 2, 3, 4, 5] == [n.number for n in wake.sent]
+        assert [] == notified
+        assert before == await host_rows(driver.pool)
+
+    async def test_ledger_table_missing(
+        self, driver: PostgresDriver, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Ledger table missing: each tick logs why and `migrate`; the loop goes on."""
+        await stalled_queue(driver)
+        ledger = driver.ledger
+        # One good tick first, so the charge statement is prepared and cached when the table goes.
+        assert 1 == len((await sweep(driver, T0 + minutes(10), RecordingWake())).charged)
+        await driver.pool.execute("DROP TABLE queue_stall_nudges")
+        before = await host_rows(driver.pool)
+        stop = asyncio.Event()
+        counting = StopAfter(ledger, ticks=5, stop=stop)
+        wake = RecordingWake()
+        sweeper = Sweeper(ledger=counting, wake=wake, clock=FakeClock(T0 + minutes(30)))
+
+        with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
+            ran = await sweeper.run(interval=0.001, stop=stop)
+
+        assert 5 == ran
+        assert 5 == len(caplog.records)
+        for record in caplog.records:
+            assert record.exc_info is not None
+            error = record.exc_info[1]
+            assert isinstance(error, LedgerError)
+            text = f"{record.getMessage()} {error}"
+            assert "sweep failed" in text
+            assert "queue_stall_nudges" in text
+            assert "stall-nudge migrate" in text
+        assert [] == wake.sent
+        assert before == await host_rows(driver.pool)
+        with pytest.raises(LedgerError, match="queue_stall_nudges"):
+            await ledger.charge_due(now=T0 + minutes(31), policy=PacingPolicy())
+
+        # Nothing else changed: once migrated again, the next tick nudges afresh.
+        async with driver.pool.acquire() as conn:
+            assert ("queue_stall_nudges",) == (await migrate(conn)).created
+        report = await sweeper.tick()
+        assert [1] == [n.number for n in report.charged]
+
+    async def test_a_failing_charge_writes_nothing(self, driver: PostgresDriver) -> None:
+        """A database error mid-statement raises LedgerError and leaves every ledger row as is."""
+        await ledger_board(driver)
+        # The ledger refuses one pair's row, so the error strikes while the statement
+        # is charging lane-a and deleting the drained row.
+        await driver.pool.execute(POISON_TRIGGER)
+        before = (await driver.ledger_rows(), await host_rows(driver.pool))
+        wake = RecordingWake()
+
+        with pytest.raises(LedgerError, match="poisoned queue"):
+            await sweep(driver, NOW, wake)
+
+        assert [] == wake.sent
+        assert before == (await driver.ledger_rows(), await host_rows(driver.pool))
+        # The same board without the trigger charges both pairs and drains the empty one.
+        await driver.pool.execute("DROP TRIGGER poison ON queue_stall_nudges")
+        report = await sweep(driver, NOW, wake)
+        assert ([("ep-1", "lane-a"), ("ep-1", "poison")], [("ep-1", "drained")]) == (
+            sorted(n.key for n in report.charged),
+            list(report.deleted),
+        )
+
+    async def test_sweep_query_error(
+        self, driver: PostgresDriver, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Sweep query error: logged on each tick, the loop continues, and pull still drains."""
+        await ledger_board(driver)
+        await driver.pool.execute(POISON_TRIGGER)
+        stop = asyncio.Event()
+        sweeper = Sweeper(
+            ledger=StopAfter(driver.ledger, ticks=3, stop=stop),
+            wake=RecordingWake(),
+            clock=FakeClock(NOW),
+        )
+
+        with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
+            ran = await sweeper.run(interval=0.001, stop=stop)
+
+        assert 3 == ran
+        assert [f"tick {n}: sweep failed; the loop continues" for n in (1, 2, 3)] == [
+            r.getMessage() for r in caplog.records
+        ]
+        errors = [r.exc_info[1] for r in caplog.records if r.exc_info]
+        assert [LedgerError] * 3 == [type(e) for e in errors]
+        assert all("poisoned queue" in str(e) for e in errors)
+        pulled = [
+            await driver.host.claim_next("ep-1", queue, owner="puller", at=NOW)
+            for queue in ("lane-a", "poison")
+        ]
+        assert ["todo-ep-1-lane-a-0", "p"] == pulled
+
+    async def test_a_timed_out_charge_writes_nothing(
+        self, driver: PostgresDriver, pg_dsn: str
+    ) -> None:
+        """A charge cancelled by statement_timeout raises LedgerError and writes nothing."""
+        await ledger_board(driver)
+        before = await driver.ledger_rows()
+        impatient = await asyncpg.create_pool(
+            pg_dsn, min_size=1, max_size=1, server_settings={"statement_timeout": "200"}
+        )
+        blocker = await asyncpg.connect(pg_dsn)
+        try:
+            async with blocker.transaction():
+                # Another session holds the due row, so the charge waits until it is cancelled.
+                await blocker.execute(
+                    "SELECT 1 FROM queue_stall_nudges WHERE queue = 'poison' FOR UPDATE"
+                )
+                with pytest.raises(LedgerError, match="statement timeout"):
+                    await PostgresLedger(impatient).charge_due(now=NOW, policy=PacingPolicy())
+        finally:
+            await blocker.close()
+            await impatient.close()
+
+        assert before == await driver.ledger_rows()
+
+
+NOW = T0 + minutes(30)
+
+POISON_TRIGGER = """
+CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.queue = 'poison' THEN
+        RAISE EXCEPTION 'poisoned queue %', NEW.queue;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON queue_stall_nudges
+    FOR EACH ROW EXECUTE FUNCTION poison();
+"""
+
+
+async def ledger_board(driver: PostgresDriver) -> None:
+    """At NOW: lane-a is due for nudge 1, poison for nudge 2, and drained has a row but no work."""
+    await stalled_queue(driver, queue="lane-a")
+    await driver.create_todo(
+        "p", endpoint_id="ep-1", queue="poison", created_at=T0, delivery_id="dlv-ep-1-lane-a"
+    )
+    await driver.pool.executemany(
+        "INSERT INTO queue_stall_nudges VALUES ($1, $2, $3, $4)",
+        [("ep-1", "poison", 1, NOW - minutes(6)), ("ep-1", "drained", 2, NOW - minutes(9))],
+    )
+
+
+class StopAfter:
+    """A LedgerPort wrapper that sets ``stop`` on its ``ticks``-th charge, then charges."""
+
+    def __init__(self, inner: LedgerPort, *, ticks: int, stop: asyncio.Event) -> None:
+        self.inner = inner
+        self.left = ticks
+        self.stop = stop
+
+    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
+        self.left -= 1
+        if self.left == 0:
+            self.stop.set()
+        return await self.inner.charge_due(now=now, policy=policy)

@@ -1,0 +1,97 @@
+"""The named-SQL loader: ``-- name: NAME`` headers, descriptions kept, mistakes refused."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from adapters.postgres import parse_queries, queries
+
+TWO = """\
+-- Anything before the first header is the file's own comment, not a query.
+
+-- name: first
+-- Count the todos.
+SELECT count(*) FROM todos;
+
+-- name: second_2
+-- Read one endpoint.
+-- $1 endpoint id
+SELECT state
+  FROM endpoints
+ WHERE id = $1;
+"""
+
+
+def test_names_map_to_their_queries_in_file_order() -> None:
+    """Each header names the query below it, in the order the file gives them."""
+    parsed = parse_queries(TWO)
+
+    assert ["first", "second_2"] == list(parsed)
+    assert "-- Count the todos.\nSELECT count(*) FROM todos;" == parsed["first"]
+
+
+def test_descriptions_and_parameter_notes_stay_in_the_text() -> None:
+    """A query keeps its description lines, and its SQL keeps its line breaks."""
+    second = parse_queries(TWO)["second_2"]
+
+    assert second.startswith("-- Read one endpoint.\n-- $1 endpoint id\nSELECT state\n")
+    assert second.endswith(" WHERE id = $1;")
+
+
+def test_the_mapping_is_read_only() -> None:
+    """Parsed queries cannot be changed by the code that uses them."""
+    parsed = parse_queries(TWO)
+
+    with pytest.raises(TypeError):
+        parsed["first"] = "DROP TABLE todos"  # type: ignore[index]
+
+
+def test_a_name_defined_twice_is_an_error() -> None:
+    """A repeated name is refused, naming it, rather than one query silently winning."""
+    with pytest.raises(ValueError, match="'first' is defined twice"):
+        parse_queries(TWO + "\n-- name: first\nSELECT 1;\n")
+
+
+@pytest.mark.parametrize(
+    "body", ["", "\n\n", "-- Only a description.\n", "-- One.\n-- Two.\n\n"], ids=repr
+)
+def test_a_query_with_no_sql_is_an_error(body: str) -> None:
+    """A header followed by nothing but blank or comment lines is refused, naming it."""
+    with pytest.raises(ValueError, match="'empty' has no SQL"):
+        parse_queries(f"-- name: first\nSELECT 1;\n-- name: empty\n{body}")
+
+
+def test_a_header_must_be_a_whole_lowercase_line() -> None:
+    """Only an exact ``-- name: snake_case`` line starts a query; lookalikes stay SQL text."""
+    parsed = parse_queries(
+        "-- name: real\nSELECT 1; -- name: inline\n--name: nospace\n-- name: Upper\nSELECT 2;\n"
+    )
+
+    assert ["real"] == list(parsed)
+
+
+def test_text_without_headers_holds_no_queries() -> None:
+    """A file with no header at all parses to no queries (a script, not a query file)."""
+    assert {} == dict(parse_queries("CREATE TABLE t (x int);\n"))
+
+
+@pytest.mark.parametrize("filename", ["ledger.sql", "host.sql"])
+def test_every_packaged_query_is_named_and_described(filename: str) -> None:
+    """Each query the adapters ship loads, and its first line is a one-line description."""
+    loaded = queries(filename)
+
+    assert loaded
+    for name, text in loaded.items():
+        assert re.match(r"-- \S", text), f"{filename}:{name} has no description"
+
+
+def test_the_ledger_queries_the_adapter_runs_exist() -> None:
+    """ledger.sql names the queries PostgresLedger runs."""
+    assert {"charge_due", "ledger_rows"} <= set(queries("ledger.sql"))
+
+
+def test_files_are_loaded_once() -> None:
+    """Asking twice for one file returns the same parsed mapping, not a fresh parse."""
+    assert queries("ledger.sql") is queries("ledger.sql")
