@@ -10,11 +10,8 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
-
-from adapters.postgres import embedded_postgres
+from adapters.postgres import create_database, drop_database, embedded_postgres, with_database
 
 
 @contextmanager
@@ -28,28 +25,8 @@ def test_server() -> Iterator[str]:
             yield embedded
 
 
-def with_database(dsn: str, database: str) -> str:
-    """The same server DSN, naming another database."""
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + database))
-
-
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-async def create_database(dsn: str, name: str, *, template: str | None = None) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        clause = f' TEMPLATE "{template}"' if template else ""
-        await conn.execute(f'CREATE DATABASE "{name}"{clause}')
-    finally:
-        await conn.close()
-
-
-async def drop_database(dsn: str, name: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+__all__ = ["create_database", "drop_database", "test_server", "unique_name", "with_database"]

@@ -1,9 +1,10 @@
 """stall_core: the pure core of the SPEC-0038 queue-stall nudge.
 
 Import rule: this package imports only the standard library, attrs and
-itself. It reads no clock and draws no randomness (time, policy and random
-generators are arguments), and it reaches Postgres and HTTP only through the
-ports below. ruff's banned-api rule and tests/unit/test_purity.py enforce it.
+itself. Its decisions read no clock and draw no randomness (time, policy and
+random generators are arguments; only the Sweeper times its ticks, with the
+event loop's monotonic clock), and it reaches Postgres and HTTP only through
+the ports below. ruff's banned-api rule and tests/unit/test_purity.py enforce it.
 """
 
 from ._decide import (

@@ -12,7 +12,12 @@ __all__ = ["LedgerError", "LedgerPort", "WakeError", "WakePort"]
 
 
 class LedgerError(Exception):
-    """The ledger could not decide or charge; nothing was committed."""
+    """The ledger could not decide or charge.
+
+    Nothing was committed, except when the connection dropped after the
+    commit: then the charges stand and only their wakes are lost, which the
+    next backoff repairs.
+    """
 
 
 class WakeError(Exception):

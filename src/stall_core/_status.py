@@ -7,7 +7,18 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from ._decide import Capped, Charge, Drain, Idle, IdleReason, Wait, decide
+from ._decide import (
+    Capped,
+    Charge,
+    Drain,
+    Idle,
+    IdleReason,
+    Wait,
+    decide,
+    effective_nudges,
+    made_progress,
+    next_due_at,
+)
 from ._policy import PacingPolicy
 from ._values import QUARANTINE_QUEUE, LedgerRow, PairState
 
@@ -37,6 +48,7 @@ class PairStatus:
     pending_gated: int
     pending_ungated: int
     oldest_age: timedelta | None
+    #: Nudges spent since the last progress (None: no ledger row).
     nudges: int | None
     last_nudged_at: datetime | None
     next_due_at: datetime | None
@@ -67,7 +79,11 @@ def pair_status(
         case Idle(reason=IdleReason.FRESH):
             verdict = Verdict.FRESH
             assert pair.oldest is not None  # FRESH needs gated work
+            # Not before: the first tick strictly after the threshold, or the backoff if later.
             next_due = pair.oldest.created_at + policy.threshold
+            if row is not None and not made_progress(pair, row):
+                backoff = next_due_at(row, policy)
+                next_due = None if backoff is None else max(next_due, backoff)
         case Idle(reason=IdleReason.NO_RECEIVER):
             verdict = Verdict.NO_RECEIVER
         case Idle(reason=IdleReason.ENDPOINT_INACTIVE):
@@ -85,7 +101,7 @@ def pair_status(
         pending_gated=pending_gated,
         pending_ungated=pending_ungated,
         oldest_age=None if pair.oldest is None else now - pair.oldest.created_at,
-        nudges=None if row is None else row.nudges,
+        nudges=None if row is None else effective_nudges(pair, row),
         last_nudged_at=None if row is None else row.last_nudged_at,
         next_due_at=next_due,
         verdict=verdict,

@@ -35,7 +35,9 @@ class TickReport:
     now: datetime
     charged: tuple[Nudge, ...]
     deleted: tuple[PairKey, ...]
+    #: Nudges the wake port took (a queueing transport delivers them later).
     delivered: int
+    #: Nudges the wake port refused; their charges stand.
     failed: int
     duration_s: float
 
@@ -134,7 +136,11 @@ class Sweeper:
                 )
             else:
                 if on_report is not None:
-                    on_report(report)
+                    try:
+                        on_report(report)
+                    except Exception:
+                        # A broken report sink (a closed pipe, say) must not stop the sweep.
+                        log.exception("tick %d: reporting failed; the loop continues", report.tick)
             ran += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)

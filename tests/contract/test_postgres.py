@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from adapters.memory import RecordingWake, Todo
-from adapters.postgres import PostgresHost, PostgresLedger, migrate
+from adapters.postgres import HostError, PostgresHost, PostgresLedger, migrate
 from stall_core import (
     ChargeOutcome,
     LedgerError,
@@ -71,6 +71,29 @@ class TestPostgresLedger(LedgerContract):
         return PostgresDriver(pg_pool)
 
     # -- Postgres-only checks --------------------------------------------------
+
+    async def test_host_verb_mistakes_are_host_errors(self, driver: PostgresDriver) -> None:
+        """The reference host names a duplicate, a missing parent or bad text, changing nothing."""
+        await stalled_queue(driver)
+        before = await host_rows(driver.pool)
+        mistakes = [
+            (driver.add_endpoint("ep-1"), "endpoint 'ep-1' already exists"),
+            (
+                driver.create_todo("t", endpoint_id="nope", queue="q", created_at=T0),
+                "todo 't'",
+            ),
+            (
+                driver.create_todo("t", endpoint_id="ep-1", queue="q\x00", created_at=T0),
+                "todo 't'",
+            ),
+            (driver.complete("todo-ep-1-lane-l-0"), "is pending, not claimed"),
+            (driver.set_endpoint_state("ghost", "paused"), "no endpoint 'ghost'"),
+        ]
+        for verb, message in mistakes:
+            with pytest.raises(HostError, match=message):
+                await verb
+
+        assert before == await host_rows(driver.pool)
 
     async def test_a_nudge_spends_no_ring_budget_raw_rows(
         self, driver: PostgresDriver, pg_dsn: str

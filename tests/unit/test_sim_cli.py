@@ -60,6 +60,8 @@ def test_json_is_deterministic_for_a_seed(capsys: pytest.CaptureFixture[str]) ->
         (["--policy", "p:cap=0", "--compare", "p"], "--policy p: cap: must be at least 1"),
         (["--policy", "p:bogus=1"], "--policy p: unknown key 'bogus'"),
         (["--days", "0"], "--days: must be positive"),
+        (["--days", "1e12"], "--days: 1000000000000.0 days is too long"),
+        (["--tick", "99999999999d"], "--tick: '99999999999d' is too long"),
     ],
 )
 def test_bad_options_are_one_line_errors(

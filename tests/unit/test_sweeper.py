@@ -286,6 +286,30 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
     assert [RuntimeError] == [r.exc_info[0] for r in caplog.records if r.exc_info]
 
 
+async def test_a_failing_report_sink_does_not_stop_the_loop(
+    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An on_report callback that raises (a closed pipe) is logged and the loop goes on."""
+    ledger = ScriptedLedger(events, ChargeOutcome(), ChargeOutcome(), ChargeOutcome())
+    stop = asyncio.Event()
+    seen: list[int] = []
+
+    def sink(report: TickReport) -> None:
+        seen.append(report.tick)
+        if report.tick == 3:
+            stop.set()
+        raise BrokenPipeError("stdout closed")
+
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock)
+    with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
+        ran = await asyncio.wait_for(sweeper.run(interval=0.001, stop=stop, on_report=sink), 5)
+
+    assert (3, [1, 2, 3]) == (ran, seen)
+    assert ["tick 1: reporting failed; the loop continues"] == [
+        r.getMessage() for r in caplog.records
+    ][:1]
+
+
 async def test_run_returns_at_once_when_already_stopped(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:

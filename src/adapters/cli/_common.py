@@ -11,6 +11,9 @@ import asyncpg
 
 from adapters.postgres import describe
 
+#: Seconds any one statement may take before it is abandoned.
+COMMAND_TIMEOUT_S = 60.0
+
 __all__ = ["CliError", "add_dsn_argument", "open_pool", "positive_float", "resolve_dsn"]
 
 
@@ -58,6 +61,8 @@ async def open_pool(dsn: str, *, max_size: int = 4) -> AsyncIterator[asyncpg.Poo
             min_size=1,
             max_size=max_size,
             timeout=10,
+            # A hung server or a long lock wait fails the tick instead of freezing the loop.
+            command_timeout=COMMAND_TIMEOUT_S,
             server_settings={"application_name": "stall-nudge"},
         )
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:

@@ -30,8 +30,12 @@ from adapters.postgres import (
     EmbeddedUnavailable,
     PostgresHost,
     PostgresLedger,
+    create_database,
+    describe,
+    drop_database,
     embedded_postgres,
     migrate,
+    with_database,
 )
 from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
 
@@ -174,16 +178,14 @@ def _server(dsn: str | None) -> Iterator[str]:
 @asynccontextmanager
 async def _throwaway_database(dsn: str) -> AsyncIterator[str]:
     name = f"stall_demo_{uuid.uuid4().hex[:10]}"
-    async with open_pool(dsn, max_size=1) as pool:
-        await pool.execute(f'CREATE DATABASE "{name}"')
-    head, _, _ = dsn.partition("?")
-    base, _, _ = head.rpartition("/")
-    query = dsn[len(head) :]
     try:
-        yield f"{base}/{name}{query}"
+        await create_database(dsn, name)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError) as exc:
+        raise CliError(f"cannot create the demo database: {describe(exc)}", status=1) from None
+    try:
+        yield with_database(dsn, name)
     finally:
-        async with open_pool(dsn, max_size=1) as pool:
-            await pool.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await drop_database(dsn, name)
 
 
 async def _demo(dsn: str | None) -> int:

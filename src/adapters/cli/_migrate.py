@@ -40,7 +40,7 @@ async def _migrate(dsn: str, *, host_schema: bool) -> int:
             report = await migrate(conn, host_schema=host_schema)
         except MissingHostTables as exc:
             raise CliError(str(exc), status=1) from None
-        except asyncpg.PostgresError as exc:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             raise CliError(f"migration failed: {describe(exc)}", status=1) from None
     if report.created:
         print("created: " + ", ".join(report.created))

@@ -122,7 +122,10 @@ def parse_duration(option: str, text: str) -> timedelta:
     seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     if seconds <= 0:
         raise CliError(f"{option}: must be positive, got {text!r}")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise CliError(f"{option}: {text!r} is too long") from None
 
 
 def parse_policy(spec: str) -> tuple[str, SimPolicy]:
@@ -226,7 +229,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
             queues_per_endpoint=_number(
                 "--queues-per-endpoint", args.queues_per_endpoint, int, low=1
             ),
-            duration=timedelta(days=days),
+            duration=_days("--days", days),
             tick=parse_duration("--tick", args.tick),
             arrivals=Poisson(per_hour=rate) if burst == 1 else Bursts(per_hour=rate, size=burst),
             backlog=_number("--backlog", args.backlog, int, low=0),
@@ -237,6 +240,13 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def _days(option: str, days: float) -> timedelta:
+    try:
+        return timedelta(days=days)
+    except OverflowError:
+        raise CliError(f"{option}: {days!r} days is too long") from None
 
 
 def _non_negative_duration(option: str, text: str) -> timedelta:

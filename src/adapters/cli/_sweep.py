@@ -105,8 +105,16 @@ async def _sweep(dsn: str, *, once: bool, interval: float, as_json: bool) -> int
                 return 0
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            signals = (signal.SIGINT, signal.SIGTERM)
+
+            def stopping() -> None:
+                stop.set()
+                # A second signal during shutdown gets the default behaviour: quit now.
+                for sig in signals:
+                    loop.remove_signal_handler(sig)
+
+            for sig in signals:
+                loop.add_signal_handler(sig, stopping)
             await sweeper.run(
                 interval=interval,
                 stop=stop,

@@ -33,7 +33,11 @@ def parse_retry_after(value: str | None, now: datetime) -> timedelta | None:
         return None
     value = value.strip()
     if value.isdigit():
-        return timedelta(seconds=int(value))
+        # A hostile or absurd value must not crash the worker: the cap applies anyway.
+        try:
+            return timedelta(seconds=int(value))
+        except (OverflowError, ValueError):
+            return timedelta.max
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):

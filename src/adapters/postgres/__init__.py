@@ -1,8 +1,9 @@
 """The Postgres adapters: the nudge ledger, its migration and the reference host verbs."""
 
+from ._admin import create_database, drop_database, with_database
 from ._embedded import EmbeddedUnavailable, embedded_postgres
 from ._errors import describe
-from ._host import HostError, PostgresHost, TodoRow
+from ._host import HostError, PostgresHost
 from ._ledger import PostgresLedger
 from ._migrate import (
     HOST_TABLES,
@@ -23,11 +24,13 @@ __all__ = [
     "MissingHostTables",
     "PostgresHost",
     "PostgresLedger",
-    "TodoRow",
+    "create_database",
     "describe",
+    "drop_database",
     "embedded_postgres",
     "migrate",
     "missing_tables",
     "parse_queries",
     "queries",
+    "with_database",
 ]

@@ -7,7 +7,7 @@ Verbs raise ``HostError`` naming what was wrong, with nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -16,12 +16,9 @@ from stall_core import aware
 
 from ._sql import queries
 
-__all__ = ["HostError", "PostgresHost", "TodoRow"]
+__all__ = ["HostError", "PostgresHost"]
 
 _SQL = queries("host.sql")
-
-#: A todos row as a plain mapping of every column.
-TodoRow = Mapping[str, object]
 
 
 class HostError(ValueError):
@@ -35,7 +32,7 @@ class PostgresHost:
         self._pool = pool
 
     async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None:
-        await self._pool.execute(_SQL["add_endpoint"], endpoint_id, state)
+        await self._insert(f"endpoint {endpoint_id!r}", "add_endpoint", endpoint_id, state)
 
     async def set_endpoint_state(self, endpoint_id: str, state: str) -> None:
         await self._expect(
@@ -45,8 +42,9 @@ class PostgresHost:
     async def add_delivery(
         self, delivery_id: str, *, endpoint_id: str, verified: bool, received_at: datetime
     ) -> None:
-        await self._pool.execute(
-            _SQL["add_delivery"],
+        await self._insert(
+            f"delivery {delivery_id!r}",
+            "add_delivery",
             delivery_id,
             endpoint_id,
             verified,
@@ -63,8 +61,15 @@ class PostgresHost:
         queues: Iterable[str] | None = None,
         enabled: bool = True,
     ) -> None:
-        await self._pool.execute(
-            _SQL["add_hook"], hook_id, endpoint_id, url, secret, _queues(queues), enabled
+        await self._insert(
+            f"hook {hook_id!r}",
+            "add_hook",
+            hook_id,
+            endpoint_id,
+            url,
+            secret,
+            _queues(queues),
+            enabled,
         )
 
     async def set_hook_enabled(
@@ -87,8 +92,9 @@ class PostgresHost:
         delivery_id: str | None = None,
         title: str | None = None,
     ) -> None:
-        await self._pool.execute(
-            _SQL["create_todo"],
+        await self._insert(
+            f"todo {todo_id!r}",
+            "create_todo",
             todo_id,
             endpoint_id,
             queue,
@@ -129,6 +135,16 @@ class PostgresHost:
     async def todos(self) -> dict[str, dict[str, object]]:
         """Every todo row, every column, keyed by id."""
         return {r["id"]: dict(r) for r in await self._pool.fetch(_SQL["todos"])}
+
+    async def _insert(self, what: str, name: str, *args: object) -> None:
+        try:
+            await self._pool.execute(_SQL[name], *args)
+        except asyncpg.UniqueViolationError:
+            raise HostError(f"{what} already exists") from None
+        except asyncpg.ForeignKeyViolationError as exc:
+            raise HostError(f"{what}: {exc.detail or exc}") from None
+        except (asyncpg.CheckViolationError, asyncpg.CharacterNotInRepertoireError) as exc:
+            raise HostError(f"{what}: {exc}") from None
 
     async def _expect(self, sql: str, what: str, *args: object) -> None:
         if await self._pool.fetchval(sql, *args) is None:

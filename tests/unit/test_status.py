@@ -1,0 +1,125 @@
+"""The status verdicts: the sweep's own decision, worded for `stall-nudge status`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from stall_core import (
+    LedgerRow,
+    PacingPolicy,
+    PairState,
+    TodoRef,
+    Verdict,
+    pair_status,
+)
+from tests.support import T0, minutes
+
+POLICY = PacingPolicy()
+
+
+def pair(
+    queue: str = "lane",
+    *,
+    oldest_at: datetime | None = T0,
+    active: bool = True,
+    receiver: bool = True,
+    claimed: datetime | None = None,
+) -> PairState:
+    return PairState(
+        endpoint_id="ep",
+        queue=queue,
+        oldest=None if oldest_at is None else TodoRef(id="t", created_at=oldest_at),
+        endpoint_active=active,
+        has_receiver=receiver,
+        last_claimed_at=claimed,
+    )
+
+
+def row(nudges: int, at: datetime) -> LedgerRow:
+    return LedgerRow(endpoint_id="ep", queue="lane", nudges=nudges, last_nudged_at=at)
+
+
+@pytest.mark.parametrize(
+    ("state", "ledger", "now", "verdict"),
+    [
+        (pair(), None, T0 + minutes(1), Verdict.FRESH),
+        (pair(), None, T0 + minutes(3), Verdict.DUE),
+        (pair(), row(1, T0 + minutes(3)), T0 + minutes(4), Verdict.BACKING_OFF),
+        (pair(), row(5, T0 + minutes(3)), T0 + timedelta(days=3), Verdict.CAPPED),
+        (pair(receiver=False), None, T0 + minutes(3), Verdict.NO_RECEIVER),
+        (pair(active=False), None, T0 + minutes(3), Verdict.ENDPOINT_INACTIVE),
+        (pair("quarantine"), None, T0 + minutes(3), Verdict.QUARANTINE),
+        (pair(oldest_at=None), row(2, T0), T0 + minutes(3), Verdict.DRAINED),
+    ],
+)
+def test_each_verdict(
+    state: PairState, ledger: LedgerRow | None, now: datetime, verdict: Verdict
+) -> None:
+    """Each kind of pair gets the verdict its sweep decision implies."""
+    assert (
+        verdict
+        == pair_status(
+            state, ledger, pending_gated=1, pending_ungated=0, now=now, policy=POLICY
+        ).verdict
+    )
+
+
+def test_only_unverified_work_is_ungated() -> None:
+    """A pair whose pending todos all failed the sender gate reads 'ungated'."""
+    status = pair_status(
+        pair(oldest_at=None), None, pending_gated=0, pending_ungated=3, now=T0, policy=POLICY
+    )
+
+    assert (Verdict.UNGATED, 3) == (status.verdict, status.pending_ungated)
+
+
+def test_nudges_count_since_progress() -> None:
+    """After a claim, a capped pair shows 0 nudges spent and is due now."""
+    nudged = T0 + minutes(3)
+    now = T0 + timedelta(hours=9)
+    status = pair_status(
+        pair(claimed=now - minutes(1)),
+        row(5, nudged),
+        pending_gated=2,
+        pending_ungated=0,
+        now=now,
+        policy=POLICY,
+    )
+
+    assert (Verdict.DUE, 0, now, nudged) == (
+        status.verdict,
+        status.nudges,
+        status.next_due_at,
+        status.last_nudged_at,
+    )
+
+
+def test_backing_off_says_when_next() -> None:
+    """A backing-off pair's next due time is its last nudge plus the next backoff step."""
+    status = pair_status(
+        pair(),
+        row(2, T0 + minutes(3)),
+        pending_gated=1,
+        pending_ungated=0,
+        now=T0 + minutes(10),
+        policy=POLICY,
+    )
+
+    assert T0 + minutes(3) + POLICY.backoff[1] == status.next_due_at
+    assert minutes(10) == status.oldest_age
+
+
+def test_fresh_work_behind_a_backoff_is_due_at_the_later_time() -> None:
+    """Fresh work on a pair still backing off is not due before its backoff ends."""
+    status = pair_status(
+        pair(oldest_at=T0 + minutes(9)),
+        row(1, T0 + minutes(8)),
+        pending_gated=1,
+        pending_ungated=0,
+        now=T0 + minutes(10),
+        policy=POLICY,
+    )
+
+    assert (Verdict.FRESH, T0 + minutes(13)) == (status.verdict, status.next_due_at)
