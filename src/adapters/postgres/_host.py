@@ -2,7 +2,9 @@
 
 The demo, the soak and the contract suite use it to create, claim and
 complete todos the way switchboard does, including the todo_ready NOTIFY.
-Verbs raise ``HostError`` naming what was wrong, with nothing changed.
+Verbs raise ``HostError`` naming what was wrong, with nothing changed; text
+PostgreSQL cannot store (a NUL character) is refused before any statement,
+naming the field and never quoting a secret.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ class PostgresHost:
         self._pool = pool
 
     async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None:
+        _storable(endpoint_id=endpoint_id, state=state)
         await self._pool.execute(_SQL["add_endpoint"], endpoint_id, state)
 
     async def set_endpoint_state(self, endpoint_id: str, state: str) -> None:
+        _storable(endpoint_id=endpoint_id, state=state)
         await self._expect(
             _SQL["set_endpoint_state"], f"endpoint {endpoint_id!r}", endpoint_id, state
         )
@@ -45,6 +49,7 @@ class PostgresHost:
     async def add_delivery(
         self, delivery_id: str, *, endpoint_id: str, verified: bool, received_at: datetime
     ) -> None:
+        _storable(delivery_id=delivery_id, endpoint_id=endpoint_id)
         await self._pool.execute(
             _SQL["add_delivery"],
             delivery_id,
@@ -63,6 +68,7 @@ class PostgresHost:
         queues: Iterable[str] | None = None,
         enabled: bool = True,
     ) -> None:
+        _storable(hook_id=hook_id, endpoint_id=endpoint_id, url=url, secret=secret)
         await self._pool.execute(
             _SQL["add_hook"], hook_id, endpoint_id, url, secret, _queues(queues), enabled
         )
@@ -75,7 +81,9 @@ class PostgresHost:
         )
 
     async def set_hook_queues(self, hook_id: str, queues: Iterable[str] | None) -> None:
-        await self._expect(_SQL["set_hook_queues"], f"hook {hook_id!r}", hook_id, _queues(queues))
+        listed = _queues(queues)
+        _storable(hook_id=hook_id, **{f"queue {i}": q for i, q in enumerate(listed or ())})
+        await self._expect(_SQL["set_hook_queues"], f"hook {hook_id!r}", hook_id, listed)
 
     async def create_todo(
         self,
@@ -87,6 +95,13 @@ class PostgresHost:
         delivery_id: str | None = None,
         title: str | None = None,
     ) -> None:
+        _storable(
+            todo_id=todo_id,
+            endpoint_id=endpoint_id,
+            queue=queue,
+            delivery_id=delivery_id,
+            title=title,
+        )
         await self._pool.execute(
             _SQL["create_todo"],
             todo_id,
@@ -112,6 +127,7 @@ class PostgresHost:
         lease: timedelta = timedelta(minutes=5),
     ) -> str | None:
         """Claim the pair's oldest pending todo; return its id, or None when there is none."""
+        _storable(endpoint_id=endpoint_id, queue=queue, owner=owner)
         todo_id: str | None = await self._pool.fetchval(
             _SQL["claim_next"], endpoint_id, queue, owner, aware("at", at), lease
         )
@@ -141,6 +157,16 @@ class PostgresHost:
         if state is None:
             raise HostError(f"no todo {todo_id!r}")
         raise HostError(f"todo {todo_id!r} is {state}, not {needs}")
+
+
+def _storable(**fields: str | None) -> None:
+    """Refuse text PostgreSQL cannot store (NUL) by field name; the value is never quoted."""
+    for name, value in fields.items():
+        if value is not None and "\x00" in value:
+            raise HostError(
+                f"{name.replace('_', ' ')} contains a NUL character, which PostgreSQL text "
+                "cannot store; nothing was written"
+            )
 
 
 def _queues(queues: Iterable[str] | None) -> list[str] | None:
