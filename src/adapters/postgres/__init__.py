@@ -12,11 +12,13 @@ from ._migrate import (
     migrate,
     missing_tables,
 )
+from ._notify import TODO_READY_CHANNEL, parse_todo_ready
 from ._sql import parse_queries, queries
 
 __all__ = [
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "TODO_READY_CHANNEL",
     "EmbeddedUnavailable",
     "HostError",
     "MigrationReport",
@@ -29,5 +31,6 @@ __all__ = [
     "migrate",
     "missing_tables",
     "parse_queries",
+    "parse_todo_ready",
     "queries",
 ]
