@@ -1,6 +1,6 @@
 """The soak: four sweeper processes, one PostgreSQL, a loopback receiver, faults, invariants.
 
-    python -m benchmarks.soak --minutes 10
+    .venv/bin/python benchmarks/soak.py --minutes 10   # or: python -m benchmarks.soak
 
 Real parts only, on a compressed clock (policy in seconds, not minutes):
 
@@ -62,8 +62,12 @@ from adapters.http import HookDispatcher, PostgresHooks
 from adapters.postgres import PostgresHost, migrate
 from stall_core import TodoRef, WakeError
 
-from .soak_check import ChargeRecord, Findings, MessageRecord, check
-from .soak_worker import SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
+if __package__ in (None, ""):  # run as `python benchmarks/soak.py`: the repository is the root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# The two imports below need the path set above when run as a script.
+from benchmarks.soak_check import ChargeRecord, Findings, MessageRecord, check
+from benchmarks.soak_worker import SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
 
 __all__ = ["SoakResult", "main", "run_soak"]
 
