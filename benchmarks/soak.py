@@ -120,6 +120,8 @@ class SoakResult:
     bad_signatures: int
     max_between_claims: int
     liveness_failures: tuple[str, ...]
+    #: failed ticks whose error was not a LedgerError (the port's contract)
+    raw_tick_errors: int
     stuck_claims: int
     findings: Findings
     details: dict[str, Any]
@@ -135,6 +137,7 @@ class SoakResult:
             and self.bad_signatures == 0
             and self.max_between_claims <= SOAK_POLICY.cap
             and not self.liveness_failures
+            and self.raw_tick_errors == 0
             and all(self.fault_counts.get(k, 0) > 0 for k in FAULT_CLASSES)
         )
 
@@ -807,7 +810,7 @@ async def _collect(
     events = list(_journals(soak.workdir))
     charges: list[ChargeRecord] = []
     drains: dict[tuple[str, str], list[datetime]] = defaultdict(list)
-    ticks = ok_ticks = 0
+    ticks = ok_ticks = raw_errors = 0
     dropped: dict[tuple[int, int], int] = {}
     for e in events:
         if e["e"] == "stats":
@@ -816,6 +819,7 @@ async def _collect(
             continue
         ticks += 1
         if not e["ok"]:
+            raw_errors += e.get("kind", "LedgerError") != "LedgerError"
             continue
         ok_ticks += 1
         at = datetime.fromisoformat(e["at"])
@@ -894,6 +898,7 @@ async def _collect(
         bad_signatures=receiver.bad_signatures,
         max_between_claims=findings.max_between_claims,
         liveness_failures=tuple(liveness),
+        raw_tick_errors=raw_errors,
         stuck_claims=stuck,
         findings=findings,
         details=details,
@@ -956,6 +961,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bad_signatures": result.bad_signatures,
                 "max_nudges_between_claims": result.max_between_claims,
                 "liveness_failures": list(result.liveness_failures),
+                "raw_tick_errors": result.raw_tick_errors,
                 "fault_counts": result.fault_counts,
                 **result.details,
             },

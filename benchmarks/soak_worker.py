@@ -95,7 +95,9 @@ class JournalingLedger:
         try:
             outcome = await self._inner.charge_due(now=now, policy=policy)
         except Exception as exc:
-            self._journal.write("tick", at=now.isoformat(), ok=False, err=str(exc)[:200])
+            self._journal.write(
+                "tick", at=now.isoformat(), ok=False, kind=type(exc).__name__, err=str(exc)[:200]
+            )
             raise
         self._journal.write(
             "tick",

@@ -23,7 +23,7 @@ def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
         result.ungated_named,
         result.bad_signatures,
     )
-    assert () == result.liveness_failures
+    assert ((), 0) == (result.liveness_failures, result.raw_tick_errors)
     assert result.max_between_claims <= 5
     assert [] == [name for name in FAULT_CLASSES if not result.fault_counts.get(name)]
     assert len(result.details["killed_worker_pids"]) == 2  # the SIGKILLed worker came back
