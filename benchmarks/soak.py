@@ -83,7 +83,13 @@ HANG_S = 1.5
 RECOVERY_S = 15.0
 #: Chaos odds per request while receiver faults are on.
 CHAOS = (("500", 0.08), ("hang", 0.05), ("reset", 0.05), ("redirect", 0.04))
-DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+DB_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a pool resetting a connection the server just closed
+    OSError,
+    TimeoutError,
+)
 
 
 def _now() -> datetime:

@@ -151,7 +151,13 @@ async def _connect(dsn: str, stop: asyncio.Event) -> asyncpg.Pool | None:
                 command_timeout=10,
                 server_settings={"application_name": SWEEPER_APP},
             )
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+        except (
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,
+            OSError,
+            TimeoutError,
+        ):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
     return None
