@@ -805,7 +805,7 @@ async def _settle(pool: asyncpg.Pool, settle: float) -> int:
 
 async def _progress(soak: Soak, pool: asyncpg.Pool, receiver: Receiver, say: Any) -> None:
     started = time.monotonic()
-    while True:
+    for _ in range(10_000):  # bounded; cancelled when the load phase is over
         await asyncio.sleep(30)
         with contextlib.suppress(*DB_ERRORS):
             pending = await _pending_gated(pool)
