@@ -84,7 +84,7 @@ class TestPostgresLedger(LedgerContract):
             ),
             (
                 driver.create_todo("t", endpoint_id="ep-1", queue="q\x00", created_at=T0),
-                "todo 't'",
+                "queue contains a NUL character",
             ),
             (driver.complete("todo-ep-1-lane-l-0"), "is pending, not claimed"),
             (driver.set_endpoint_state("ghost", "paused"), "no endpoint 'ghost'"),

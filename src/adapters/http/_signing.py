@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
 _PREFIX = "whsec_"
 _MIN_KEY, _MAX_KEY = 24, 64
 _SCHEMES = frozenset({"http", "https"})
+#: Characters no host name can hold (besides whitespace and controls).
+_NOT_IN_HOSTS = frozenset('<>"{}|\\^`%')
 
 
 class HookRefused(ValueError):
@@ -68,9 +71,26 @@ def safe_url(url: str) -> str:
         raise UnsupportedUrl(f"URL scheme {scheme or '(none)'!r} is not http or https")
     if not parts.hostname:
         raise UnsupportedUrl("URL has no host")
+    _check_host(parts.hostname)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = host if port is None else f"{host}:{port}"
     return f"{scheme}://{netloc}{parts.path}"
+
+
+def _check_host(host: str) -> None:
+    """Refuse a host no resolver can look up, so it is never handed to the network stack."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return
+    if any(c.isspace() or not c.isprintable() or c in _NOT_IN_HOSTS for c in host):
+        raise UnsupportedUrl("URL host contains characters no host name can hold")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise UnsupportedUrl("URL host is not a valid host name") from None
 
 
 def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:

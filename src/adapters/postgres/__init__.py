@@ -13,11 +13,13 @@ from ._migrate import (
     migrate,
     missing_tables,
 )
+from ._notify import TODO_READY_CHANNEL, parse_todo_ready
 from ._sql import parse_queries, queries
 
 __all__ = [
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "TODO_READY_CHANNEL",
     "EmbeddedUnavailable",
     "HostError",
     "MigrationReport",
@@ -31,6 +33,7 @@ __all__ = [
     "migrate",
     "missing_tables",
     "parse_queries",
+    "parse_todo_ready",
     "queries",
     "with_database",
 ]

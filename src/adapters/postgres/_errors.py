@@ -32,5 +32,13 @@ def as_ledger_error(what: str) -> Iterator[None]:
     """Re-raise database and connection failures as ``LedgerError`` naming ``what`` failed."""
     try:
         yield
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except (
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        # asyncpg's protocol state error: a pool resetting a connection the server just
+        # terminated (pg_terminate_backend) raises it; it is neither of the two above.
+        asyncpg.InternalClientError,
+        OSError,
+        TimeoutError,
+    ) as exc:
         raise LedgerError(f"{what}: {describe(exc)}") from exc

@@ -2,7 +2,9 @@
 
 The demo, the soak and the contract suite use it to create, claim and
 complete todos the way switchboard does, including the todo_ready NOTIFY.
-Verbs raise ``HostError`` naming what was wrong, with nothing changed.
+Verbs raise ``HostError`` naming what was wrong, with nothing changed; text
+PostgreSQL cannot store (a NUL character) is refused before any statement,
+naming the field and never quoting a secret.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ class PostgresHost:
         self._pool = pool
 
     async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None:
+        _storable(endpoint_id=endpoint_id, state=state)
         await self._insert(f"endpoint {endpoint_id!r}", "add_endpoint", endpoint_id, state)
 
     async def set_endpoint_state(self, endpoint_id: str, state: str) -> None:
+        _storable(endpoint_id=endpoint_id, state=state)
         await self._expect(
             _SQL["set_endpoint_state"], f"endpoint {endpoint_id!r}", endpoint_id, state
         )
@@ -42,6 +46,7 @@ class PostgresHost:
     async def add_delivery(
         self, delivery_id: str, *, endpoint_id: str, verified: bool, received_at: datetime
     ) -> None:
+        _storable(delivery_id=delivery_id, endpoint_id=endpoint_id)
         await self._insert(
             f"delivery {delivery_id!r}",
             "add_delivery",
@@ -61,6 +66,7 @@ class PostgresHost:
         queues: Iterable[str] | None = None,
         enabled: bool = True,
     ) -> None:
+        _storable(hook_id=hook_id, endpoint_id=endpoint_id, url=url, secret=secret)
         await self._insert(
             f"hook {hook_id!r}",
             "add_hook",
@@ -80,7 +86,9 @@ class PostgresHost:
         )
 
     async def set_hook_queues(self, hook_id: str, queues: Iterable[str] | None) -> None:
-        await self._expect(_SQL["set_hook_queues"], f"hook {hook_id!r}", hook_id, _queues(queues))
+        listed = _queues(queues)
+        _storable(hook_id=hook_id, **{f"queue {i}": q for i, q in enumerate(listed or ())})
+        await self._expect(_SQL["set_hook_queues"], f"hook {hook_id!r}", hook_id, listed)
 
     async def create_todo(
         self,
@@ -92,6 +100,13 @@ class PostgresHost:
         delivery_id: str | None = None,
         title: str | None = None,
     ) -> None:
+        _storable(
+            todo_id=todo_id,
+            endpoint_id=endpoint_id,
+            queue=queue,
+            delivery_id=delivery_id,
+            title=title,
+        )
         await self._insert(
             f"todo {todo_id!r}",
             "create_todo",
@@ -118,6 +133,7 @@ class PostgresHost:
         lease: timedelta = timedelta(minutes=5),
     ) -> str | None:
         """Claim the pair's oldest pending todo; return its id, or None when there is none."""
+        _storable(endpoint_id=endpoint_id, queue=queue, owner=owner)
         todo_id: str | None = await self._pool.fetchval(
             _SQL["claim_next"], endpoint_id, queue, owner, aware("at", at), lease
         )
@@ -143,7 +159,7 @@ class PostgresHost:
             raise HostError(f"{what} already exists") from None
         except asyncpg.ForeignKeyViolationError as exc:
             raise HostError(f"{what}: {exc.detail or exc}") from None
-        except (asyncpg.CheckViolationError, asyncpg.CharacterNotInRepertoireError) as exc:
+        except asyncpg.CheckViolationError as exc:
             raise HostError(f"{what}: {exc}") from None
 
     async def _expect(self, sql: str, what: str, *args: object) -> None:
@@ -157,6 +173,16 @@ class PostgresHost:
         if state is None:
             raise HostError(f"no todo {todo_id!r}")
         raise HostError(f"todo {todo_id!r} is {state}, not {needs}")
+
+
+def _storable(**fields: str | None) -> None:
+    """Refuse text PostgreSQL cannot store (NUL) by field name; the value is never quoted."""
+    for name, value in fields.items():
+        if value is not None and "\x00" in value:
+            raise HostError(
+                f"{name.replace('_', ' ')} contains a NUL character, which PostgreSQL text "
+                "cannot store; nothing was written"
+            )
 
 
 def _queues(queues: Iterable[str] | None) -> list[str] | None:

@@ -1,0 +1,1 @@
+"""Scripts that print figures (the soak, sweep cost); never timed tests."""

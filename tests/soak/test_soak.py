@@ -1,0 +1,35 @@
+"""A brief soak in the suite: four sweeper processes, every fault class, every invariant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from benchmarks.soak import FAULT_CLASSES, run_soak
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
+    """Under every injected fault: no duplicate wake, no lost todo, no todo write, all ticking."""
+    lines: list[str] = []
+
+    # recovery=None: every sweeper must tick OK again after each fault, with no time bound.
+    result = run_soak(
+        0.35, pairs=2000, settle=25, recovery=None, workdir=tmp_path, say=lines.append
+    )
+
+    assert (0, 0) == (result.duplicates, result.lost_todos), result.details
+    assert (0, 0, 0, 0) == (
+        result.audit_writes,
+        result.unattributed,
+        result.ungated_named,
+        result.bad_signatures,
+    )
+    assert ((), 0) == (result.liveness_failures, result.raw_tick_errors)
+    assert result.max_between_claims <= 5
+    assert [] == [name for name in FAULT_CLASSES if not result.fault_counts.get(name)]
+    assert len(result.details["killed_worker_pids"]) == 2  # the SIGKILLed worker came back
+    assert result.wakes > 0
+    assert result.ok
+    assert result.line().startswith("soak: ticks=")
