@@ -5,39 +5,58 @@
 -- name: charge_due
 -- Decide, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
 -- $1 now, $2 threshold, $3 backoff interval[], $4 cap, $5 tick_limit, $6 quarantine queue name
-WITH RECURSIVE pairs AS (
-    -- Loose index scan: one step per distinct (endpoint_id, queue) with a pending todo.
-    (SELECT t.endpoint_id, t.queue
+--
+-- Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
+-- pending work (the skip scan), whose first entry is already that pair's oldest
+-- pending todo; then only cheap probes (a tiny index of unverified deliveries,
+-- the ledger by hash, and the progress index for pairs that have a ledger row).
+WITH RECURSIVE heads AS (
+    -- Skip scan over stall_nudge_todos_pending: one step per pair with a pending todo.
+    -- The index orders a pair's entries oldest first, so each step's row is the
+    -- pair's oldest pending todo (ties by id in "C" order, as the core breaks them).
+    -- ~<~ / ~>~ are the byte-wise (text_pattern_ops) order the index is built in:
+    -- each step checks the bound on every entry of the page it lands on, and a
+    -- memcmp costs far less there than a locale-aware comparison.
+    (SELECT t.endpoint_id, t.queue, t.created_at, t.id, t.delivery_id
        FROM todos t
       WHERE t.state = 'pending'
-      ORDER BY t.endpoint_id, t.queue
+      ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
       LIMIT 1)
     UNION ALL
-    SELECT nxt.endpoint_id, nxt.queue
-      FROM pairs p
+    SELECT nxt.endpoint_id, nxt.queue, nxt.created_at, nxt.id, nxt.delivery_id
+      FROM heads h
      CROSS JOIN LATERAL (
-            SELECT t.endpoint_id, t.queue
+            SELECT t.endpoint_id, t.queue, t.created_at, t.id, t.delivery_id
               FROM todos t
              WHERE t.state = 'pending'
-               AND (t.endpoint_id, t.queue) > (p.endpoint_id, p.queue)
-             ORDER BY t.endpoint_id, t.queue
+               AND (t.endpoint_id, t.queue) ~>~ (h.endpoint_id, h.queue)
+             ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
              LIMIT 1) nxt
 ),
 work AS (
     -- Each pair's oldest pending todo that passes the sender gate; quarantine is not work.
-    SELECT p.endpoint_id, p.queue, o.id AS todo_id, o.created_at, o.title
-      FROM pairs p
+    -- Usually the head itself; only when the head's delivery is unverified does the
+    -- second branch search the pair (LIMIT 1 over UNION ALL never starts it otherwise).
+    -- "No unverified delivery with this id" is "verified" because todos.delivery_id
+    -- references deliveries(id) (host schema), and it probes a tiny partial index.
+    SELECT h.endpoint_id, h.queue, g.id AS todo_id, g.created_at
+      FROM heads h
      CROSS JOIN LATERAL (
-            SELECT t.id, t.created_at, t.title
-              FROM todos t
-              LEFT JOIN deliveries d ON d.id = t.delivery_id
-             WHERE t.endpoint_id = p.endpoint_id
-               AND t.queue = p.queue
-               AND t.state = 'pending'
-               AND (t.delivery_id IS NULL OR d.verified)
-             ORDER BY t.created_at, t.id COLLATE "C"
-             LIMIT 1) o
-     WHERE p.queue <> $6
+            (SELECT h.id, h.created_at
+              WHERE h.delivery_id IS NULL
+                 OR NOT EXISTS (SELECT 1 FROM deliveries d
+                                 WHERE d.id = h.delivery_id AND NOT d.verified))
+            UNION ALL
+            (SELECT t.id, t.created_at
+               FROM todos t
+              WHERE t.endpoint_id = h.endpoint_id AND t.queue = h.queue AND t.state = 'pending'
+                AND (t.delivery_id IS NULL
+                     OR NOT EXISTS (SELECT 1 FROM deliveries d
+                                     WHERE d.id = t.delivery_id AND NOT d.verified))
+              ORDER BY t.created_at, t.id COLLATE "C"
+              LIMIT 1)
+            LIMIT 1) g
+     WHERE h.queue <> $6
 ),
 stale AS (
     -- Ledger rows whose pair has no gate-passing pending todo left.
@@ -55,9 +74,11 @@ drained AS (
        AND n.nudges = s.nudges AND n.last_nudged_at = s.last_nudged_at
     RETURNING n.endpoint_id, n.queue
 ),
-candidate AS (
+candidate AS MATERIALIZED (
     -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
-    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, w.title,
+    -- Those cheap tests come first; the progress probe runs once, only for pairs with
+    -- a ledger row (MATERIALIZED keeps "spent" from being computed again in "due").
+    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at,
            CASE
                WHEN r.endpoint_id IS NULL THEN 0
                WHEN EXISTS (SELECT 1 FROM todos t
@@ -106,9 +127,11 @@ charged AS (
                 >= n.last_nudged_at + ($3::interval[])[LEAST(n.nudges, cardinality($3::interval[]))])
     RETURNING n.endpoint_id, n.queue, n.nudges
 )
-SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, d.todo_id, d.created_at, d.title, d.rank
+-- The title is read for the (at most tick_limit) charged todos only.
+SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, d.todo_id, d.created_at, t.title, d.rank
   FROM charged c
   JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
+  JOIN todos t ON t.id = d.todo_id
 UNION ALL
 SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL
   FROM drained x
