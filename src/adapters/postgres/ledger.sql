@@ -35,33 +35,41 @@ WITH RECURSIVE heads AS (
 ),
 work AS (
     -- Each pair's oldest pending todo that passes the sender gate; quarantine is not work.
-    -- Usually the head itself; only when the head's delivery is unverified does the
-    -- second branch search the pair (LIMIT 1 over UNION ALL never starts it otherwise).
+    -- Usually the head itself (first branch, one hashed lookup per pair); only a pair
+    -- whose head came from an unverified delivery is searched again (second branch).
     -- "No unverified delivery with this id" is "verified" because todos.delivery_id
-    -- references deliveries(id) (host schema), and it probes a tiny partial index.
-    SELECT h.endpoint_id, h.queue, g.id AS todo_id, g.created_at
+    -- references deliveries(id) (host schema); unverified deliveries are few, and
+    -- stall_nudge_deliveries_unverified holds only them.
+    SELECT h.endpoint_id, h.queue, h.id AS todo_id, h.created_at
       FROM heads h
-     CROSS JOIN LATERAL (
-            (SELECT h.id, h.created_at
-              WHERE h.delivery_id IS NULL
-                 OR NOT EXISTS (SELECT 1 FROM deliveries d
-                                 WHERE d.id = h.delivery_id AND NOT d.verified))
-            UNION ALL
-            (SELECT t.id, t.created_at
-               FROM todos t
-              WHERE t.endpoint_id = h.endpoint_id AND t.queue = h.queue AND t.state = 'pending'
-                AND (t.delivery_id IS NULL
-                     OR NOT EXISTS (SELECT 1 FROM deliveries d
-                                     WHERE d.id = t.delivery_id AND NOT d.verified))
-              ORDER BY t.created_at, t.id COLLATE "C"
-              LIMIT 1)
-            LIMIT 1) g
      WHERE h.queue <> $6
+       AND (h.delivery_id IS NULL
+            OR NOT EXISTS (SELECT 1 FROM deliveries d
+                            WHERE d.id = h.delivery_id AND NOT d.verified))
+    UNION ALL
+    SELECT h.endpoint_id, h.queue, g.id, g.created_at
+      FROM heads h
+      JOIN deliveries u ON u.id = h.delivery_id AND NOT u.verified
+     CROSS JOIN LATERAL (
+            SELECT t.id, t.created_at
+              FROM todos t
+             WHERE t.endpoint_id = h.endpoint_id AND t.queue = h.queue AND t.state = 'pending'
+               AND (t.delivery_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM deliveries d
+                                    WHERE d.id = t.delivery_id AND NOT d.verified))
+             ORDER BY t.created_at, t.id COLLATE "C"
+             LIMIT 1) g
+     WHERE h.queue <> $6
+),
+ledger AS MATERIALIZED (
+    -- The ledger read once (a pair count of small rows), then hash-joined twice,
+    -- instead of one primary-key probe per pair.
+    SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at FROM queue_stall_nudges n
 ),
 stale AS (
     -- Ledger rows whose pair has no gate-passing pending todo left.
     SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
-      FROM queue_stall_nudges n
+      FROM ledger n
      WHERE NOT EXISTS (SELECT 1 FROM work w
                         WHERE w.endpoint_id = n.endpoint_id AND w.queue = n.queue)
 ),
@@ -89,22 +97,26 @@ candidate AS MATERIALIZED (
            r.last_nudged_at
       FROM work w
       JOIN endpoints e ON e.id = w.endpoint_id AND e.state = 'active'
-      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+      LEFT JOIN ledger r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
      WHERE w.created_at < $1::timestamptz - $2::interval
        AND EXISTS (SELECT 1 FROM notify_hooks h
                     WHERE h.endpoint_id = w.endpoint_id AND h.enabled
                       AND (h.queues IS NULL OR w.queue = ANY (h.queues)))
 ),
 due AS (
+    -- D6 order; the inner ORDER BY ... LIMIT is a top-N sort, so a storm of due
+    -- pairs is never sorted whole.
     SELECT c.*,
            row_number() OVER (ORDER BY c.spent, c.created_at,
                               c.endpoint_id COLLATE "C", c.queue COLLATE "C") AS rank
-      FROM candidate c
-     WHERE c.spent = 0
-        OR (c.spent < $4
-            AND $1 >= c.last_nudged_at + ($3::interval[])[LEAST(c.spent, cardinality($3::interval[]))])
-     ORDER BY rank
-     LIMIT $5
+      FROM (SELECT c.*
+              FROM candidate c
+             WHERE c.spent = 0
+                OR (c.spent < $4
+                    AND $1 >= c.last_nudged_at
+                              + ($3::interval[])[LEAST(c.spent, cardinality($3::interval[]))])
+             ORDER BY c.spent, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
+             LIMIT $5) c
 ),
 charged AS (
     -- ON CONFLICT re-checks "due" on the row as locked: a nudge another sweeper
