@@ -33,45 +33,46 @@ WITH RECURSIVE heads AS (
              ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
              LIMIT 1) nxt
 ),
-work AS (
-    -- Each pair's oldest pending todo that passes the sender gate; quarantine is not work.
-    -- Usually the head itself (first branch, one hashed lookup per pair); only a pair
-    -- whose head came from an unverified delivery is searched again (second branch).
-    -- "No unverified delivery with this id" is "verified" because todos.delivery_id
-    -- references deliveries(id) (host schema); unverified deliveries are few, and
-    -- stall_nudge_deliveries_unverified holds only them.
-    SELECT h.endpoint_id, h.queue, h.id AS todo_id, h.created_at
+gated AS (
+    -- Does each head pass the sender gate? "No unverified delivery with this id" is
+    -- "verified" because todos.delivery_id references deliveries(id) (host schema);
+    -- unverified deliveries are few, and stall_nudge_deliveries_unverified holds
+    -- only them. Inside an expression this is a hashed subplan, never a join.
+    -- Quarantine is not work.
+    SELECT h.endpoint_id, h.queue, h.id, h.created_at,
+           (h.delivery_id IS NULL
+            OR NOT EXISTS (SELECT 1 FROM deliveries d
+                            WHERE d.id = h.delivery_id AND NOT d.verified)) AS passes
       FROM heads h
      WHERE h.queue <> $6
-       AND (h.delivery_id IS NULL
-            OR NOT EXISTS (SELECT 1 FROM deliveries d
-                            WHERE d.id = h.delivery_id AND NOT d.verified))
+),
+work AS (
+    -- Each pair's oldest pending todo that passes the sender gate: the head itself,
+    -- or, for a pair whose head came from an unverified delivery, a search of the pair.
+    SELECT g.endpoint_id, g.queue, g.id AS todo_id, g.created_at
+      FROM gated g
+     WHERE g.passes
     UNION ALL
-    SELECT h.endpoint_id, h.queue, g.id, g.created_at
-      FROM heads h
-      JOIN deliveries u ON u.id = h.delivery_id AND NOT u.verified
+    SELECT g.endpoint_id, g.queue, o.id, o.created_at
+      FROM gated g
      CROSS JOIN LATERAL (
             SELECT t.id, t.created_at
               FROM todos t
-             WHERE t.endpoint_id = h.endpoint_id AND t.queue = h.queue AND t.state = 'pending'
+             WHERE t.endpoint_id = g.endpoint_id AND t.queue = g.queue AND t.state = 'pending'
                AND (t.delivery_id IS NULL
                     OR NOT EXISTS (SELECT 1 FROM deliveries d
                                     WHERE d.id = t.delivery_id AND NOT d.verified))
              ORDER BY t.created_at, t.id COLLATE "C"
-             LIMIT 1) g
-     WHERE h.queue <> $6
-),
-ledger AS MATERIALIZED (
-    -- The ledger read once (a pair count of small rows), then hash-joined twice,
-    -- instead of one primary-key probe per pair.
-    SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at FROM queue_stall_nudges n
+             LIMIT 1) o
+     WHERE NOT g.passes
 ),
 stale AS (
-    -- Ledger rows whose pair has no gate-passing pending todo left.
+    -- Ledger rows whose pair has no gate-passing pending todo left. NOT IN (a hashed
+    -- subplan; no column here is ever NULL) keeps this linear whatever the planner
+    -- guesses about the size of "work".
     SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
-      FROM ledger n
-     WHERE NOT EXISTS (SELECT 1 FROM work w
-                        WHERE w.endpoint_id = n.endpoint_id AND w.queue = n.queue)
+      FROM queue_stall_nudges n
+     WHERE (n.endpoint_id, n.queue) NOT IN (SELECT w.endpoint_id, w.queue FROM work w)
 ),
 drained AS (
     -- Matching nudges and last_nudged_at re-checks the locked row: a row another
@@ -97,7 +98,7 @@ candidate AS MATERIALIZED (
            r.last_nudged_at
       FROM work w
       JOIN endpoints e ON e.id = w.endpoint_id AND e.state = 'active'
-      LEFT JOIN ledger r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
      WHERE w.created_at < $1::timestamptz - $2::interval
        AND EXISTS (SELECT 1 FROM notify_hooks h
                     WHERE h.endpoint_id = w.endpoint_id AND h.enabled
