@@ -8,10 +8,11 @@
 --
 -- Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
 -- pending work (the skip scan), whose first entry is already that pair's oldest
--- pending todo; then only cheap probes (a tiny index of unverified deliveries,
--- the ledger by hash, and the progress index for pairs that have a ledger row).
+-- pending todo; then only cheap work per pair (a hashed lookup in the few
+-- unverified deliveries, the ledger row, and the progress index only for pairs
+-- that have a ledger row). See docs/benchmarks.md.
 WITH RECURSIVE heads AS (
-    -- Skip scan over stall_nudge_todos_pending: one step per pair with a pending todo.
+    -- Skip scan over stall_nudge_todos_pending_bytewise: one step per pair with a pending todo.
     -- The index orders a pair's entries oldest first, so each step's row is the
     -- pair's oldest pending todo (ties by id in "C" order, as the core breaks them).
     -- ~<~ / ~>~ are the byte-wise (text_pattern_ops) order the index is built in:
