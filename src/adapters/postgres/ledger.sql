@@ -5,46 +5,75 @@
 -- name: charge_due
 -- Decide, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
 -- $1 now, $2 threshold, $3 backoff interval[], $4 cap, $5 tick_limit, $6 quarantine queue name
-WITH RECURSIVE pairs AS (
-    -- Loose index scan: one step per distinct (endpoint_id, queue) with a pending todo.
-    (SELECT t.endpoint_id, t.queue
+--
+-- Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
+-- pending work (the skip scan), whose first entry is already that pair's oldest
+-- pending todo; then only cheap work per pair (a hashed lookup in the few
+-- unverified deliveries, the ledger row, and the progress index only for pairs
+-- that have a ledger row). See docs/benchmarks.md.
+WITH RECURSIVE heads AS (
+    -- Skip scan over stall_nudge_todos_pending_bytewise: one step per pair with a pending todo.
+    -- The index orders a pair's entries oldest first, so each step's row is the
+    -- pair's oldest pending todo (ties by id in "C" order, as the core breaks them).
+    -- ~<~ / ~>~ are the byte-wise (text_pattern_ops) order the index is built in:
+    -- each step checks the bound on every entry of the page it lands on, and a
+    -- memcmp costs far less there than a locale-aware comparison.
+    (SELECT t.endpoint_id, t.queue, t.created_at, t.id, t.delivery_id
        FROM todos t
       WHERE t.state = 'pending'
-      ORDER BY t.endpoint_id, t.queue
+      ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
       LIMIT 1)
     UNION ALL
-    SELECT nxt.endpoint_id, nxt.queue
-      FROM pairs p
+    SELECT nxt.endpoint_id, nxt.queue, nxt.created_at, nxt.id, nxt.delivery_id
+      FROM heads h
      CROSS JOIN LATERAL (
-            SELECT t.endpoint_id, t.queue
+            SELECT t.endpoint_id, t.queue, t.created_at, t.id, t.delivery_id
               FROM todos t
              WHERE t.state = 'pending'
-               AND (t.endpoint_id, t.queue) > (p.endpoint_id, p.queue)
-             ORDER BY t.endpoint_id, t.queue
+               AND (t.endpoint_id, t.queue) ~>~ (h.endpoint_id, h.queue)
+             ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
              LIMIT 1) nxt
 ),
+gated AS (
+    -- Does each head pass the sender gate? "No unverified delivery with this id" is
+    -- "verified" because todos.delivery_id references deliveries(id) (host schema);
+    -- unverified deliveries are few, and stall_nudge_deliveries_unverified holds
+    -- only them. Inside an expression this is a hashed subplan, never a join.
+    -- Quarantine is not work.
+    SELECT h.endpoint_id, h.queue, h.id, h.created_at,
+           (h.delivery_id IS NULL
+            OR NOT EXISTS (SELECT 1 FROM deliveries d
+                            WHERE d.id = h.delivery_id AND NOT d.verified)) AS passes
+      FROM heads h
+     WHERE h.queue <> $6
+),
 work AS (
-    -- Each pair's oldest pending todo that passes the sender gate; quarantine is not work.
-    SELECT p.endpoint_id, p.queue, o.id AS todo_id, o.created_at, o.title
-      FROM pairs p
+    -- Each pair's oldest pending todo that passes the sender gate: the head itself,
+    -- or, for a pair whose head came from an unverified delivery, a search of the pair.
+    SELECT g.endpoint_id, g.queue, g.id AS todo_id, g.created_at
+      FROM gated g
+     WHERE g.passes
+    UNION ALL
+    SELECT g.endpoint_id, g.queue, o.id, o.created_at
+      FROM gated g
      CROSS JOIN LATERAL (
-            SELECT t.id, t.created_at, t.title
+            SELECT t.id, t.created_at
               FROM todos t
-              LEFT JOIN deliveries d ON d.id = t.delivery_id
-             WHERE t.endpoint_id = p.endpoint_id
-               AND t.queue = p.queue
-               AND t.state = 'pending'
-               AND (t.delivery_id IS NULL OR d.verified)
+             WHERE t.endpoint_id = g.endpoint_id AND t.queue = g.queue AND t.state = 'pending'
+               AND (t.delivery_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM deliveries d
+                                    WHERE d.id = t.delivery_id AND NOT d.verified))
              ORDER BY t.created_at, t.id COLLATE "C"
              LIMIT 1) o
-     WHERE p.queue <> $6
+     WHERE NOT g.passes
 ),
 stale AS (
-    -- Ledger rows whose pair has no gate-passing pending todo left.
+    -- Ledger rows whose pair has no gate-passing pending todo left. NOT IN (a hashed
+    -- subplan; no column here is ever NULL) keeps this linear whatever the planner
+    -- guesses about the size of "work".
     SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
       FROM queue_stall_nudges n
-     WHERE NOT EXISTS (SELECT 1 FROM work w
-                        WHERE w.endpoint_id = n.endpoint_id AND w.queue = n.queue)
+     WHERE (n.endpoint_id, n.queue) NOT IN (SELECT w.endpoint_id, w.queue FROM work w)
 ),
 drained AS (
     -- Matching nudges and last_nudged_at re-checks the locked row: a row another
@@ -55,9 +84,11 @@ drained AS (
        AND n.nudges = s.nudges AND n.last_nudged_at = s.last_nudged_at
     RETURNING n.endpoint_id, n.queue
 ),
-candidate AS (
+candidate AS MATERIALIZED (
     -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
-    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, w.title,
+    -- Those cheap tests come first; the progress probe runs once, only for pairs with
+    -- a ledger row (MATERIALIZED keeps "spent" from being computed again in "due").
+    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at,
            CASE
                WHEN r.endpoint_id IS NULL THEN 0
                WHEN EXISTS (SELECT 1 FROM todos t
@@ -75,15 +106,19 @@ candidate AS (
                       AND (h.queues IS NULL OR w.queue = ANY (h.queues)))
 ),
 due AS (
+    -- D6 order; the inner ORDER BY ... LIMIT is a top-N sort, so a storm of due
+    -- pairs is never sorted whole.
     SELECT c.*,
            row_number() OVER (ORDER BY c.spent, c.created_at,
                               c.endpoint_id COLLATE "C", c.queue COLLATE "C") AS rank
-      FROM candidate c
-     WHERE c.spent = 0
-        OR (c.spent < $4
-            AND $1 >= c.last_nudged_at + ($3::interval[])[LEAST(c.spent, cardinality($3::interval[]))])
-     ORDER BY rank
-     LIMIT $5
+      FROM (SELECT c.*
+              FROM candidate c
+             WHERE c.spent = 0
+                OR (c.spent < $4
+                    AND $1 >= c.last_nudged_at
+                              + ($3::interval[])[LEAST(c.spent, cardinality($3::interval[]))])
+             ORDER BY c.spent, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
+             LIMIT $5) c
 ),
 charged AS (
     -- ON CONFLICT re-checks "due" on the row as locked: a nudge another sweeper
@@ -106,9 +141,11 @@ charged AS (
                 >= n.last_nudged_at + ($3::interval[])[LEAST(n.nudges, cardinality($3::interval[]))])
     RETURNING n.endpoint_id, n.queue, n.nudges
 )
-SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, d.todo_id, d.created_at, d.title, d.rank
+-- The title is read for the (at most tick_limit) charged todos only.
+SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, d.todo_id, d.created_at, t.title, d.rank
   FROM charged c
   JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
+  JOIN todos t ON t.id = d.todo_id
 UNION ALL
 SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL
   FROM drained x

