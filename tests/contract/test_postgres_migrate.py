@@ -18,6 +18,7 @@ pytestmark = pytest.mark.postgres
 OWN_INDEXES = (
     "stall_nudge_todos_pending",
     "stall_nudge_todos_claimed",
+    "stall_nudge_deliveries_unverified",
     "stall_nudge_hooks_endpoint",
 )
 

@@ -59,12 +59,6 @@ async def test_the_default_backoff_is_exact_across_a_dst_change(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="charge_due passes timedelta(days=N) as an interval with a days field; PostgreSQL"
-    " adds calendar days in the session TimeZone, so across a DST change a 1-day backoff"
-    " ends an hour off the pure core's 24 h (latent: the default policy has no whole days)",
-)
 async def test_a_day_long_backoff_is_24_hours_in_any_server_time_zone(
     berlin_pool: asyncpg.Pool,
 ) -> None:

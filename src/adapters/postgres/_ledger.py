@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -50,8 +50,8 @@ class PostgresLedger:
             rows = await self._pool.fetch(
                 _SQL["charge_due"],
                 now,
-                policy.threshold,
-                list(policy.backoff),
+                _microseconds(policy.threshold),
+                [_microseconds(step) for step in policy.backoff],
                 policy.cap,
                 policy.tick_limit,
                 QUARANTINE_QUEUE,
@@ -118,6 +118,10 @@ class PostgresLedger:
             )
             for r in rows
         ]
+
+
+def _microseconds(delta: timedelta) -> int:
+    return delta // timedelta(microseconds=1)
 
 
 def _conforms(ledger: PostgresLedger) -> LedgerPort:

@@ -19,7 +19,7 @@ __all__ = [
 LEDGER_TABLE = "queue_stall_nudges"
 HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
 _OWN_INDEXES = (
-    "stall_nudge_todos_pending_bytewise",
+    "stall_nudge_todos_pending",
     "stall_nudge_todos_claimed",
     "stall_nudge_deliveries_unverified",
     "stall_nudge_hooks_endpoint",

@@ -4,7 +4,9 @@
 
 -- name: charge_due
 -- Decide, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
--- $1 now, $2 threshold, $3 backoff interval[], $4 cap, $5 tick_limit, $6 quarantine queue name
+-- $1 now, $2 threshold (µs), $3 backoff (µs[]), $4 cap, $5 tick_limit, $6 quarantine queue name.
+-- Durations arrive as microseconds so no interval carries a days field: PostgreSQL
+-- would add those as calendar days in the session time zone (25 h across DST).
 --
 -- Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
 -- pending work (the skip scan), whose first entry is already that pair's oldest
@@ -12,7 +14,7 @@
 -- unverified deliveries, the ledger row, and the progress index only for pairs
 -- that have a ledger row). See docs/benchmarks.md.
 WITH RECURSIVE heads AS (
-    -- Skip scan over stall_nudge_todos_pending_bytewise: one step per pair with a pending todo.
+    -- Skip scan over stall_nudge_todos_pending: one step per pair with a pending todo.
     -- The index orders a pair's entries oldest first, so each step's row is the
     -- pair's oldest pending todo (ties by id in "C" order, as the core breaks them).
     -- ~<~ / ~>~ are the byte-wise (text_pattern_ops) order the index is built in:
@@ -100,7 +102,7 @@ candidate AS MATERIALIZED (
       FROM work w
       JOIN endpoints e ON e.id = w.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
-     WHERE w.created_at < $1::timestamptz - $2::interval
+     WHERE w.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
        AND EXISTS (SELECT 1 FROM notify_hooks h
                     WHERE h.endpoint_id = w.endpoint_id AND h.enabled
                       AND (h.queues IS NULL OR w.queue = ANY (h.queues)))
@@ -116,7 +118,8 @@ due AS (
              WHERE c.spent = 0
                 OR (c.spent < $4
                     AND $1 >= c.last_nudged_at
-                              + ($3::interval[])[LEAST(c.spent, cardinality($3::interval[]))])
+                              + ($3::bigint[])[LEAST(c.spent, cardinality($3::bigint[]))]
+                                * interval '1 microsecond')
              ORDER BY c.spent, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
              LIMIT $5) c
 ),
@@ -124,7 +127,8 @@ charged AS (
     -- ON CONFLICT re-checks "due" on the row as locked: a nudge another sweeper
     -- committed first makes the WHERE false, so it is neither counted nor returned.
     INSERT INTO queue_stall_nudges AS n (endpoint_id, queue, nudges, last_nudged_at)
-    SELECT d.endpoint_id, d.queue, d.spent + 1, $1 FROM due d
+    -- A row absent at lock time is a first nudge, whatever the snapshot saw (D1).
+    SELECT d.endpoint_id, d.queue, 1, $1 FROM due d
     ON CONFLICT (endpoint_id, queue) DO UPDATE
        SET nudges = CASE
                         WHEN EXISTS (SELECT 1 FROM todos t
@@ -138,7 +142,8 @@ charged AS (
                       AND t.claimed_at > n.last_nudged_at)
         OR (n.nudges < $4
             AND EXCLUDED.last_nudged_at
-                >= n.last_nudged_at + ($3::interval[])[LEAST(n.nudges, cardinality($3::interval[]))])
+                >= n.last_nudged_at + ($3::bigint[])[LEAST(n.nudges, cardinality($3::bigint[]))]
+                                      * interval '1 microsecond')
     RETURNING n.endpoint_id, n.queue, n.nudges
 )
 -- The title is read for the (at most tick_limit) charged todos only.

@@ -16,10 +16,7 @@ CREATE TABLE IF NOT EXISTS queue_stall_nudges (
 -- ~<~ / ~>~): the skip scan compares on every entry of each page it lands on,
 -- and equality lookups (=) in the database's collation still use the index.
 -- INCLUDE delivery_id lets the sweep test the sender gate from the index alone.
--- (An earlier build named an index of this shape in collation order
--- stall_nudge_todos_pending; the byte-wise skip scan cannot use it.)
-DROP INDEX IF EXISTS stall_nudge_todos_pending;
-CREATE INDEX IF NOT EXISTS stall_nudge_todos_pending_bytewise
+CREATE INDEX IF NOT EXISTS stall_nudge_todos_pending
     ON todos (endpoint_id text_pattern_ops, queue text_pattern_ops, created_at, id COLLATE "C")
     INCLUDE (delivery_id)
     WHERE state = 'pending';
