@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from adapters.postgres import parse_queries, queries
+from adapters._sql import parse_queries, queries
 
 TWO = """\
 -- Anything before the first header is the file's own comment, not a query.
@@ -77,10 +77,17 @@ def test_text_without_headers_holds_no_queries() -> None:
     assert {} == dict(parse_queries("CREATE TABLE t (x int);\n"))
 
 
-@pytest.mark.parametrize("filename", ["ledger.sql", "host.sql"])
-def test_every_packaged_query_is_named_and_described(filename: str) -> None:
+@pytest.mark.parametrize(
+    ("package", "filename"),
+    [
+        ("adapters.postgres", "ledger.sql"),
+        ("adapters.postgres", "host.sql"),
+        ("adapters.http", "hooks.sql"),
+    ],
+)
+def test_every_packaged_query_is_named_and_described(package: str, filename: str) -> None:
     """Each query the adapters ship loads, and its first line is a one-line description."""
-    loaded = queries(filename)
+    loaded = queries(package, filename)
 
     assert loaded
     for name, text in loaded.items():
@@ -89,9 +96,16 @@ def test_every_packaged_query_is_named_and_described(filename: str) -> None:
 
 def test_the_ledger_queries_the_adapter_runs_exist() -> None:
     """ledger.sql names the queries PostgresLedger runs."""
-    assert {"charge_due", "ledger_rows"} <= set(queries("ledger.sql"))
+    assert {"charge_due", "ledger_rows"} <= set(queries("adapters.postgres", "ledger.sql"))
+
+
+def test_the_hook_directory_queries_exist() -> None:
+    """hooks.sql names the three queries the Postgres hook directory runs."""
+    assert {"hooks_covering", "record_failure", "record_success"} == set(
+        queries("adapters.http", "hooks.sql")
+    )
 
 
 def test_files_are_loaded_once() -> None:
     """Asking twice for one file returns the same parsed mapping, not a fresh parse."""
-    assert queries("ledger.sql") is queries("ledger.sql")
+    assert queries("adapters.postgres", "ledger.sql") is queries("adapters.postgres", "ledger.sql")

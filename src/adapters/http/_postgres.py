@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from adapters._sql import queries
+
 from ._directory import HookDirectory, HookHealth, HookTarget
-from ._sql import hook_queries
 
 __all__ = ["PostgresHooks"]
 
@@ -20,7 +21,7 @@ class PostgresHooks:
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
-        self._sql = {name: query.sql for name, query in hook_queries().items()}
+        self._sql = queries("adapters.http", "hooks.sql")
 
     async def hooks_covering(self, endpoint_id: str, queue: str) -> tuple[HookTarget, ...]:
         rows = await self._pool.fetch(self._sql["hooks_covering"], endpoint_id, queue)

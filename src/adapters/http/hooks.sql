@@ -1,7 +1,7 @@
 -- The hook directory's queries over the host's notify_hooks table.
--- Each query sits under a "-- name: <name> --" header and a one-line description.
+-- Each query sits under a "-- name: <name>" header and a one-line description.
 
--- name: hooks_covering --
+-- name: hooks_covering
 -- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
 SELECT id, endpoint_id, url, secret
 FROM notify_hooks
@@ -10,13 +10,13 @@ WHERE endpoint_id = $1
   AND (queues IS NULL OR $2 = ANY (queues))
 ORDER BY id;
 
--- name: record_success --
+-- name: record_success
 -- Reset a hook's consecutive failure count after a delivered message.
 UPDATE notify_hooks
 SET consecutive_failures = 0
 WHERE id = $1 AND consecutive_failures <> 0;
 
--- name: record_failure --
+-- name: record_failure
 -- Count one failed delivery; the $2-th in a row disables the hook at $3 for reason $4.
 UPDATE notify_hooks
 SET consecutive_failures = consecutive_failures + 1,

@@ -14,7 +14,6 @@ from ._migrate import (
     missing_tables,
 )
 from ._notify import TODO_READY_CHANNEL, parse_todo_ready
-from ._sql import parse_queries, queries
 
 __all__ = [
     "HOST_TABLES",
@@ -32,8 +31,6 @@ __all__ = [
     "embedded_postgres",
     "migrate",
     "missing_tables",
-    "parse_queries",
     "parse_todo_ready",
-    "queries",
     "with_database",
 ]

@@ -14,13 +14,12 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from adapters._sql import queries
 from stall_core import aware
-
-from ._sql import queries
 
 __all__ = ["HostError", "PostgresHost"]
 
-_SQL = queries("host.sql")
+_SQL = queries("adapters.postgres", "host.sql")
 
 
 class HostError(ValueError):

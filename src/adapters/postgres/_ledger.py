@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from adapters._sql import queries
 from stall_core import (
     QUARANTINE_QUEUE,
     ChargeOutcome,
@@ -23,14 +24,13 @@ from stall_core import (
 )
 
 from ._errors import as_ledger_error
-from ._sql import queries
 
 if TYPE_CHECKING:
     from stall_core import LedgerPort
 
 __all__ = ["PostgresLedger"]
 
-_SQL = queries("ledger.sql")
+_SQL = queries("adapters.postgres", "ledger.sql")
 
 
 class PostgresLedger:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import attrs
 
-from ._sql import script
+from adapters._sql import script
 
 __all__ = [
     "HOST_TABLES",
@@ -64,7 +64,7 @@ async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> Mig
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('stall-nudge migrate'))")
         before = await _existing(conn, names)
         if host_schema:
-            await conn.execute(script("host_schema.sql"))
+            await conn.execute(script("adapters.postgres", "host_schema.sql"))
         missing = [t for t in HOST_TABLES if t not in await _existing(conn, HOST_TABLES)]
         if missing:
             raise MissingHostTables(
@@ -72,6 +72,6 @@ async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> Mig
                 "(switchboard's schema must exist first; for a demo or test database "
                 "use --host-schema)"
             )
-        await conn.execute(script("migration.sql"))
+        await conn.execute(script("adapters.postgres", "migration.sql"))
         after = await _existing(conn, names)
     return MigrationReport(created=tuple(n for n in names if n in after - before))

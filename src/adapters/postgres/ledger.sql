@@ -1,5 +1,5 @@
 -- Queries of the Postgres ledger. Each query starts with a "-- name: NAME"
--- line and a one-line description; adapters/postgres/_sql.py loads them once.
+-- line and a one-line description; adapters/_sql.py loads them once.
 -- Every policy number arrives as a parameter from PacingPolicy.
 
 -- name: charge_due

@@ -1,7 +1,8 @@
-"""Named SQL: each ``.sql`` file here holds queries under ``-- name: NAME`` headers.
+"""Named SQL for every adapter: ``.sql`` files hold queries under ``-- name: NAME`` headers.
 
-Files are parsed once, at first use, into read-only dicts; a query's first
-comment line after its header is its description and stays in the text.
+Files ship inside their adapter's package and are parsed once, at first use,
+into read-only dicts; a query's first comment line after its header is its
+description and stays in the text.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ def parse_queries(text: str) -> Mapping[str, str]:
 
 
 @functools.cache
-def queries(filename: str) -> Mapping[str, str]:
-    """The named queries of one packaged ``.sql`` file."""
-    return parse_queries(script(filename))
+def queries(package: str, filename: str) -> Mapping[str, str]:
+    """The named queries of one ``.sql`` file shipped in ``package``."""
+    return parse_queries(script(package, filename))
 
 
 @functools.cache
-def script(filename: str) -> str:
-    """One packaged ``.sql`` file, whole (migrations run as a single script)."""
-    return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+def script(package: str, filename: str) -> str:
+    """One ``.sql`` file shipped in ``package``, whole (migrations run as a single script)."""
+    return resources.files(package).joinpath(filename).read_text(encoding="utf-8")
