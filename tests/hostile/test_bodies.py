@@ -11,7 +11,8 @@ from aiohttp import web
 from adapters.http import CREATED, DeliveryPolicy, HookDispatcher, MemoryHooks
 from adapters.memory import MemoryBoard
 from stall_core import TodoRef
-from tests.http.conftest import FAST, SECRET, T0, Received, Receiver
+from tests.http.conftest import FAST, SECRET, Received, Receiver
+from tests.support import T0
 
 TODO = TodoRef(id="t1", created_at=T0)
 BOUND = 4096
