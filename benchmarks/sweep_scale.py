@@ -40,6 +40,7 @@ from typing import Any
 
 import asyncpg
 
+from adapters._sql import queries
 from adapters.postgres import (
     PostgresLedger,
     create_database,
@@ -48,7 +49,8 @@ from adapters.postgres import (
     migrate,
     with_database,
 )
-from stall_core import QUARANTINE_QUEUE, PacingPolicy
+from adapters.postgres._ledger import charge_due_parameters
+from stall_core import PacingPolicy
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
@@ -83,7 +85,7 @@ candidate AS (
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id AND r.queue = o.queue
-     WHERE o.created_at < $1::timestamptz - $2::interval
+     WHERE o.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
        AND EXISTS (SELECT 1 FROM notify_hooks h
                     WHERE h.endpoint_id = o.endpoint_id AND h.enabled
                       AND (h.queues IS NULL OR o.queue = ANY (h.queues)))
@@ -95,7 +97,8 @@ due AS (
      WHERE c.nudges IS NULL OR c.progressed
         OR (c.nudges < $4
             AND $1 >= c.last_nudged_at
-                      + ($3::interval[])[LEAST(c.nudges, cardinality($3::interval[]))])
+                      + ($3::bigint[])[LEAST(c.nudges, cardinality($3::bigint[]))]
+                        * interval '1 microsecond')
      ORDER BY number, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
      LIMIT $5
 )
@@ -199,14 +202,7 @@ async def clear_ledger(conn: asyncpg.Connection) -> None:
 
 
 def policy_args() -> tuple[Any, ...]:
-    return (
-        NOW,
-        POLICY.threshold,
-        list(POLICY.backoff),
-        POLICY.cap,
-        POLICY.tick_limit,
-        QUARANTINE_QUEUE,
-    )
+    return charge_due_parameters(NOW, POLICY)
 
 
 async def timed(
@@ -254,9 +250,7 @@ async def explain(pool: asyncpg.Pool, sql: str) -> str:
 
 
 async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
-    from adapters.postgres._sql import queries
-
-    charge_sql = queries("ledger.sql")["charge_due"]
+    charge_sql = queries("adapters.postgres", "ledger.sql")["charge_due"]
     async with throwaway_database(dsn, keep) as db:
         conn = await asyncpg.connect(db)
         pool = await asyncpg.create_pool(db, min_size=1, max_size=1)

@@ -28,7 +28,7 @@ from ._errors import as_ledger_error
 if TYPE_CHECKING:
     from stall_core import LedgerPort
 
-__all__ = ["PostgresLedger"]
+__all__ = ["PostgresLedger", "charge_due_parameters"]
 
 _SQL = queries("adapters.postgres", "ledger.sql")
 
@@ -47,15 +47,7 @@ class PostgresLedger:
     async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
         aware("now", now)
         with as_ledger_error("charging due pairs failed"):
-            rows = await self._pool.fetch(
-                _SQL["charge_due"],
-                now,
-                _microseconds(policy.threshold),
-                [_microseconds(step) for step in policy.backoff],
-                policy.cap,
-                policy.tick_limit,
-                QUARANTINE_QUEUE,
-            )
+            rows = await self._pool.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
         charged = tuple(
             Nudge(
                 endpoint_id=r["endpoint_id"],
@@ -118,6 +110,22 @@ class PostgresLedger:
             )
             for r in rows
         ]
+
+
+def charge_due_parameters(now: datetime, policy: PacingPolicy) -> tuple[object, ...]:
+    """$1..$6 of ledger.sql's charge_due: every number from the policy, none written twice.
+
+    Durations go as whole microseconds: an interval with a days field would be
+    added as calendar days in the session time zone.
+    """
+    return (
+        now,
+        _microseconds(policy.threshold),
+        [_microseconds(step) for step in policy.backoff],
+        policy.cap,
+        policy.tick_limit,
+        QUARANTINE_QUEUE,
+    )
 
 
 def _microseconds(delta: timedelta) -> int:
