@@ -6,12 +6,16 @@ they never branch on the backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
 from adapters.memory import MemoryBoard, Todo
 from stall_core import LedgerPort, LedgerRow, PairKey
+
+#: Where the ledger scenarios' hooks point: nothing listens, and nothing is sent.
+INERT_HOOK_URL = "http://127.0.0.1:9/hook"
+INERT_HOOK_SECRET = "whsec_" + "A" * 32
 
 
 class BoardDriver(Protocol):
@@ -54,7 +58,7 @@ class BoardDriver(Protocol):
 
 
 class MemoryDriver:
-    """The in-memory board behind the driver interface."""
+    """The in-memory board behind the driver interface: its verbs, awaitable."""
 
     def __init__(self, board: MemoryBoard | None = None) -> None:
         self.board = board if board is not None else MemoryBoard()
@@ -63,18 +67,14 @@ class MemoryDriver:
     def ledger(self) -> LedgerPort:
         return self.board
 
-    async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None:
-        self.board.add_endpoint(endpoint_id, state=state)
+    def __getattr__(self, verb: str) -> Callable[..., Awaitable[object]]:
+        """Any other host verb is the board's, awaited as the Postgres host's are."""
+        call = getattr(self.board, verb)
 
-    async def set_endpoint_state(self, endpoint_id: str, state: str) -> None:
-        self.board.set_endpoint_state(endpoint_id, state)
+        async def awaited(*args: object, **kwargs: object) -> object:
+            return call(*args, **kwargs)
 
-    async def add_delivery(
-        self, delivery_id: str, *, endpoint_id: str, verified: bool, received_at: datetime
-    ) -> None:
-        self.board.add_delivery(
-            delivery_id, endpoint_id=endpoint_id, verified=verified, received_at=received_at
-        )
+        return awaited
 
     async def add_hook(
         self,
@@ -84,51 +84,15 @@ class MemoryDriver:
         queues: Iterable[str] | None = None,
         enabled: bool = True,
     ) -> None:
+        """A hook no delivery reaches: the ledger scenarios never send."""
         self.board.add_hook(
             hook_id,
             endpoint_id=endpoint_id,
-            url="http://127.0.0.1:9/hook",
-            secret="whsec_" + "A" * 32,
+            url=INERT_HOOK_URL,
+            secret=INERT_HOOK_SECRET,
             queues=queues,
             enabled=enabled,
         )
-
-    async def set_hook_enabled(self, hook_id: str, enabled: bool) -> None:
-        self.board.set_hook_enabled(hook_id, enabled)
-
-    async def set_hook_queues(self, hook_id: str, queues: Iterable[str] | None) -> None:
-        self.board.set_hook_queues(hook_id, queues)
-
-    async def create_todo(
-        self,
-        todo_id: str,
-        *,
-        endpoint_id: str,
-        queue: str,
-        created_at: datetime,
-        delivery_id: str | None = None,
-        title: str | None = None,
-    ) -> None:
-        self.board.create_todo(
-            todo_id,
-            endpoint_id=endpoint_id,
-            queue=queue,
-            created_at=created_at,
-            delivery_id=delivery_id,
-            title=title,
-        )
-
-    async def claim(self, todo_id: str, *, owner: str, at: datetime) -> None:
-        self.board.claim(todo_id, owner=owner, at=at)
-
-    async def complete(self, todo_id: str) -> None:
-        self.board.complete(todo_id)
-
-    async def requeue(self, todo_id: str) -> None:
-        self.board.requeue(todo_id)
-
-    async def ring(self, todo_id: str, *, at: datetime) -> None:
-        self.board.ring(todo_id, at=at)
 
     async def todos(self) -> Mapping[str, Todo]:
         return dict(self.board.todos)

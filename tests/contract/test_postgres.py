@@ -23,6 +23,7 @@ from stall_core import (
 )
 from tests.support import T0, FakeClock, minutes
 
+from .driver import INERT_HOOK_SECRET, INERT_HOOK_URL
 from .pgboard import host_rows, listening
 from .scenarios import LedgerContract, stalled_queue, sweep
 
@@ -51,8 +52,8 @@ class PostgresDriver(PostgresHost):
         await super().add_hook(
             hook_id,
             endpoint_id=endpoint_id,
-            url="http://127.0.0.1:9/hook",
-            secret="whsec_" + "A" * 32,
+            url=INERT_HOOK_URL,
+            secret=INERT_HOOK_SECRET,
             queues=queues,
             enabled=enabled,
         )
