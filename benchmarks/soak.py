@@ -59,7 +59,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from adapters.http import HookDispatcher, PostgresHooks
-from adapters.postgres import PostgresHost, migrate
+from adapters.postgres import DATABASE_ERRORS, PostgresHost, migrate
 from stall_core import TodoRef, WakeError
 
 if __package__ in (None, ""):  # run as `python benchmarks/soak.py`: the repository is the root
@@ -83,13 +83,7 @@ HANG_S = 1.5
 RECOVERY_S = 15.0
 #: Chaos odds per request while receiver faults are on.
 CHAOS = (("500", 0.08), ("hang", 0.05), ("reset", 0.05), ("redirect", 0.04))
-DB_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,  # a pool resetting a connection the server just closed
-    OSError,
-    TimeoutError,
-)
+DB_ERRORS = DATABASE_ERRORS
 
 
 def _now() -> datetime:

@@ -32,7 +32,7 @@ from typing import IO
 import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher, PostgresHooks
-from adapters.postgres import PostgresLedger
+from adapters.postgres import DATABASE_ERRORS, PostgresLedger
 from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
@@ -151,13 +151,7 @@ async def _connect(dsn: str, stop: asyncio.Event) -> asyncpg.Pool | None:
                 command_timeout=10,
                 server_settings={"application_name": SWEEPER_APP},
             )
-        except (
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,
-            OSError,
-            TimeoutError,
-        ):
+        except DATABASE_ERRORS:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
     return None

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from adapters.postgres import describe
+from adapters.postgres import DATABASE_ERRORS, describe
 
 #: Seconds any one statement may take before it is abandoned.
 COMMAND_TIMEOUT_S = 60.0
@@ -65,7 +65,7 @@ async def open_pool(dsn: str, *, max_size: int = 4) -> AsyncIterator[asyncpg.Poo
             command_timeout=COMMAND_TIMEOUT_S,
             server_settings={"application_name": "stall-nudge"},
         )
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except DATABASE_ERRORS as exc:
         raise CliError(f"cannot connect to {_redact(dsn)}: {describe(exc)}", status=1) from None
     except ValueError as exc:  # asyncpg's DSN parser
         raise CliError(f"malformed DSN {_redact(dsn)!r}: {exc}") from None

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from adapters.http import HookDispatcher, PostgresHooks, parse_secret, sign
 from adapters.postgres import (
+    DATABASE_ERRORS,
     EmbeddedUnavailable,
     PostgresHost,
     PostgresLedger,
@@ -180,8 +181,10 @@ async def _throwaway_database(dsn: str) -> AsyncIterator[str]:
     name = f"stall_demo_{uuid.uuid4().hex[:10]}"
     try:
         await create_database(dsn, name)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError) as exc:
+    except DATABASE_ERRORS as exc:
         raise CliError(f"cannot create the demo database: {describe(exc)}", status=1) from None
+    except ValueError as exc:  # asyncpg's DSN parser
+        raise CliError(f"malformed DSN: {exc}") from None
     try:
         yield with_database(dsn, name)
     finally:

@@ -6,9 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
-import asyncpg
-
-from adapters.postgres import MissingHostTables, describe, migrate
+from adapters.postgres import DATABASE_ERRORS, MissingHostTables, describe, migrate
 
 from ._common import CliError, add_dsn_argument, open_pool, resolve_dsn
 
@@ -40,7 +38,7 @@ async def _migrate(dsn: str, *, host_schema: bool) -> int:
             report = await migrate(conn, host_schema=host_schema)
         except MissingHostTables as exc:
             raise CliError(str(exc), status=1) from None
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+        except DATABASE_ERRORS as exc:
             raise CliError(f"migration failed: {describe(exc)}", status=1) from None
     if report.created:
         print("created: " + ", ".join(report.created))

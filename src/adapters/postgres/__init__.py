@@ -2,7 +2,7 @@
 
 from ._admin import create_database, drop_database, with_database
 from ._embedded import EmbeddedUnavailable, embedded_postgres
-from ._errors import describe
+from ._errors import DATABASE_ERRORS, describe
 from ._host import HostError, PostgresHost
 from ._ledger import PostgresLedger
 from ._migrate import (
@@ -16,6 +16,7 @@ from ._migrate import (
 from ._notify import TODO_READY_CHANNEL, parse_todo_ready
 
 __all__ = [
+    "DATABASE_ERRORS",
     "HOST_TABLES",
     "LEDGER_TABLE",
     "TODO_READY_CHANNEL",

@@ -9,7 +9,18 @@ import asyncpg
 
 from stall_core import LedgerError
 
-__all__ = ["as_ledger_error", "describe"]
+__all__ = ["DATABASE_ERRORS", "as_ledger_error", "describe"]
+
+#: What a database call can raise when the server, the network or the schema fails.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    # asyncpg's protocol state error: a pool resetting a connection the server just
+    # terminated (pg_terminate_backend) raises it; it is neither of the two above.
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 
 
 def describe(exc: BaseException) -> str:
@@ -32,13 +43,5 @@ def as_ledger_error(what: str) -> Iterator[None]:
     """Re-raise database and connection failures as ``LedgerError`` naming ``what`` failed."""
     try:
         yield
-    except (
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        # asyncpg's protocol state error: a pool resetting a connection the server just
-        # terminated (pg_terminate_backend) raises it; it is neither of the two above.
-        asyncpg.InternalClientError,
-        OSError,
-        TimeoutError,
-    ) as exc:
+    except DATABASE_ERRORS as exc:
         raise LedgerError(f"{what}: {describe(exc)}") from exc
