@@ -262,6 +262,28 @@ async def test_ten_failed_deliveries_disable_the_hook(
     assert (0, 10) == (queued_after, len(receiver.at("hook")))
 
 
+class _CrashingDispatcher(HookDispatcher):
+    """The real dispatcher with its HTTP step broken, as an unforeseen client bug would."""
+
+    async def _post(self, delivery: object) -> object:  # type: ignore[override]
+        raise RuntimeError("unforeseen")
+
+
+async def test_crashing_deliveries_are_booked_and_disable_the_hook(board: MemoryBoard) -> None:
+    """A delivery that crashes counts as a failed one, so ten disable the hook; workers live on."""
+    board.add_hook("h1", endpoint_id="e1", url="http://127.0.0.1:9/hook", secret=SECRET)
+
+    async with _CrashingDispatcher(hooks=MemoryHooks(board), policy=FAST, workers=1) as crashing:
+        for _ in range(10):
+            await _send(crashing)
+        after = await _send(crashing)
+
+    hook = board.hooks["h1"]
+    assert (False, 10, 0) == (hook.enabled, hook.consecutive_failures, after)
+    assert "delivery crashed (RuntimeError)" == hook.disabled_reason
+    assert 10 == crashing.stats.failed
+
+
 async def test_endless_response_body_is_not_read_to_the_end(
     board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
 ) -> None:

@@ -291,12 +291,12 @@ class HookDispatcher:
                 finished = await self._attempt(job)
             except Exception as exc:
                 # Type only: an unexpected exception's text might quote the URL.
-                log.error(
-                    "hook %s: delivery of %s crashed (%s)",
-                    job.delivery.hook.id,
-                    job.delivery.label,
-                    type(exc).__name__,
-                )
+                reason = f"delivery crashed ({type(exc).__name__})"
+                log.error("hook %s: %s of %s", job.delivery.hook.id, reason, job.delivery.label)
+                # Booked like any failed delivery, so a hook that always crashes still
+                # reaches auto-disable instead of failing silently forever.
+                self._count(failed=1)
+                await self._book_failure(job.delivery.hook, reason)
                 finished = True
             if finished:
                 self._finish()
