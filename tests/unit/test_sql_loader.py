@@ -82,6 +82,7 @@ def test_text_without_headers_holds_no_queries() -> None:
     [
         ("adapters.postgres", "ledger.sql"),
         ("adapters.postgres", "host.sql"),
+        ("adapters.postgres", "migrate.sql"),
         ("adapters.http", "hooks.sql"),
     ],
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import attrs
 
-from adapters._sql import script
+from adapters._sql import queries, script
 
 __all__ = [
     "HOST_TABLES",
@@ -26,6 +26,9 @@ _OWN_INDEXES = (
 )
 
 
+_SQL = queries("adapters.postgres", "migrate.sql")
+
+
 @attrs.frozen(kw_only=True)
 class MigrationReport:
     """Which tables and indexes this run created (empty when nothing was needed)."""
@@ -38,11 +41,7 @@ class MissingHostTables(Exception):
 
 
 async def _existing(conn: asyncpg.Connection, names: tuple[str, ...]) -> set[str]:
-    rows = await conn.fetch(
-        "SELECT c.relname FROM pg_class c"
-        " WHERE c.relname = ANY($1::text[]) AND pg_table_is_visible(c.oid)",
-        list(names),
-    )
+    rows = await conn.fetch(_SQL["existing_relations"], list(names))
     return {r["relname"] for r in rows}
 
 
@@ -61,7 +60,7 @@ async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> Mig
     """
     names = (*HOST_TABLES, LEDGER_TABLE, *_OWN_INDEXES)
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('stall-nudge migrate'))")
+        await conn.execute(_SQL["lock"])
         before = await _existing(conn, names)
         if host_schema:
             await conn.execute(script("adapters.postgres", "host_schema.sql"))
