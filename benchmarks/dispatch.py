@@ -70,7 +70,7 @@ def _percentile(values: list[float], q: int) -> float:
 
 
 async def _bench(url: str, stats_url: str, messages: int, samples: int, workers: int) -> None:
-    board = MemoryBoard()
+    board = MemoryBoard(clock=lambda: datetime.now(UTC))
     board.add_endpoint("e1")
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
     hooks = MemoryHooks(board)

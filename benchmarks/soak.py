@@ -11,7 +11,10 @@ Real parts only, on a compressed clock (policy in seconds, not minutes):
   has a two-slot queue, so it fills and drops;
 - a loopback aiohttp receiver that verifies every request with the
   ``standardwebhooks`` package and records it; each 2xx wake starts a one-shot
-  consumer that claims ONE todo (``PostgresHost.claim_next``) and completes it;
+  consumer that claims ONE todo (``PostgresHost.claim_next``, stamped with the
+  database's clock), records the claim, and completes it (during the load, one
+  in twenty hands it back with ``requeue`` instead, so a later claim
+  overwrites its ``claimed_at``: the soak keeps every claim it made);
 - a workload generator: inbound webhooks of 1-3 todos on 2,000 pairs over
   time, one ``created`` wake per webhook (so the rest is the sweep's to
   surface), some unverified, some in quarantine, operator todos; endpoints
@@ -22,6 +25,12 @@ Faults, while it runs: sweeper connections killed with pg_terminate_backend
 answering 500, hanging past the timeout, resetting connections and
 redirecting at random, a dispatcher queue full to dropping, the ledger table
 dropped and restored by ``migrate``, one sweeper SIGKILLed and restarted.
+
+Every instant the checks compare is on the database's clock, the ledger's
+time authority: charges, drains, claims, ledger drops and fault windows.
+Beside the workers' journals, a trigger records every write to the ledger
+table (``soak_ledger_audit``), so a charge whose tick died after its commit
+(journaled by nobody, woken by nobody) is judged too; the two must agree.
 
 Then a settle phase (no faults, every endpoint active, every hook enabled)
 and the invariants (``benchmarks.soak_check``). The last line is exactly::
@@ -49,7 +58,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +68,22 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from adapters.http import HookDispatcher, PostgresHooks
-from adapters.postgres import DATABASE_ERRORS, PostgresHost, migrate
-from stall_core import TodoRef, WakeError
+from adapters.postgres import DATABASE_ERRORS, PostgresHost, PostgresLedger, migrate
+from stall_core import Nudge, TodoRef, WakeError
 
 if __package__ in (None, ""):  # run as `python benchmarks/soak.py`: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # The two imports below need the path set above when run as a script.
-from benchmarks.soak_check import ChargeRecord, Findings, MessageRecord, check
+from benchmarks.soak_check import (
+    ChargeRecord,
+    ClaimRecord,
+    Findings,
+    LedgerWrite,
+    MessageRecord,
+    RefundRecord,
+    check,
+)
 from benchmarks.soak_worker import SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
 
 __all__ = ["SoakResult", "main", "run_soak"]
@@ -83,11 +100,20 @@ HANG_S = 1.5
 RECOVERY_S = 15.0
 #: Chaos odds per request while receiver faults are on.
 CHAOS = (("500", 0.08), ("hang", 0.05), ("reset", 0.05), ("redirect", 0.04))
+#: During the load, a consumer hands its todo back (requeue) instead of completing it.
+REQUEUE_ODDS = 0.05
 DB_ERRORS = DATABASE_ERRORS
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+async def db_now(pool: asyncpg.Pool) -> datetime:
+    """The database's clock, which every recorded instant is on; rides out an outage."""
+    for _ in range(240):
+        try:
+            value: datetime = await pool.fetchval("SELECT clock_timestamp()")
+            return value
+        except DB_ERRORS:
+            await asyncio.sleep(0.25)
+    raise RuntimeError("the database's clock could not be read for 60 s")
 
 
 @attrs.frozen(kw_only=True)
@@ -108,7 +134,10 @@ class SoakResult:
     ok_ticks: int
     wakes: int
     charges: int
+    #: extra messages per charge plus every charge the ledger's rule did not allow
     duplicates: int
+    #: resets explained only by a claim an earlier reset consumed (part of duplicates)
+    double_resets: int
     lost_todos: int
     faults: int
     fault_counts: dict[str, int]
@@ -129,7 +158,9 @@ class SoakResult:
     @property
     def ok(self) -> bool:
         return (
-            self.duplicates == 0
+            self.findings.clean
+            and self.duplicates == 0
+            and self.double_resets == 0
             and self.lost_todos == 0
             and self.audit_writes == 0
             and self.unattributed == 0
@@ -209,6 +240,26 @@ BEGIN
 END $$;
 CREATE TRIGGER soak_audit_todos AFTER INSERT OR UPDATE OR DELETE ON todos
     FOR EACH ROW EXECUTE FUNCTION soak_audit_todos();
+CREATE TABLE soak_ledger_audit (
+    seq bigserial PRIMARY KEY, op text NOT NULL, endpoint_id text NOT NULL, queue text NOT NULL,
+    old_nudges int, old_last_nudged_at timestamptz, new_nudges int, new_last_nudged_at timestamptz,
+    xact_start timestamptz NOT NULL DEFAULT now(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION soak_audit_ledger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO soak_ledger_audit (op, endpoint_id, queue, old_nudges, old_last_nudged_at,
+                                   new_nudges, new_last_nudged_at)
+    VALUES (TG_OP, COALESCE(NEW.endpoint_id, OLD.endpoint_id), COALESCE(NEW.queue, OLD.queue),
+            OLD.nudges, OLD.last_nudged_at, NEW.nudges, NEW.last_nudged_at);
+    RETURN NULL;
+END $$;
+"""
+#: The ledger's own history: every row write, in the writer's transaction. Installed on
+#: the ledger table at setup and again whenever ``migrate`` re-creates it, so a charge
+#: whose tick died after its commit (no sweeper journaled it) is on record too.
+LEDGER_AUDIT_TRIGGER = """
+CREATE TRIGGER soak_audit_ledger AFTER INSERT OR UPDATE OR DELETE ON queue_stall_nudges
+    FOR EACH ROW EXECUTE FUNCTION soak_audit_ledger();
 """
 
 
@@ -314,12 +365,24 @@ class Receiver:
 
 
 class Consumers:
-    """One-shot consumers: each wake claims ONE todo of its pair and completes it."""
+    """One-shot consumers: each wake claims ONE todo of its pair, records the claim, completes it.
 
-    def __init__(self, host: PostgresHost) -> None:
+    Claims are stamped by the database (``at`` omitted). While ``requeue_odds``
+    is above 0 some consumers hand their todo back instead; its next claim
+    overwrites ``todos.claimed_at``, so ``claims`` keeps every one of them
+    with an instant it had surely committed by (read after the claim returned).
+    """
+
+    def __init__(self, host: PostgresHost, pool: asyncpg.Pool, rng: random.Random) -> None:
         self._host = host
+        self._pool = pool
+        self._rng = rng
         self._tasks: set[asyncio.Task[None]] = set()
+        self.requeue_odds = 0.0
+        self.claims: list[ClaimRecord] = []
+        self.claimed_ids: set[tuple[str, datetime]] = set()
         self.claimed = 0
+        self.requeued = 0
         self.empty = 0
         self.gave_up = 0
 
@@ -332,9 +395,7 @@ class Consumers:
         claimed: str | None = None
         for _ in range(20):  # a consumer rides out a short database outage, then gives up
             try:
-                claimed = await self._host.claim_next(
-                    endpoint_id, queue, owner="soak-consumer", at=_now()
-                )
+                claimed = await self._host.claim_next(endpoint_id, queue, owner="soak-consumer")
                 break
             except DB_ERRORS:
                 await asyncio.sleep(0.5)
@@ -345,12 +406,42 @@ class Consumers:
             self.empty += 1
             return
         self.claimed += 1
+        await self._record(claimed, endpoint_id, queue)
+        requeue = self._rng.random() < self.requeue_odds
         for _ in range(120):
             try:
-                await self._host.complete(claimed)
+                if requeue:
+                    await self._host.requeue(claimed)
+                    self.requeued += 1
+                else:
+                    await self._host.complete(claimed)
                 return
             except DB_ERRORS:
                 await asyncio.sleep(0.5)
+
+    async def _record(self, todo_id: str, endpoint_id: str, queue: str) -> None:
+        """Record the claim's stamp; the todo is ours until we complete or requeue it."""
+        for _ in range(240):
+            try:
+                row = await self._pool.fetchrow(
+                    "SELECT claimed_at, clock_timestamp() AS seen_by FROM todos WHERE id = $1",
+                    todo_id,
+                )
+                break
+            except DB_ERRORS:
+                await asyncio.sleep(0.25)
+        else:
+            return  # unrecorded: the final todos table still holds this claim
+        assert row is not None  # the claim is ours, the todo exists
+        self.claimed_ids.add((todo_id, row["claimed_at"]))
+        self.claims.append(
+            ClaimRecord(
+                endpoint_id=endpoint_id,
+                queue=queue,
+                claimed_at=row["claimed_at"],
+                seen_by=row["seen_by"],
+            )
+        )
 
     async def settle(self) -> None:
         for _ in range(200):
@@ -380,6 +471,7 @@ class Soak:
         self.paused: set[str] = set()
         self.disabled: set[str] = set()
         self.dsn = ""
+        self.pool: asyncpg.Pool | None = None
 
     # -- processes --
 
@@ -424,11 +516,18 @@ class Soak:
 
     # -- setup --
 
+    async def now(self) -> datetime:
+        """The database's clock (fault windows, todos' created_at, hooks' disabled_at)."""
+        assert self.pool is not None, "setup() sets the pool"
+        return await db_now(self.pool)
+
     async def setup(self, pool: asyncpg.Pool, receiver: Receiver) -> None:
+        self.pool = pool
         async with pool.acquire() as conn:
             await migrate(conn, host_schema=True)
             await conn.execute(AUDIT_SQL)
-            at = _now()
+            await conn.execute(LEDGER_AUDIT_TRIGGER)
+            at = await self.now()
             await conn.executemany(
                 "INSERT INTO endpoints (id, state) VALUES ($1, 'active')",
                 [(e,) for e in self.endpoints],
@@ -449,7 +548,7 @@ class Soak:
         """Positive control: a todo write under the sweeper's name IS caught by the audit."""
         host = PostgresHost(pool)
         await host.create_todo(
-            "audit-probe", endpoint_id=self.endpoints[0], queue="probe", created_at=_now()
+            "audit-probe", endpoint_id=self.endpoints[0], queue="probe", created_at=await self.now()
         )
         conn = await asyncpg.connect(self.dsn, server_settings={"application_name": SWEEPER_APP})
         try:
@@ -464,7 +563,9 @@ class Soak:
 
     # -- workload --
 
-    async def generate(self, host: PostgresHost, creation: HookDispatcher, until: float) -> None:
+    async def generate(
+        self, host: PostgresHost, host_pool: asyncpg.Pool, creation: HookDispatcher, until: float
+    ) -> None:
         pairs = [(e, q) for e in self.endpoints for q in QUEUES]
         self.rng.shuffle(pairs)
         rate = max(2.0, len(pairs) / max(self.seconds * 0.6, 1.0))  # every pair gets work
@@ -481,9 +582,10 @@ class Soak:
             elif roll < 0.20:
                 queue = "quarantine"
             ids: list[str] = []
-            created_at = _now()
+            count = self.rng.choice((1, 1, 2, 3))
             try:
-                for _ in range(self.rng.choice((1, 1, 2, 3))):
+                created_at: datetime = await host_pool.fetchval("SELECT clock_timestamp()")
+                for _ in range(count):
                     self.todo_seq += 1
                     todo_id = f"t{self.todo_seq:06d}"
                     await host.create_todo(
@@ -527,7 +629,10 @@ class Soak:
                     else:
                         disabled = endpoint in self.disabled
                         await PostgresHost(pool).set_hook_enabled(
-                            f"hk-{endpoint}", disabled, at=_now(), reason="operator"
+                            f"hk-{endpoint}",
+                            disabled,
+                            at=await pool.fetchval("SELECT clock_timestamp()"),
+                            reason="operator",
                         )
                         (self.disabled.discard if disabled else self.disabled.add)(endpoint)
                 # An operator re-enables hooks the dispatcher disabled after failures.
@@ -558,7 +663,7 @@ class Soak:
         return await asyncpg.connect(self.dsn, server_settings={"application_name": "soak-faults"})
 
     async def terminate_sweepers(self) -> None:
-        start = _now()
+        start = await self.now()
         conn = await self._admin()
         try:
             killed = await conn.fetchval(
@@ -569,27 +674,43 @@ class Soak:
         finally:
             await conn.close()
         self.fault_counts["terminated_backends"] += killed
-        self.faults.append(FaultWindow(name=f"terminate({killed})", start=start, end=_now()))
+        self.faults.append(
+            FaultWindow(name=f"terminate({killed})", start=start, end=await self.now())
+        )
         self.say(f"fault: pg_terminate_backend killed {killed} sweeper connections")
 
     async def drop_ledger(self, pause: float) -> None:
-        start = _now()
+        """Drop the ledger table, wait, restore it with ``migrate``: sweeps fail meanwhile.
+
+        The drop and the restore each run while this soak holds the fleet's tick
+        lock, so the epoch boundary is exact: every charge in the old table
+        committed before the drop (its stamp is before the boundary), and every
+        charge in the restored one read its instant after the restore, which
+        also re-installs the ledger's audit trigger before any charge.
+        """
+        assert self.pool is not None, "setup() sets the pool"
+        ledger = PostgresLedger(self.pool)
+        start = await self.now()
         conn = await self._admin()
         try:
             await conn.execute("SET lock_timeout = '5s'")
-            await conn.execute("DROP TABLE queue_stall_nudges")
-            self.ledger_resets.append(_now())
+            async with ledger.hold_tick():
+                await conn.execute("DROP TABLE queue_stall_nudges")
+                boundary: datetime = await conn.fetchval("SELECT clock_timestamp()")
+            self.ledger_resets.append(boundary)
             self.say("fault: ledger table dropped")
             await asyncio.sleep(pause)
-            report = await migrate(conn)
+            async with ledger.hold_tick():
+                report = await migrate(conn)
+                await conn.execute(LEDGER_AUDIT_TRIGGER)
             self.say(f"fault: ledger restored by migrate (created {', '.join(report.created)})")
         finally:
             await conn.close()
         self.fault_counts["ledger_drop"] += 1
-        self.faults.append(FaultWindow(name="ledger-drop", start=start, end=_now()))
+        self.faults.append(FaultWindow(name="ledger-drop", start=start, end=await self.now()))
 
     async def sigkill(self, pause: float) -> None:
-        start = _now()
+        start = await self.now()
         proc = self.procs[KILLED_WORKER]
         proc.kill()
         await proc.wait()
@@ -598,17 +719,18 @@ class Soak:
         await self.spawn(KILLED_WORKER)
         self.say(f"fault: worker {KILLED_WORKER} restarted (pid {self.procs[KILLED_WORKER].pid})")
         self.fault_counts["sigkill"] += 1
-        self.faults.append(FaultWindow(name="sigkill", start=start, end=_now()))
+        self.faults.append(FaultWindow(name="sigkill", start=start, end=await self.now()))
 
     async def restart_postgres(self, server: PrivatePostgres, pause: float) -> None:
-        start = _now()
+        start = await self.now()
         await asyncio.to_thread(server.stop)
         self.say("fault: PostgreSQL stopped")
         await asyncio.sleep(pause)
         await asyncio.to_thread(server.start)
         self.say("fault: PostgreSQL started again")
         self.fault_counts["pg_restart"] += 1
-        self.faults.append(FaultWindow(name="pg-restart", start=start, end=_now()))
+        # Read once the server answers again: the window ends on the database's clock.
+        self.faults.append(FaultWindow(name="pg-restart", start=start, end=await self.now()))
 
     async def inject(self, server: PrivatePostgres, t0: float) -> None:
         """The fault schedule, as fractions of the load phase."""
@@ -745,7 +867,10 @@ async def _soak(
             ):
                 await soak.setup(host_pool, receiver)
                 host = PostgresHost(host_pool)
-                consumers = Consumers(PostgresHost(consumer_pool))
+                consumers = Consumers(
+                    PostgresHost(consumer_pool), consumer_pool, random.Random(seed + 2)
+                )
+                consumers.requeue_odds = REQUEUE_ODDS
                 say(
                     f"soak: {len(soak.endpoints) * len(QUEUES)} pairs, {WORKERS} sweeper "
                     f"processes, load for {seconds:.0f}s, database {soak.dsn}"
@@ -759,11 +884,12 @@ async def _soak(
                     until = t0 + seconds
                     progress = asyncio.create_task(_progress(soak, host_pool, receiver, say))
                     await asyncio.gather(
-                        soak.generate(host, creation, until),
+                        soak.generate(host, host_pool, creation, until),
                         soak.churn(host_pool, until),
                         soak.inject(server, t0),
                     )
                     soak.chaos.on = False
+                    consumers.requeue_odds = 0.0  # from here on, every claim completes
                     await soak.heal(host_pool)
                     say("load over: settling with healthy receivers, every endpoint active")
                     pending = await _settle(host_pool, settle)
@@ -810,6 +936,53 @@ async def _progress(soak: Soak, pool: asyncpg.Pool, receiver: Receiver, say: Any
             )
 
 
+def _nudge(record: dict[str, Any]) -> Nudge:
+    return Nudge(
+        endpoint_id=record["endpoint_id"],
+        queue=record["queue"],
+        todo=TodoRef(
+            id=record["todo_id"], created_at=datetime.fromisoformat(record["todo_created_at"])
+        ),
+        number=record["number"],
+        charged_at=datetime.fromisoformat(record["charged_at"]),
+    )
+
+
+def _refunds(events: list[dict[str, Any]]) -> list[RefundRecord]:
+    """Each refund asked for, with its result; None when the worker never wrote one."""
+    asked: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    records: list[RefundRecord] = []
+    for e in events:
+        if e["e"] == "refund":
+            asked[e["pid"], json.dumps(e["nudge"], sort_keys=True)].append(e)
+        elif e["e"] == "refunded":
+            pending = asked[e["pid"], json.dumps(e["nudge"], sort_keys=True)]
+            if pending:
+                pending.pop(0)
+            records.append(RefundRecord(worker=e["w"], nudge=_nudge(e["nudge"]), refunded=e["ok"]))
+    for waiting in asked.values():
+        records += [
+            RefundRecord(worker=e["w"], nudge=_nudge(e["nudge"]), refunded=None) for e in waiting
+        ]
+    return records
+
+
+def _keep_records(
+    workdir: Path,
+    claims: list[ClaimRecord],
+    messages: list[MessageRecord],
+    ledger_resets: list[datetime],
+    history: list[LedgerWrite],
+) -> None:
+    """What only this process saw, beside the workers' journals, so a run can be re-checked."""
+    with (workdir / "soak-records.jsonl").open("w", encoding="utf-8") as stream:
+        for name, records in (("claim", claims), ("message", messages), ("write", history)):
+            for record in records:
+                stream.write(json.dumps({"e": name, **attrs.asdict(record)}, default=str) + "\n")
+        for at in ledger_resets:
+            stream.write(json.dumps({"e": "ledger_reset", "at": at.isoformat()}) + "\n")
+
+
 async def _collect(
     soak: Soak,
     pool: asyncpg.Pool,
@@ -822,7 +995,8 @@ async def _collect(
     events = list(_journals(soak.workdir))
     charges: list[ChargeRecord] = []
     drains: dict[tuple[str, str], list[datetime]] = defaultdict(list)
-    ticks = ok_ticks = raw_errors = 0
+    ticks = ok_ticks = skipped = raw_errors = 0
+    raw_kinds: Counter[str] = Counter()
     dropped: dict[tuple[int, int], int] = {}
     for e in events:
         if e["e"] == "stats":
@@ -831,25 +1005,50 @@ async def _collect(
             continue
         ticks += 1
         if not e["ok"]:
-            raw_errors += e.get("kind", "LedgerError") != "LedgerError"
+            if e.get("kind", "LedgerError") != "LedgerError":
+                raw_errors += 1
+                raw_kinds[f"{e['kind']}: {e['err'][:80]}"] += 1
             continue
         ok_ticks += 1
+        skipped += e["skipped"]
         at = datetime.fromisoformat(e["at"])
-        for endpoint_id, queue, number, _todo in e["charged"]:
-            charges.append(
-                ChargeRecord(
-                    worker=e["w"], endpoint_id=endpoint_id, queue=queue, number=number, at=at
-                )
-            )
+        charges += [ChargeRecord(worker=e["w"], now=at, nudge=_nudge(n)) for n in e["charged"]]
         for endpoint_id, queue in e["deleted"]:
             drains[endpoint_id, queue].append(at)
-    claims: dict[tuple[str, str], list[datetime]] = defaultdict(list)
+    # Every claim the consumers recorded, and any the final table holds that they could
+    # not (the answer to a claim lost to a dropped connection): never overwritten, since
+    # only a consumer that knows its claim requeues it.
+    claims = list(consumers.claims)
+    unrecorded = 0
     for r in await pool.fetch(
-        "SELECT endpoint_id, queue, claimed_at FROM todos WHERE claimed_at IS NOT NULL"
+        "SELECT id, endpoint_id, queue, claimed_at FROM todos WHERE claimed_at IS NOT NULL"
     ):
-        claims[r["endpoint_id"], r["queue"]].append(r["claimed_at"])
+        if (r["id"], r["claimed_at"]) not in consumers.claimed_ids:
+            unrecorded += 1
+            claims.append(
+                ClaimRecord(
+                    endpoint_id=r["endpoint_id"], queue=r["queue"], claimed_at=r["claimed_at"]
+                )
+            )
+    refunds = _refunds(events)
+    history = [
+        LedgerWrite(
+            seq=r["seq"],
+            op=r["op"],
+            endpoint_id=r["endpoint_id"],
+            queue=r["queue"],
+            old=None if r["old_nudges"] is None else (r["old_nudges"], r["old_last_nudged_at"]),
+            new=None if r["new_nudges"] is None else (r["new_nudges"], r["new_last_nudged_at"]),
+            xact_start=r["xact_start"],
+            at=r["at"],
+        )
+        for r in await pool.fetch("SELECT * FROM soak_ledger_audit ORDER BY seq")
+    ]
+    _keep_records(soak.workdir, claims, receiver.messages, soak.ledger_resets, history)
     findings = check(
+        ledger=history,
         charges=charges,
+        refunds=refunds,
         messages=receiver.messages,
         claims=claims,
         drains=drains,
@@ -857,14 +1056,11 @@ async def _collect(
         policy=SOAK_POLICY,
     )
     stalled_named = {m.webhook_id for m in receiver.messages if m.reason == "stalled"}
-    named_ids = [
-        e_charge[3] for e in events if e["e"] == "tick" and e["ok"] for e_charge in e["charged"]
-    ]
     ungated_named = await pool.fetchval(
         "SELECT count(*) FROM todos t LEFT JOIN deliveries d ON d.id = t.delivery_id"
         " WHERE t.id = ANY($1::text[])"
         " AND (t.queue = 'quarantine' OR (t.delivery_id IS NOT NULL AND NOT d.verified))",
-        named_ids,
+        sorted({c.nudge.todo.id for c in charges}),
     )
     audit_writes = await pool.fetchval("SELECT count(*) FROM soak_todo_audit")
     todos = await pool.fetchval("SELECT count(*) FROM todos")
@@ -880,16 +1076,30 @@ async def _collect(
         "fault_windows": [attrs.asdict(f) for f in soak.faults],
         "worst_recovery_s": round(worst_recovery, 2),
         "killed_worker_pids": starts,
+        "skipped_ticks": skipped,
+        "raw_tick_error_kinds": dict(raw_kinds),
         "stalled_requests": sum(1 for m in receiver.messages if m.reason == "stalled"),
         "stalled_messages": len(stalled_named),
         "created_requests": sum(1 for m in receiver.messages if m.reason == "created"),
         "redelivered_after_lost_answer": receiver.redelivered,
+        "refunds_asked": len(refunds),
+        "refunds_applied": findings.refunds,
+        "unacknowledged_charges": findings.unacknowledged,
+        "ledger_writes": len(history),
+        "refunds_unknown": sum(1 for r in refunds if r.refunded is None),
         "consumer_claims": consumers.claimed,
+        "consumer_requeues": consumers.requeued,
+        "claims_recorded": len(consumers.claims),
+        "claims_unrecorded": unrecorded,
         "consumer_empty_wakes": consumers.empty,
         "consumer_gave_up": consumers.gave_up,
         "rejected_inbound": soak.rejected_inbound,
-        "pacing_violations": findings.pacing_violations,
         "extra_messages": findings.extra_messages,
+        "pacing_violations": findings.pacing_violations,
+        "violations": dict(findings.violations),
+        "double_resets": findings.double_resets,
+        "unseen_claims": findings.unseen_claims,
+        "judged": dict(findings.judged),
         "examples": list(findings.examples),
     }
     return SoakResult(
@@ -899,6 +1109,7 @@ async def _collect(
         wakes=findings.wakes,
         charges=findings.charges,
         duplicates=findings.duplicates,
+        double_resets=findings.double_resets,
         lost_todos=pending,
         faults=sum(counts.values()),
         fault_counts=counts,
@@ -984,6 +1195,7 @@ def main(argv: list[str] | None = None) -> int:
                 "unattributed": result.unattributed,
                 "ungated_named": result.ungated_named,
                 "bad_signatures": result.bad_signatures,
+                "double_resets": result.double_resets,
                 "max_nudges_between_claims": result.max_between_claims,
                 "liveness_failures": list(result.liveness_failures),
                 "raw_tick_errors": result.raw_tick_errors,

@@ -4,14 +4,21 @@ Started by ``benchmarks/soak.py`` as ``python -m benchmarks.soak_worker``. It
 runs the library's own ``Sweeper.run`` loop with the soak's compressed
 policy and journals, one JSON object a line (flushed as written):
 
-- ``tick``: every ``charge_due`` the sweeper made, ok or failed; an ok tick
-  lists the charges it got back, written BEFORE any of them is woken, so a
-  delivery can never reach the receiver without its charge on record;
+- ``tick``: every ``charge_due`` the sweeper made: failed, skipped (another
+  instance held the tick) or ok, with the instant the ledger decided at (the
+  database's clock) and the charges it got back, each with its number and
+  stamp (``charged_at``), written BEFORE any of them is woken, so a delivery
+  can never reach the receiver without its charge on record (a tick that
+  failed after its commit charged what only the soak's ledger history shows);
+- ``refund`` before each refund the sweeper asks for (the nudge's pair,
+  number and stamp), then ``refunded`` with the compare-and-set's result
+  (``ok`` true or false, or null with ``err`` when the call failed), so a
+  worker killed mid-refund leaves a refund of unknown outcome, not none;
 - ``stats``: the dispatcher's counters, once a second.
 
-Every nudge's ``meta.sent_at`` is stamped with its charge time (the
+Every nudge's ``meta.sent_at`` is stamped with its charge's stamp (the
 dispatcher's clock is injectable; a context variable set around ``wake``
-returns the charge instant), so the receiver can attribute each message to
+returns ``nudge.charged_at``), so the receiver can attribute each message to
 exactly one charge: (endpoint, queue, sent_at).
 """
 
@@ -33,7 +40,7 @@ import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher, PostgresHooks
 from adapters.postgres import DATABASE_ERRORS, PostgresLedger
-from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper
+from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
 SWEEPER_APP = "stall-nudge-sweeper"
@@ -84,41 +91,71 @@ class Journal:
         self._stream.flush()
 
 
+def nudge_record(nudge: Nudge) -> dict[str, object]:
+    """A nudge as a journal line holds it: everything ``stall_core.Nudge`` needs but the title."""
+    return {
+        "endpoint_id": nudge.endpoint_id,
+        "queue": nudge.queue,
+        "number": nudge.number,
+        "charged_at": nudge.charged_at.isoformat(),
+        "todo_id": nudge.todo.id,
+        "todo_created_at": nudge.todo.created_at.isoformat(),
+    }
+
+
 class JournalingLedger:
-    """A LedgerPort that journals every charge_due outcome before the sweeper acts on it."""
+    """A LedgerPort that journals every charge and refund before the sweeper acts on it."""
 
     def __init__(self, inner: PostgresLedger, journal: Journal) -> None:
         self._inner = inner
         self._journal = journal
 
-    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
         try:
-            outcome = await self._inner.charge_due(now=now, policy=policy)
+            outcome = await self._inner.charge_due(policy=policy)
         except Exception as exc:
             self._journal.write(
-                "tick", at=now.isoformat(), ok=False, kind=type(exc).__name__, err=str(exc)[:200]
+                "tick",
+                wall=datetime.now(UTC).isoformat(),  # no database instant: it failed
+                ok=False,
+                kind=type(exc).__name__,
+                err=str(exc)[:200],
             )
             raise
         self._journal.write(
             "tick",
-            at=now.isoformat(),
+            at=outcome.now.isoformat(),
             ok=True,
-            charged=[[n.endpoint_id, n.queue, n.number, n.todo.id] for n in outcome.charged],
+            skipped=outcome.skipped,
+            charged=[nudge_record(n) for n in outcome.charged],
             deleted=[list(key) for key in outcome.deleted],
         )
         return outcome
 
+    async def refund(self, nudge: Nudge) -> bool:
+        record = nudge_record(nudge)
+        self._journal.write("refund", nudge=record)
+        try:
+            refunded = await self._inner.refund(nudge)
+        except Exception as exc:
+            self._journal.write(
+                "refunded", nudge=record, ok=None, kind=type(exc).__name__, err=str(exc)[:200]
+            )
+            raise
+        self._journal.write("refunded", nudge=record, ok=refunded)
+        return refunded
+
 
 class StampingWake:
-    """The dispatcher as the sweep's WakePort, with ``sent_at`` = the nudge's charge instant."""
+    """The dispatcher as the sweep's WakePort, with ``sent_at`` = the nudge's stamp."""
 
     def __init__(self, dispatcher: HookDispatcher) -> None:
         self._dispatcher = dispatcher
 
-    async def wake(self, nudge: Nudge) -> None:
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
         token = _charged_at.set(nudge.charged_at)
         try:
-            await self._dispatcher.wake(nudge)
+            return await self._dispatcher.wake(nudge)
         finally:
             _charged_at.reset(token)
 
@@ -165,7 +202,7 @@ async def main_async(dsn: str, worker: int, journal_path: str, queue_size: int) 
     # Opened once at start-up, before the loop runs: blocking here stalls nothing.
     with open(journal_path, "a", encoding="utf-8", buffering=1) as stream:  # noqa: ASYNC230
         journal = Journal(stream, worker)
-        journal.write("start", at=datetime.now(UTC).isoformat(), queue_size=queue_size)
+        journal.write("start", wall=datetime.now(UTC).isoformat(), queue_size=queue_size)
         pool = await _connect(dsn, stop)
         if pool is None:
             return 0
@@ -180,15 +217,18 @@ async def main_async(dsn: str, worker: int, journal_path: str, queue_size: int) 
                 sweeper = Sweeper(
                     ledger=JournalingLedger(PostgresLedger(pool), journal),
                     wake=StampingWake(dispatcher),
-                    clock=lambda: datetime.now(UTC),
                     policy=SOAK_POLICY,
                 )
                 stats = asyncio.create_task(_stats(dispatcher, journal, stop))
                 ran = await sweeper.run(interval=TICK_INTERVAL, stop=stop)
                 await dispatcher.close(deadline=2.0)
+                # Every receipt is resolved now (abandoned ones as False): refund those.
+                await sweeper.settle()
                 stop.set()
                 await stats
-                journal.write("stop", at=datetime.now(UTC).isoformat(), ticks=ran)
+                journal.write(
+                    "stop", wall=datetime.now(UTC).isoformat(), ticks=ran, refunded=sweeper.refunded
+                )
         finally:
             await pool.close()
     return 0

@@ -66,7 +66,8 @@ NAIVE_RUNS = 5
 # The same decision as charge_due, written the obvious way and read-only: the
 # oldest gate-passing pending todo of every pair by one DISTINCT ON over all
 # pending todos, then the candidate and due tests, the tick limit, and the
-# ledger rows whose pair has no work left.
+# ledger rows whose pair has no work left. A row of 0 nudges (a refunded
+# first nudge) waits the first backoff step, as nudge 2 would.
 NAIVE_SQL = """
 WITH oldest AS (
     SELECT DISTINCT ON (t.endpoint_id, t.queue)
@@ -79,9 +80,8 @@ WITH oldest AS (
 candidate AS (
     SELECT o.*, r.nudges, r.last_nudged_at,
            r.endpoint_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM todos c
-                        WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue
-                          AND c.claimed_at > r.last_nudged_at) AS progressed
+           AND EXISTS (SELECT 1 FROM stall_nudge_claims c
+                        WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue) AS progressed
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id AND r.queue = o.queue
@@ -97,7 +97,7 @@ due AS (
      WHERE c.nudges IS NULL OR c.progressed
         OR (c.nudges < $4
             AND $1 >= c.last_nudged_at
-                      + ($3::bigint[])[LEAST(c.nudges, cardinality($3::bigint[]))]
+                      + ($3::bigint[])[LEAST(GREATEST(c.nudges, 1), cardinality($3::bigint[]))]
                         * interval '1 microsecond')
      ORDER BY number, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
      LIMIT $5
@@ -184,7 +184,8 @@ async def throwaway_database(dsn: str, keep: bool) -> AsyncIterator[str]:
 async def load(conn: asyncpg.Connection, lo: int, hi: int) -> None:
     """Add pending gate-passing todos lo..hi-1 (and their history), then VACUUM ANALYZE."""
     async with conn.transaction():
-        # A bulk load of rows known to be consistent: skip the FK triggers.
+        # A bulk load of rows known to be consistent: skip the FK triggers (and the claim
+        # log's: the history's claims were absorbed long ago).
         await conn.execute("SET LOCAL session_replication_role = replica")
         for sql in LOAD_SQL:
             await conn.execute(sql, lo, hi, NOW)
@@ -264,10 +265,11 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
                 await conn.execute("SET LOCAL session_replication_role = replica")
                 for sql in SETUP_SQL:
                     await conn.execute(sql, NOW) if "$1" in sql else await conn.execute(sql)
-            ledger = PostgresLedger(pool)
+            # NOW stands in for the database's clock, so every tick decides at one instant.
+            ledger = PostgresLedger(pool, clock=lambda: NOW)
 
             async def tick() -> Any:
-                return await ledger.charge_due(now=NOW, policy=POLICY)
+                return await ledger.charge_due(policy=POLICY)
 
             async def naive() -> Any:
                 return await pool.fetch(NAIVE_SQL, *policy_args())

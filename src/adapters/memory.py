@@ -8,7 +8,9 @@ verb either applies whole or raises ``BoardError`` with nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TypeVar
@@ -17,6 +19,7 @@ import attrs
 
 from stall_core import (
     ChargeOutcome,
+    Clock,
     LedgerPort,
     LedgerRow,
     Nudge,
@@ -26,9 +29,11 @@ from stall_core import (
     TodoRef,
     WakeError,
     WakePort,
+    WakeReceipt,
     aware,
     charge_row,
     plan_tick,
+    refunded_row,
 )
 
 __all__ = [
@@ -117,17 +122,24 @@ class Ring:
 class MemoryBoard:
     """Endpoints, deliveries, todos, notify hooks and the nudge ledger, in memory.
 
-    ``charge_due`` decides with ``stall_core.plan_tick`` and applies the
-    result without awaiting, so concurrent sweeps on one event loop are
-    serialised exactly as the Postgres ledger's single statement is.
+    ``clock`` is the board's one time authority, as the database's clock is
+    on Postgres: the ledger decides at ``clock()`` and a claim without an
+    explicit instant is stamped with it. ``charge_due`` decides with
+    ``stall_core.plan_tick`` and applies the result without awaiting, so
+    concurrent sweeps on one event loop are serialised exactly as the
+    Postgres ledger's tick lock and single statement serialise them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock) -> None:
+        self._clock = clock
+        self._tick_held = False
         self._endpoints: dict[str, Endpoint] = {}
         self._deliveries: dict[str, Delivery] = {}
         self._todos: dict[str, Todo] = {}
         self._hooks: dict[str, Hook] = {}
         self._ledger: dict[PairKey, LedgerRow] = {}
+        #: The progress log: per pair, the instants of claims no charge has absorbed yet.
+        self._claims: dict[PairKey, list[datetime]] = {}
         self._rings: list[Ring] = []
 
     # -- inspectable state ---------------------------------------------------
@@ -272,14 +284,18 @@ class MemoryBoard:
         todo_id: str,
         *,
         owner: str,
-        at: datetime,
+        at: datetime | None = None,
         lease: timedelta = timedelta(minutes=5),
     ) -> Todo:
-        """Claim a pending todo (pull ignores the sender gate, as the host's claim verb does)."""
+        """Claim a pending todo (pull ignores the sender gate, as the host's claim verb does).
+
+        ``claimed_at`` is ``at``, or the board's clock: the ledger's own time.
+        """
         todo = self._get("todo", todo_id, self._todos)
         if todo.state != "pending":
             raise BoardError(f"todo {todo_id!r} is {todo.state}, not pending")
-        aware("at", at)
+        at = aware("clock()", self._clock()) if at is None else aware("at", at)
+        previous = todo
         todo = attrs.evolve(
             todo,
             state="claimed",
@@ -287,10 +303,15 @@ class MemoryBoard:
             claim_owner=owner,
             lease_expires_at=at + lease,
         )
+        if at != previous.claimed_at:
+            # A claim is a change of claimed_at, as the Postgres trigger logs it.
+            self._claims.setdefault((todo.endpoint_id, todo.queue), []).append(at)
         self._todos[todo_id] = todo
         return todo
 
-    def claim_next(self, endpoint_id: str, queue: str, *, owner: str, at: datetime) -> Todo | None:
+    def claim_next(
+        self, endpoint_id: str, queue: str, *, owner: str, at: datetime | None = None
+    ) -> Todo | None:
         """Claim the oldest pending todo of the pair, or return None when there is none."""
         pending = [
             t
@@ -354,7 +375,6 @@ class MemoryBoard:
         endpoint_id, queue = key
         gated = [t for t in todos if t.state == "pending" and self.gate_passes(t)]
         oldest = min(gated, key=lambda t: (t.created_at, t.id), default=None)
-        claims = [t.claimed_at for t in todos if t.claimed_at is not None]
         endpoint = self._endpoints.get(endpoint_id)
         return PairState(
             endpoint_id=endpoint_id,
@@ -364,17 +384,47 @@ class MemoryBoard:
             else TodoRef(id=oldest.id, created_at=oldest.created_at, title=oldest.title),
             endpoint_active=endpoint is not None and endpoint.state == "active",
             has_receiver=any(h.covers(endpoint_id, queue) for h in self._hooks.values()),
-            last_claimed_at=max(claims, default=None),
+            unabsorbed_claim_at=max(self._claims.get(key, ()), default=None),
         )
 
-    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
-        """Plan and apply one tick with no await in between: atomic on one event loop."""
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        """Plan and apply one tick at ``clock()`` with no await in between: atomic on one loop."""
+        now = aware("clock()", self._clock())
+        if self._tick_held:
+            return ChargeOutcome(now=now, skipped=True)
         plan = plan_tick(self.pair_states(), self._ledger, now, policy)
+        # What this tick absorbs: the claims of charged and drained pairs, and of pairs
+        # with no ledger row (their next nudge is a first one anyway).
+        absorbed = {n.key for n in plan.charges} | set(plan.deletions)
+        absorbed |= self._claims.keys() - self._ledger.keys()
+        for key in absorbed:
+            self._claims.pop(key, None)
+        for claims in self._claims.values():
+            claims[:] = [max(claims)]  # only "is there one" and the latest matter
         for key in plan.deletions:
             del self._ledger[key]
         for nudge in plan.charges:
             self._ledger[nudge.key] = charge_row(nudge)
-        return ChargeOutcome(charged=plan.charges, deleted=plan.deletions)
+        return ChargeOutcome(now=now, charged=plan.charges, deleted=plan.deletions)
+
+    async def refund(self, nudge: Nudge) -> bool:
+        """Refund a nudge that reached nobody if the row is still its charge's (compare-and-set)."""
+        row = refunded_row(self._ledger.get(nudge.key), nudge)
+        if row is None:
+            return False
+        self._ledger[nudge.key] = row
+        return True
+
+    @contextmanager
+    def hold_tick(self) -> Iterator[None]:
+        """Hold the tick as another instance mid-sweep would: ``charge_due`` skips meanwhile."""
+        if self._tick_held:
+            raise BoardError("the tick is already held")
+        self._tick_held = True
+        try:
+            yield
+        finally:
+            self._tick_held = False
 
     # -- helpers ---------------------------------------------------------------
 
@@ -408,17 +458,27 @@ def _queues(queues: Iterable[str] | None) -> tuple[str, ...] | None:
 
 @attrs.define
 class RecordingWake:
-    """A WakePort that records every nudge it is handed; set ``refuse`` to make it fail."""
+    """A WakePort that records every nudge it is handed.
+
+    ``sent`` holds the nudges that reached a receiver. Set ``refuse`` to
+    make the transport refuse outright (``refused``), or ``reach`` to False
+    to accept nudges that then reach nobody (``lost``), as a dead receiver's.
+    """
 
     sent: list[Nudge] = attrs.field(factory=list)
     refused: list[Nudge] = attrs.field(factory=list)
+    lost: list[Nudge] = attrs.field(factory=list)
     refuse: bool = False
+    reach: bool = True
 
-    async def wake(self, nudge: Nudge) -> None:
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
         if self.refuse:
             self.refused.append(nudge)
             raise WakeError(f"wake refused for {nudge.endpoint_id}/{nudge.queue}")
-        self.sent.append(nudge)
+        (self.sent if self.reach else self.lost).append(nudge)
+        receipt: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        receipt.set_result(self.reach)
+        return receipt
 
 
 def _conforms(board: MemoryBoard, wake: RecordingWake) -> tuple[LedgerPort, WakePort]:

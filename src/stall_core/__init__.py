@@ -17,15 +17,18 @@ from ._decide import (
     TickPlan,
     Wait,
     charge_row,
+    charge_stamp,
     decide,
     effective_nudges,
     is_candidate,
     made_progress,
     next_due_at,
     plan_tick,
+    refunded_row,
+    starts_over,
 )
 from ._policy import PacingPolicy
-from ._ports import LedgerError, LedgerPort, WakeError, WakePort
+from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
 from ._sweeper import Clock, Sweeper, TickReport
 from ._values import (
@@ -84,8 +87,10 @@ __all__ = [
     "Wait",
     "WakeError",
     "WakePort",
+    "WakeReceipt",
     "aware",
     "charge_row",
+    "charge_stamp",
     "decide",
     "effective_nudges",
     "is_candidate",
@@ -93,5 +98,7 @@ __all__ = [
     "next_due_at",
     "pair_status",
     "plan_tick",
+    "refunded_row",
     "simulate",
+    "starts_over",
 ]

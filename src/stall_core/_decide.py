@@ -28,12 +28,15 @@ __all__ = [
     "TickPlan",
     "Wait",
     "charge_row",
+    "charge_stamp",
     "decide",
     "effective_nudges",
     "is_candidate",
     "made_progress",
     "next_due_at",
     "plan_tick",
+    "refunded_row",
+    "starts_over",
 ]
 
 
@@ -102,18 +105,25 @@ def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef 
 
 
 def made_progress(pair: PairState, row: LedgerRow | None) -> bool:
-    """True when some todo of the pair was claimed after the pair's last nudge."""
-    return (
-        row is not None
-        and pair.last_claimed_at is not None
-        and pair.last_claimed_at > row.last_nudged_at
-    )
+    """True when some todo of the pair was claimed after the pair's last nudge.
+
+    "After" is in commit order: the ledger keeps each claim until a charge
+    absorbs it (``PairState.unabsorbed_claim_at``), so a claim counts exactly
+    once, even one whose transaction commits after a charge read the time.
+    """
+    return row is not None and pair.unabsorbed_claim_at is not None
+
+
+def starts_over(pair: PairState, row: LedgerRow | None) -> bool:
+    """True when the pair's next nudge is nudge 1, due at once: no row, or progress."""
+    return row is None or made_progress(pair, row)
 
 
 def effective_nudges(pair: PairState, row: LedgerRow | None) -> int:
     """Nudges spent since progress: 0 with no row or after a claim."""
-    if row is None or made_progress(pair, row):
+    if starts_over(pair, row):
         return 0
+    assert row is not None  # starts_over is True without a row
     return row.nudges
 
 
@@ -122,6 +132,30 @@ def next_due_at(row: LedgerRow, policy: PacingPolicy) -> datetime | None:
     if row.nudges >= policy.cap:
         return None
     return row.last_nudged_at + policy.delay_before(row.nudges + 1)
+
+
+def charge_stamp(pair: PairState, now: datetime) -> datetime:
+    """The ``last_nudged_at`` a charge at ``now`` writes: ``now``, or a later absorbed claim.
+
+    A claim's transaction may read the time after the charge did and still
+    commit before the charge looks; the charge absorbs it, and its stamp
+    does not fall behind it, so every absorbed claim is at or before the
+    stamp and the backoff runs from after the claim.
+    """
+    claimed = pair.unabsorbed_claim_at
+    return now if claimed is None or claimed < now else claimed
+
+
+def refunded_row(row: LedgerRow | None, nudge: Nudge) -> LedgerRow | None:
+    """The row after refunding ``nudge``, which reached no receiver; None when nothing to refund.
+
+    Compare-and-set: only the row that nudge's own charge wrote (same count,
+    same stamp) is refunded, so a refund can never undo a later charge, and
+    a drained row stays deleted. The stamp stays: the retry waits one step.
+    """
+    if row is None or (row.nudges, row.last_nudged_at) != (nudge.number, nudge.charged_at):
+        return None
+    return attrs.evolve(row, nudges=row.nudges - 1)
 
 
 def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: PacingPolicy) -> Decision:
@@ -134,15 +168,14 @@ def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: Pacing
         return Drain()
     if isinstance(work, IdleReason):
         return Idle(reason=work)
-    spent = effective_nudges(pair, row)
-    if spent == 0:
+    if starts_over(pair, row):
         return Charge(number=1, todo=work)
-    assert row is not None  # spent > 0 only with a row
+    assert row is not None  # starts_over is True without a row
     due_at = next_due_at(row, policy)
     if due_at is None:
         return Capped(nudges=row.nudges)
     if now >= due_at:
-        return Charge(number=spent + 1, todo=work)
+        return Charge(number=row.nudges + 1, todo=work)
     return Wait(due_at=due_at)
 
 
@@ -195,7 +228,7 @@ def plan_tick(
                 queue=pair.queue,
                 todo=decision.todo,
                 number=decision.number,
-                charged_at=now,
+                charged_at=charge_stamp(pair, now),
             )
             order = (decision.number - 1, decision.todo.created_at, pair.endpoint_id, pair.queue)
             due.append((order, nudge))

@@ -8,9 +8,12 @@ threshold). Nudge 1 fires on the first tick the pair is a candidate with no
 ledger row, or after progress (a claim after the last nudge). Nudge N
 (N >= 2) waits ``backoff[N - 2]`` after nudge N - 1; past the end of the
 schedule its last step repeats (only policies longer than the default use
-that). After ``cap`` nudges without progress the pair falls silent while its
-work stays pending. One tick charges at most ``tick_limit`` pairs, so a
-stalled fleet cannot start an unbounded number of consumers at once.
+that). A nudge that reached no receiver is refunded: it does not count, but
+its instant stays the pacing base, so the same nudge is tried again one step
+later (a refunded nudge 1 waits ``backoff[0]``). After ``cap`` nudges
+without progress the pair falls silent while its work stays pending. One
+tick charges at most ``tick_limit`` pairs, so a stalled fleet cannot start
+an unbounded number of consumers at once.
 
 The defaults are the spec's numbers and the switchboard path always uses
 them; other policies exist for tests and the pacing simulator.
@@ -63,7 +66,12 @@ class PacingPolicy:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
     def delay_before(self, nudge: int) -> timedelta:
-        """The wait after nudge ``nudge - 1`` before nudge ``nudge`` (>= 2) may fire."""
-        if nudge < 2:
-            raise ValueError(f"nudge {nudge} has no delay: nudge 1 fires once the pair is stalled")
-        return self.backoff[min(nudge - 2, len(self.backoff) - 1)]
+        """The wait after the pair's last attempt before nudge ``nudge`` may fire.
+
+        For nudge 1 that wait only applies after a refunded first attempt (one
+        that reached no receiver): a pair with no ledger row, or one that made
+        progress, is nudged at once.
+        """
+        if isinstance(nudge, bool) or not isinstance(nudge, int) or nudge < 1:
+            raise ValueError(f"nudge must be an integer >= 1, got {nudge!r}")
+        return self.backoff[min(max(nudge - 2, 0), len(self.backoff) - 1)]

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Awaitable
 from typing import Protocol
 
 from ._policy import PacingPolicy
 from ._values import ChargeOutcome, Nudge
 
-__all__ = ["LedgerError", "LedgerPort", "WakeError", "WakePort"]
+__all__ = ["LedgerError", "LedgerPort", "WakeError", "WakePort", "WakeReceipt"]
+
+#: Resolves once a wake's fate is known: True when at least one receiver
+#: answered 2xx, False when none did (every attempt failed or the transport
+#: gave up on it). It never raises.
+WakeReceipt = Awaitable[bool]
 
 
 class LedgerError(Exception):
-    """The ledger could not decide or charge.
+    """The ledger could not decide, charge or refund.
 
     Nothing was committed, except when the connection dropped after the
     commit: then the charges stand and only their wakes are lost, which the
@@ -21,22 +26,34 @@ class LedgerError(Exception):
 
 
 class WakeError(Exception):
-    """The wake transport refused one nudge (its charge stands: the next backoff retries)."""
+    """The wake transport refused one nudge outright; the sweeper refunds its charge."""
 
 
 class LedgerPort(Protocol):
-    """The nudge ledger over the host's board of todos."""
+    """The nudge ledger over the host's board of todos; it is also the sweep's clock."""
 
-    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
-        """Decide and charge, atomically, the pairs due for a nudge at ``now``.
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        """Decide and charge, atomically, the pairs due for a nudge now.
 
-        Decisions follow ``stall_core.plan_tick``: at most ``policy.tick_limit``
-        charges, least-nudged first. The decision is re-checked against the
-        ledger row as it stands when the charge is written, so a nudge that
-        another sweeper committed first is neither counted nor returned. Rows
-        of pairs with no gate-passing pending todo are deleted in the same
-        call. Returns only once everything is committed; on failure raises
-        ``LedgerError`` with nothing written. Never changes a todo.
+        "Now" is read from the ledger's own time authority once this tick
+        holds the fleet's tick lock; an instance that does not get the lock
+        returns a skipped outcome and decides nothing. Decisions follow
+        ``stall_core.plan_tick``: at most ``policy.tick_limit`` charges,
+        least-nudged first. The decision is re-checked against the ledger row
+        as it stands when the charge is written, so a nudge another sweeper
+        committed first is neither counted nor returned. Rows of pairs with no
+        gate-passing pending todo are deleted in the same call. Returns only
+        once everything is committed; on failure raises ``LedgerError`` with
+        nothing written. Never changes a todo.
+        """
+        ...
+
+    async def refund(self, nudge: Nudge) -> bool:
+        """Take back the charge of a nudge that reached no receiver; True if refunded.
+
+        Follows ``stall_core.refunded_row``: compare-and-set on the row that
+        nudge's charge wrote, so a later charge or a drain is never undone.
+        Raises ``LedgerError`` when the ledger cannot be reached.
         """
         ...
 
@@ -44,11 +61,12 @@ class LedgerPort(Protocol):
 class WakePort(Protocol):
     """The transport that turns one charged nudge into a consumer wake."""
 
-    async def wake(self, nudge: Nudge) -> None:
-        """Deliver (or queue for delivery) one todo.ready with reason "stalled".
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
+        """Take one todo.ready with reason "stalled" for delivery; return its receipt.
 
         Called only after the nudge's charge committed, on the instance that
         charged it. Raises ``WakeError`` when the transport cannot take the
-        nudge; the charge stands and the pair's next backoff retries.
+        nudge at all; otherwise the receipt tells, later, whether it reached
+        a receiver.
         """
         ...

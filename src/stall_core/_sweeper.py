@@ -1,8 +1,13 @@
-"""The imperative shell of one sweep: gather (clock), decide and charge (ledger), apply (wake).
+"""The imperative shell of one sweep: decide and charge (ledger), apply (wake), refund.
 
-The only asyncio in the core. It reads ``now`` from an injected clock so
-tests, the demo and the simulator can move time; the event loop's own
-monotonic timer measures tick duration only.
+The only asyncio in the core. It reads no clock: the ledger is the time
+authority (the database's clock in production, an injected clock in tests,
+the demo and the simulator), so a sidecar's own clock never enters a
+decision. The event loop's monotonic timer measures tick duration only.
+
+A charged nudge is handed to the wake port, whose receipt later tells
+whether any receiver answered. One that reached nobody is refunded in the
+ledger (compare-and-set), so it does not count toward the cap.
 """
 
 from __future__ import annotations
@@ -16,14 +21,14 @@ from datetime import datetime
 import attrs
 
 from ._policy import PacingPolicy
-from ._ports import LedgerError, LedgerPort, WakeError, WakePort
-from ._values import Nudge, PairKey, aware
+from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
+from ._values import Nudge, PairKey
 
 __all__ = ["Clock", "Sweeper", "TickReport"]
 
 log = logging.getLogger("stall_core.sweeper")
 
-#: Returns the current instant, timezone-aware.
+#: Returns the current instant, timezone-aware (the memory ledger's and the tests' time).
 Clock = Callable[[], datetime]
 
 
@@ -32,21 +37,25 @@ class TickReport:
     """What one tick did."""
 
     tick: int
+    #: The instant the ledger decided at, on its own clock.
     now: datetime
     charged: tuple[Nudge, ...]
     deleted: tuple[PairKey, ...]
     #: Nudges the wake port took (a queueing transport delivers them later).
     delivered: int
-    #: Nudges the wake port refused; their charges stand.
+    #: Nudges the wake port refused outright; their charges were refunded.
     failed: int
     duration_s: float
+    #: Another instance held the tick: this one decided nothing.
+    skipped: bool = False
 
 
 class Sweeper:
     """Runs the stall sweep on the host's reaper tick.
 
-    Any number of sweepers may run against one ledger: the ledger's atomic
-    charge makes sure each wake is handed to exactly one of them.
+    Any number of sweepers may run against one ledger: the ledger's tick
+    lock and atomic charge make sure each wake is handed to exactly one of
+    them. ``settle()`` waits for outstanding receipts and their refunds.
     """
 
     def __init__(
@@ -54,14 +63,14 @@ class Sweeper:
         *,
         ledger: LedgerPort,
         wake: WakePort,
-        clock: Clock,
         policy: PacingPolicy | None = None,
     ) -> None:
         self._ledger = ledger
         self._wake = wake
-        self._clock = clock
         self._policy = policy if policy is not None else PacingPolicy()
         self._ticks = 0
+        self._receipts: set[asyncio.Task[None]] = set()
+        self.refunded = 0
 
     @property
     def policy(self) -> PacingPolicy:
@@ -71,17 +80,16 @@ class Sweeper:
         """Charge what is due, then hand each committed nudge to the wake port.
 
         A ledger failure propagates (nothing was charged, nothing is woken);
-        a wake failure is logged and counted, and the charge stands.
+        a wake refusal is logged, counted and refunded at once.
         """
         self._ticks += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
-        now = aware("clock()", self._clock())
-        outcome = await self._ledger.charge_due(now=now, policy=self._policy)
+        outcome = await self._ledger.charge_due(policy=self._policy)
         delivered = failed = 0
         for nudge in outcome.charged:
             try:
-                await self._wake.wake(nudge)
+                receipt = await self._wake.wake(nudge)
             except Exception as exc:
                 failed += 1
                 log.warning(
@@ -95,17 +103,74 @@ class Sweeper:
                     # A refusal is an expected outcome; anything else deserves its traceback.
                     exc_info=not isinstance(exc, WakeError),
                 )
+                await self._refund(nudge)
             else:
                 delivered += 1
+                task = asyncio.create_task(self._follow(nudge, receipt))
+                self._receipts.add(task)
+                task.add_done_callback(self._receipts.discard)
         return TickReport(
             tick=self._ticks,
-            now=now,
+            now=outcome.now,
             charged=outcome.charged,
             deleted=outcome.deleted,
             delivered=delivered,
             failed=failed,
             duration_s=loop.time() - started,
+            skipped=outcome.skipped,
         )
+
+    async def settle(self) -> None:
+        """Wait until every wake handed over so far has its outcome, and every refund is done.
+
+        Close the wake transport first (or drain it): a receipt resolves only
+        when the transport has finished with its nudge.
+        """
+        while self._receipts:
+            await asyncio.gather(*list(self._receipts))
+
+    async def _follow(self, nudge: Nudge, receipt: WakeReceipt) -> None:
+        """Refund the nudge unless its receipt says a receiver answered.
+
+        A receipt that breaks its contract (raises, or is cancelled while this
+        task is not) counts as "reached nobody": refunding costs at most one
+        extra wake, keeping the charge could strand the pair at the cap.
+        """
+        try:
+            reached = await receipt
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            reached = False
+        except Exception:
+            log.exception("the receipt of %s/%s nudge %d failed", *nudge.key, nudge.number)
+            reached = False
+        if not reached:
+            await self._refund(nudge)
+
+    async def _refund(self, nudge: Nudge) -> None:
+        """Refund a nudge that reached nobody; a failed refund only costs one pacing step."""
+        try:
+            refunded = await self._ledger.refund(nudge)
+        except Exception as exc:
+            log.error(
+                "refund of %s/%s nudge %d failed; it counts toward the cap: %s",
+                nudge.endpoint_id,
+                nudge.queue,
+                nudge.number,
+                exc,
+                exc_info=not isinstance(exc, LedgerError),
+            )
+            return
+        if refunded:
+            self.refunded += 1
+            log.info(
+                "%s/%s nudge %d reached no receiver: refunded, tried again on its schedule",
+                nudge.endpoint_id,
+                nudge.queue,
+                nudge.number,
+            )
 
     async def run(
         self,

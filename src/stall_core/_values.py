@@ -62,8 +62,10 @@ class PairState:
     """What the sweep knows of one (endpoint, queue) pair at one instant.
 
     ``oldest`` is the oldest pending, unclaimed todo whose delivery passes
-    the sender gate (None when there is none); ``last_claimed_at`` is the
-    latest claim on any todo of the pair, the measure of progress.
+    the sender gate (None when there is none). ``unabsorbed_claim_at`` is
+    the latest claim on a todo of the pair that no charge has absorbed yet
+    (None when there is none): with a ledger row, that is progress, a claim
+    after the last nudge in the order claims and charges commit.
     """
 
     endpoint_id: str
@@ -71,7 +73,7 @@ class PairState:
     oldest: TodoRef | None
     endpoint_active: bool
     has_receiver: bool
-    last_claimed_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
+    unabsorbed_claim_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
 
     @property
     def key(self) -> PairKey:
@@ -80,7 +82,13 @@ class PairState:
 
 @attrs.frozen(kw_only=True)
 class LedgerRow:
-    """A queue_stall_nudges row: the pacing state of one pair."""
+    """A queue_stall_nudges row: the pacing state of one pair.
+
+    ``nudges`` counts the nudges since progress that reached a receiver; it
+    is 0 only after a first nudge was refunded. ``last_nudged_at`` is the
+    pacing base: the instant of the last attempt, or the latest claim it
+    absorbed if that is later.
+    """
 
     endpoint_id: str
     queue: str
@@ -94,7 +102,11 @@ class LedgerRow:
 
 @attrs.frozen(kw_only=True)
 class Nudge:
-    """One charged wake: the pair, the todo it names and its number since progress."""
+    """One charged wake: the pair, the todo it names and its number since progress.
+
+    ``charged_at`` is the ``last_nudged_at`` its charge wrote; with ``number``
+    it identifies the charge, so a refund can never undo a later one.
+    """
 
     endpoint_id: str
     queue: str
@@ -109,7 +121,14 @@ class Nudge:
 
 @attrs.frozen(kw_only=True)
 class ChargeOutcome:
-    """What one ledger charge committed: the nudges to deliver, the rows deleted."""
+    """What one ledger tick committed: the nudges to deliver, the rows deleted.
 
+    ``now`` is the instant the ledger decided at, read from its own time
+    authority. ``skipped`` means another instance held the tick, so this
+    one decided nothing.
+    """
+
+    now: datetime = attrs.field(validator=_must_be_aware)
     charged: tuple[Nudge, ...] = ()
     deleted: tuple[PairKey, ...] = ()
+    skipped: bool = False

@@ -608,7 +608,11 @@ class _Run:
             oldest=oldest,
             endpoint_active=True,
             has_receiver=pair.receiver,
-            last_claimed_at=self.dt(pair.last_claim) if pair.last_claim >= 0 else None,
+            # Host events at a tick's instant come before its sweep, so a claim at the
+            # charge's own instant was absorbed by it.
+            unabsorbed_claim_at=self.dt(pair.last_claim)
+            if pair.row is not None and pair.last_claim > pair.row_at
+            else None,
         )
 
     def sweep(self, tick: int) -> None:

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from adapters.postgres import PostgresHost
+from adapters.postgres import PostgresHost, PostgresLedger
 from tests import pg
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -160,6 +160,25 @@ async def test_concurrent_sweep_processes_fire_each_wake_once(
     assert [("l-0", "lane-l")] == hook.stalled()
 
 
+async def test_sweep_skips_while_another_instance_holds_the_tick(
+    pg_dsn: str, pg_pool: asyncpg.Pool, board: PostgresHost, hook: Hook
+) -> None:
+    """While another instance holds the tick, `sweep --once` says skipped and wakes nothing."""
+    async with PostgresLedger(pg_pool).hold_tick():
+        text = await cli("sweep", "--once", "--dsn", pg_dsn)
+        as_json = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
+    held_stalled = hook.stalled()
+    released = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
+
+    assert (0, 0, 0) == (text.status, as_json.status, released.status)
+    assert "tick 1: skipped (another instance holds the tick)" in text.out
+    tick = json.loads(as_json.out)["tick"]
+    assert (True, []) == (tick["skipped"], tick["charged"])
+    assert [] == held_stalled
+    assert [("l-0", "lane-l")] == hook.stalled()
+    assert False is json.loads(released.out)["tick"]["skipped"]
+
+
 async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: Hook) -> None:
     """status answers 'is my queue drained?' per pair, as a table and as JSON."""
     before = await cli("status", "--json", "--dsn", pg_dsn)
@@ -237,7 +256,10 @@ async def test_missing_tables_are_named(pg_server: str, pg_dsn: str) -> None:
     assert 1 == bare.status
     assert "migrate --host-schema" in bare.err
     assert 1 == no_ledger.status
-    assert "queue_stall_nudges is missing: run stall-nudge migrate" in no_ledger.err
+    assert (
+        "stall-nudge's own tables missing: queue_stall_nudges (run stall-nudge migrate)"
+        in no_ledger.err
+    )
     assert "Traceback" not in bare.err + no_ledger.err
 
 

@@ -6,12 +6,14 @@ they never branch on the backend.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Protocol
 
 from adapters.memory import MemoryBoard, Todo
 from stall_core import LedgerPort, LedgerRow, PairKey
+from tests.support import FakeClock
 
 #: Where the ledger scenarios' hooks point: nothing listens, and nothing is sent.
 INERT_HOOK_URL = "http://127.0.0.1:9/hook"
@@ -19,10 +21,20 @@ INERT_HOOK_SECRET = "whsec_" + "A" * 32
 
 
 class BoardDriver(Protocol):
-    """Async host verbs over one backend, plus the ledger under test."""
+    """Async host verbs over one backend, plus the ledger under test and its clock.
+
+    ``clock`` is the ledger's time authority (the database's clock in
+    production); scenarios move it to move time.
+    """
 
     @property
     def ledger(self) -> LedgerPort: ...
+    @property
+    def clock(self) -> FakeClock: ...
+
+    def hold_tick(self) -> AbstractAsyncContextManager[None]:
+        """Hold the fleet's tick as another instance mid-sweep would."""
+        ...
 
     async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None: ...
     async def set_endpoint_state(self, endpoint_id: str, state: str) -> None: ...
@@ -49,7 +61,7 @@ class BoardDriver(Protocol):
         delivery_id: str | None = None,
         title: str | None = None,
     ) -> None: ...
-    async def claim(self, todo_id: str, *, owner: str, at: datetime) -> None: ...
+    async def claim(self, todo_id: str, *, owner: str, at: datetime | None = None) -> None: ...
     async def complete(self, todo_id: str) -> None: ...
     async def requeue(self, todo_id: str) -> None: ...
     async def ring(self, todo_id: str, *, at: datetime) -> None: ...
@@ -60,12 +72,22 @@ class BoardDriver(Protocol):
 class MemoryDriver:
     """The in-memory board behind the driver interface: its verbs, awaitable."""
 
-    def __init__(self, board: MemoryBoard | None = None) -> None:
-        self.board = board if board is not None else MemoryBoard()
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self._clock = clock if clock is not None else FakeClock()
+        self.board = MemoryBoard(clock=self._clock)
 
     @property
     def ledger(self) -> LedgerPort:
         return self.board
+
+    @property
+    def clock(self) -> FakeClock:
+        return self._clock
+
+    @asynccontextmanager
+    async def hold_tick(self) -> AsyncIterator[None]:
+        with self.board.hold_tick():
+            yield
 
     def __getattr__(self, verb: str) -> Callable[..., Awaitable[object]]:
         """Any other host verb is the board's, awaited as the Postgres host's are."""

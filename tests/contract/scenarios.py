@@ -9,7 +9,9 @@ never branch on the backend.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+
+import time_machine
 
 from adapters.memory import RecordingWake
 from stall_core import PacingPolicy, Sweeper, TickReport
@@ -21,8 +23,15 @@ POLICY = PacingPolicy()
 
 
 async def sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickReport:
-    """Run one tick of a fresh sweeper (as a new reaper tick would) at ``at``."""
-    return await Sweeper(ledger=driver.ledger, wake=wake, clock=FakeClock(at), policy=POLICY).tick()
+    """Run one tick of a fresh sweeper (as a new reaper tick would), the ledger's clock at ``at``.
+
+    Refunds of nudges that reached nobody are settled before it returns.
+    """
+    driver.clock.set(at)
+    sweeper = Sweeper(ledger=driver.ledger, wake=wake, policy=POLICY)
+    report = await sweeper.tick()
+    await sweeper.settle()
+    return report
 
 
 async def stalled_queue(
@@ -345,3 +354,147 @@ class LedgerContract:
 
         assert () == before.charged
         assert [todo] == [n.todo.id for n in after.charged]
+
+    # -- exactly once, for real ------------------------------------------------
+
+    async def test_one_claim_resets_once(self, driver: BoardDriver) -> None:
+        """One claim is progress once, even one stamped after the charge that absorbs it."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await sweep(driver, T0 + minutes(15), wake)
+        # The claim's transaction read the time after the next charge did, yet is visible to it.
+        late_stamp = T0 + minutes(16)
+        await driver.claim(ids[0], owner="consumer", at=late_stamp)
+        await driver.complete(ids[0])
+
+        for seconds in range(30, 30 + 15 * 40, 15):
+            await sweep(driver, T0 + minutes(15) + timedelta(seconds=seconds), wake)
+
+        assert [(1, T0 + minutes(10)), (2, T0 + minutes(15)), (1, late_stamp)] == [
+            (n.number, n.charged_at) for n in wake.sent[:3]
+        ]
+        # Nudge 2 after the reset waits the first step from the absorbed claim, not one tick.
+        assert [(2, late_stamp + POLICY.backoff[0])] == [
+            (n.number, n.charged_at) for n in wake.sent[3:]
+        ]
+        assert 2 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+    async def test_a_claim_that_commits_after_a_charge_counts_at_the_next(
+        self, driver: BoardDriver
+    ) -> None:
+        """A claim stamped before a charge but committed after it is progress at the next tick."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        for minute in (10, 15, 35, 95):
+            await sweep(driver, T0 + minutes(minute), wake)
+        # The claim's transaction began before nudge 4 read the time, and committed after.
+        await driver.claim(ids[0], owner="consumer", at=T0 + minutes(95) - timedelta(seconds=1))
+
+        report = await sweep(driver, T0 + minutes(95) + timedelta(seconds=15), wake)
+        later = await sweep(driver, T0 + minutes(95) + timedelta(seconds=30), wake)
+
+        assert [1, 2, 3, 4, 1] == [n.number for n in wake.sent]
+        assert [ids[1]] == [n.todo.id for n in report.charged]
+        assert () == later.charged
+
+    async def test_a_skewed_sweeper_decides_as_an_unskewed_one(self, driver: BoardDriver) -> None:
+        """A sweeper whose wall clock runs 90 s ahead or 10 s behind charges as an exact one."""
+        ids = await stalled_queue(driver, todos=3)
+        # A todo one minute old on the ledger's clock: fresh, whatever the sweeper's clock says.
+        await driver.create_todo(
+            "young", endpoint_id="ep-1", queue="lane-y", created_at=T0 + minutes(9)
+        )
+        wake = RecordingWake()
+        charged = []
+        for step, skew in enumerate((90, -10, 90, -10, 0, 90)):
+            if step == 2:
+                await driver.claim(ids[0], owner="consumer", at=driver.clock())
+            real = datetime.now(UTC)
+            with time_machine.travel(real + timedelta(seconds=skew), tick=True):
+                report = await sweep(driver, T0 + minutes(10) + timedelta(seconds=15 * step), wake)
+            charged.append([(n.queue, n.number) for n in report.charged])
+
+        # lane-y is nudged only once past the threshold on the ledger's clock (strictly).
+        assert [[("lane-l", 1)], [], [("lane-l", 1)], [], [], [("lane-y", 1)]] == charged
+
+    async def test_a_stale_snapshot_cannot_resurrect_a_drained_row(
+        self, driver: BoardDriver
+    ) -> None:
+        """An instance that ticks while another sweeps skips; after the drain it sees no work."""
+        [todo] = await stalled_queue(driver)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await driver.claim(todo, owner="consumer", at=T0 + minutes(11))
+        await driver.complete(todo)
+
+        async with driver.hold_tick():
+            # This instance's view predates the drain in progress elsewhere: it must not act.
+            stale = await sweep(driver, T0 + minutes(12), wake)
+        drained = await sweep(driver, T0 + minutes(12), wake)
+        later = await sweep(driver, T0 + minutes(13), wake)
+
+        assert (True, (), ()) == (stale.skipped, stale.charged, stale.deleted)
+        assert (("ep-1", "lane-l"),) == drained.deleted
+        assert ((), ()) == (later.charged, later.deleted)
+        assert [todo] == [n.todo.id for n in wake.sent]
+        assert {} == await driver.ledger_rows()
+
+    async def test_the_second_instance_skips_while_the_first_holds_the_tick(
+        self, driver: BoardDriver
+    ) -> None:
+        """While one instance holds the tick, another's tick is skipped: nothing charged or lost."""
+        await stalled_queue(driver)
+        wake = RecordingWake()
+
+        async with driver.hold_tick():
+            skipped = await sweep(driver, T0 + minutes(10), wake)
+            held = (list(wake.sent), await driver.ledger_rows())
+        after = await sweep(driver, T0 + minutes(10), wake)
+
+        assert (True, (), ()) == (skipped.skipped, skipped.charged, skipped.deleted)
+        assert ([], {}) == held
+        assert (False, [1]) == (after.skipped, [n.number for n in after.charged])
+        assert 1 == len(wake.sent)
+
+    async def test_undelivered_nudges_do_not_spend_the_cap(self, driver: BoardDriver) -> None:
+        """Refused or lost nudges are refunded and retried a step later; a healed receiver wakes."""
+        await stalled_queue(driver)
+        wake = RecordingWake(refuse=True)
+        clock = FakeClock(T0 + minutes(3))
+        attempts = []
+        while clock.now < T0 + timedelta(days=2):
+            if clock.now == T0 + minutes(20):
+                wake.refuse, wake.reach = False, False  # the queue frees, the receiver is down
+            if clock.now == T0 + minutes(40):
+                wake.reach = True  # the receiver heals
+            report = await sweep(driver, clock.now, wake)
+            attempts.extend((n.number, clock.now - T0) for n in report.charged)
+            clock.advance(minutes(1))
+
+        # Every failed attempt was nudge 1, retried one first step (5 min) later.
+        failed = [(1, minutes(m)) for m in (3, 8, 13, 18, 23, 28, 33, 38)]
+        delivered = [(1, minutes(43)), (2, minutes(48)), (3, minutes(68))]
+        delivered += [(4, minutes(128)), (5, minutes(488))]
+        assert failed + delivered == attempts
+        assert [3, 8, 13, 18] == [(n.charged_at - T0) // minutes(1) for n in wake.refused]
+        assert [23, 28, 33, 38] == [(n.charged_at - T0) // minutes(1) for n in wake.lost]
+        assert [1, 2, 3, 4, 5] == [n.number for n in wake.sent]
+        assert 5 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+
+    async def test_a_refund_never_undoes_a_later_charge(self, driver: BoardDriver) -> None:
+        """A late refund is refused once a later charge or a drain changed the row."""
+        ids = await stalled_queue(driver, todos=2)
+        wake = RecordingWake()
+        [first] = (await sweep(driver, T0 + minutes(10), wake)).charged
+        await driver.claim(ids[0], owner="consumer", at=T0 + minutes(11))
+        [second] = (await sweep(driver, T0 + minutes(12), wake)).charged
+        row = (await driver.ledger_rows())["ep-1", "lane-l"]
+
+        assert False is await driver.ledger.refund(first)
+        assert row == (await driver.ledger_rows())["ep-1", "lane-l"]
+
+        await driver.claim(ids[1], owner="consumer", at=T0 + minutes(13))
+        await sweep(driver, T0 + minutes(14), wake)
+        assert False is await driver.ledger.refund(second)
+        assert {} == await driver.ledger_rows()

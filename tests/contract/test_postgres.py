@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -17,6 +18,7 @@ from stall_core import (
     LedgerError,
     LedgerPort,
     LedgerRow,
+    Nudge,
     PacingPolicy,
     PairKey,
     Sweeper,
@@ -29,16 +31,34 @@ from .scenarios import LedgerContract, stalled_queue, sweep
 
 
 class PostgresDriver(PostgresHost):
-    """The reference host verbs and PostgresLedger behind the driver interface."""
+    """The reference host verbs and PostgresLedger behind the driver interface.
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    The ledger decides on ``clock`` instead of the database's clock, so
+    scenarios can move time; claims are stamped with it too.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, clock: FakeClock | None = None) -> None:
         super().__init__(pool)
         self.pool = pool
-        self._ledger = PostgresLedger(pool)
+        self._clock = clock if clock is not None else FakeClock()
+        self._ledger = PostgresLedger(pool, clock=self._clock)
 
     @property
     def ledger(self) -> LedgerPort:
         return self._ledger
+
+    @property
+    def clock(self) -> FakeClock:
+        return self._clock
+
+    def hold_tick(self) -> AbstractAsyncContextManager[None]:
+        return self._ledger.hold_tick()
+
+    async def claim(  # type: ignore[override]
+        self, todo_id: str, *, owner: str, at: datetime | None = None
+    ) -> None:
+        """Claim, stamped with the ledger's clock unless ``at`` is given (the database's, live)."""
+        await super().claim(todo_id, owner=owner, at=self._clock() if at is None else at)
 
     async def add_hook(  # type: ignore[override]
         self,
@@ -131,7 +151,8 @@ class TestPostgresLedger(LedgerContract):
         stop = asyncio.Event()
         counting = StopAfter(ledger, ticks=5, stop=stop)
         wake = RecordingWake()
-        sweeper = Sweeper(ledger=counting, wake=wake, clock=FakeClock(T0 + minutes(30)))
+        driver.clock.set(T0 + minutes(30))
+        sweeper = Sweeper(ledger=counting, wake=wake)
 
         with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
             ran = await sweeper.run(interval=0.001, stop=stop)
@@ -148,7 +169,7 @@ class TestPostgresLedger(LedgerContract):
         assert [] == wake.sent
         assert before == await host_rows(driver.pool)
         with pytest.raises(LedgerError, match="queue_stall_nudges"):
-            await ledger.charge_due(now=T0 + minutes(31), policy=PacingPolicy())
+            await ledger.charge_due(policy=PacingPolicy())
 
         # Nothing else changed: once migrated again, the next tick nudges afresh.
         async with driver.pool.acquire() as conn:
@@ -185,11 +206,8 @@ class TestPostgresLedger(LedgerContract):
         await ledger_board(driver)
         await driver.pool.execute(POISON_TRIGGER)
         stop = asyncio.Event()
-        sweeper = Sweeper(
-            ledger=StopAfter(driver.ledger, ticks=3, stop=stop),
-            wake=RecordingWake(),
-            clock=FakeClock(NOW),
-        )
+        driver.clock.set(NOW)
+        sweeper = Sweeper(ledger=StopAfter(driver.ledger, ticks=3, stop=stop), wake=RecordingWake())
 
         with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
             ran = await sweeper.run(interval=0.001, stop=stop)
@@ -210,12 +228,9 @@ class TestPostgresLedger(LedgerContract):
     async def test_a_timed_out_charge_writes_nothing(
         self, driver: PostgresDriver, pg_dsn: str
     ) -> None:
-        """A charge cancelled by statement_timeout raises LedgerError and writes nothing."""
+        """A charge held past its timeout by a row lock raises LedgerError and writes nothing."""
         await ledger_board(driver)
         before = await driver.ledger_rows()
-        impatient = await asyncpg.create_pool(
-            pg_dsn, min_size=1, max_size=1, server_settings={"statement_timeout": "200"}
-        )
         blocker = await asyncpg.connect(pg_dsn)
         try:
             async with blocker.transaction():
@@ -223,11 +238,11 @@ class TestPostgresLedger(LedgerContract):
                 await blocker.execute(
                     "SELECT 1 FROM queue_stall_nudges WHERE queue = 'poison' FOR UPDATE"
                 )
-                with pytest.raises(LedgerError, match="statement timeout"):
-                    await PostgresLedger(impatient).charge_due(now=NOW, policy=PacingPolicy())
+                impatient = PostgresLedger(driver.pool, clock=FakeClock(NOW), timeout=0.3)
+                with pytest.raises(LedgerError, match=r"charging due pairs failed: .*time"):
+                    await impatient.charge_due(policy=PacingPolicy())
         finally:
             await blocker.close()
-            await impatient.close()
 
         assert before == await driver.ledger_rows()
 
@@ -267,8 +282,11 @@ class StopAfter:
         self.left = ticks
         self.stop = stop
 
-    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
         self.left -= 1
         if self.left == 0:
             self.stop.set()
-        return await self.inner.charge_due(now=now, policy=policy)
+        return await self.inner.charge_due(policy=policy)
+
+    async def refund(self, nudge: Nudge) -> bool:
+        return await self.inner.refund(nudge)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from adapters.memory import MemoryBoard
 from stall_core import PacingPolicy
 from tests import pg
-from tests.support import T0
+from tests.support import T0, FakeClock
 
 from .driver import MemoryDriver
 from .test_postgres import PostgresDriver
@@ -188,8 +188,10 @@ async def replay(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> None:
         "DELETE FROM queue_stall_nudges; DELETE FROM notify_hooks; DELETE FROM todos;"
         " DELETE FROM deliveries; DELETE FROM endpoints"
     )
-    board = MemoryBoard()
-    backends: tuple[Driver, Driver] = (MemoryDriver(board), PostgresDriver(pool))
+    clock = FakeClock(T0)
+    memory_driver = MemoryDriver(clock)
+    board = memory_driver.board
+    backends: tuple[Driver, Driver] = (memory_driver, PostgresDriver(pool, clock))
     for driver in backends:
         await setup(driver)
     now = T0
@@ -198,8 +200,9 @@ async def replay(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> None:
     for step, op in enumerate(ops):
         note(f"step {step}, now = T0 + {now - T0}: {op!r}")
         now = moved(op, board, now)
+        clock.set(now)
         if op[0] in SWEEPS:
-            memory, postgres = [await d.ledger.charge_due(now=now, policy=POLICY) for d in backends]
+            memory, postgres = [await d.ledger.charge_due(policy=POLICY) for d in backends]
             assert memory == postgres, f"step {step}: the sweeps differ"
             numbers.extend(n.number for n in memory.charged)
             deleted += len(memory.deleted)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from adapters.postgres import LEDGER_TABLE, MissingHostTables, migrate
+from adapters.postgres import CLAIMS_TABLE, LEDGER_TABLE, MissingHostTables, migrate
 from tests import pg
 
 from .pgboard import HOST_TABLES
@@ -16,6 +16,7 @@ from .pgboard import HOST_TABLES
 pytestmark = pytest.mark.postgres
 
 OWN_INDEXES = (
+    "stall_nudge_claims_pair",
     "stall_nudge_todos_pending",
     "stall_nudge_todos_claimed",
     "stall_nudge_deliveries_unverified",
@@ -60,7 +61,7 @@ async def test_migrate_twice_creates_everything_once(empty_dsn: str) -> None:
         second = await migrate(conn, host_schema=True)
         third = await migrate(conn)
 
-        assert (*HOST_TABLES, LEDGER_TABLE, *OWN_INDEXES) == first.created
+        assert (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *OWN_INDEXES) == first.created
         assert ((), ()) == (second.created, third.created)
         assert after_first == await relations(conn)
     finally:
@@ -105,7 +106,7 @@ async def test_concurrent_migrations_neither_race_nor_fail(empty_dsn: str) -> No
         reports = await asyncio.gather(*(migrate(c, host_schema=True) for c in conns))
 
         created = sorted(name for report in reports for name in report.created)
-        assert sorted((*HOST_TABLES, LEDGER_TABLE, *OWN_INDEXES)) == created
+        assert sorted((*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *OWN_INDEXES)) == created
     finally:
         for conn in conns:
             await conn.close()
@@ -116,7 +117,9 @@ async def test_a_host_table_missing_a_column_fails_whole(empty_dsn: str) -> None
     conn = await asyncpg.connect(empty_dsn)
     try:
         await migrate(conn, host_schema=True)
-        await conn.execute(f"DROP TABLE {LEDGER_TABLE}; ALTER TABLE todos DROP COLUMN claimed_at")
+        await conn.execute(
+            f"DROP TABLE {LEDGER_TABLE}; ALTER TABLE todos DROP COLUMN claimed_at CASCADE"
+        )
 
         with pytest.raises(asyncpg.UndefinedColumnError, match="claimed_at"):
             await migrate(conn)

@@ -68,7 +68,7 @@ async def test_mixed_versions_during_a_deploy_nudges_notify_nothing(
     wakes = [RecordingWake(), RecordingWake()]
     clock = FakeClock(T0)
     sweepers = [
-        Sweeper(ledger=PostgresLedger(pool), wake=wake, clock=clock, policy=PacingPolicy())
+        Sweeper(ledger=PostgresLedger(pool, clock=clock), wake=wake, policy=PacingPolicy())
         for pool, wake in zip(instances, wakes, strict=True)
     ]
 

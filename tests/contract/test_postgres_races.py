@@ -1,10 +1,13 @@
-"""Two instances, one wake: two switchboard processes race for every charge (DESIGN D9).
+"""Two instances, one wake: two switchboard processes race for every charge.
 
-Each race runs 200 trials between two PostgresLedger instances on two
-independent asyncpg pools. In "gated" trials a third connection holds the
-contested ledger key (an uncommitted insert of the row, or a row lock) until
-pg_stat_activity shows BOTH sweep statements blocked on it, so every trial
-forces the hard interleaving: both statements took their snapshot and
+Each race runs 200 trials between two instances on two independent asyncpg
+pools. A current build takes the fleet's tick lock before it charges; a
+build from before the lock (during a rolling deploy) runs the charging
+statement alone, and only the statement's ON CONFLICT re-check stands
+between it and a second wake. In "gated" trials a third connection holds
+the contested ledger key (an uncommitted insert of the row, or a row lock)
+until pg_stat_activity shows BOTH sweep statements blocked on it, so every
+trial forces the hard interleaving: both statements took their snapshot and
 decided "due" before either committed. "free" trials just start both with
 asyncio.gather and let the timing fall as it will.
 """
@@ -20,7 +23,16 @@ import pytest
 
 from adapters.memory import RecordingWake
 from adapters.postgres import PostgresLedger
-from stall_core import LedgerRow, PacingPolicy, Sweeper, TickReport
+from adapters.postgres._ledger import _SQL, charge_due_parameters, charge_outcome
+from stall_core import (
+    ChargeOutcome,
+    LedgerPort,
+    LedgerRow,
+    Nudge,
+    PacingPolicy,
+    Sweeper,
+    TickReport,
+)
 from tests.support import T0, FakeClock, minutes
 
 from .scenarios import stalled_queue
@@ -46,16 +58,22 @@ RESET_ROW = """
 
 
 async def reset_no_row(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM queue_stall_nudges")
+    await conn.execute("DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims")
 
 
 async def reset_due_row(conn: asyncpg.Connection) -> None:
+    await conn.execute("DELETE FROM stall_nudge_claims")
     await conn.execute(RESET_ROW, *KEY, 1, LAST)
 
 
 async def reset_progressed_row(conn: asyncpg.Connection) -> None:
-    # Count 4 waits 6 h for nudge 5; only the claim after LAST makes the pair due (at 1).
+    # Count 4 waits 6 h for nudge 5; only a claim after nudge 4, not yet absorbed by a
+    # charge, makes the pair due (at 1): the claim a consumer made, as its trigger logs it.
     await conn.execute(RESET_ROW, *KEY, 4, LAST)
+    await conn.execute("DELETE FROM stall_nudge_claims")
+    await conn.execute(
+        "INSERT INTO stall_nudge_claims VALUES ($1, $2, $3)", *KEY, LAST + minutes(1)
+    )
 
 
 #: race name -> (reset before each trial, the number the one wake must carry)
@@ -64,6 +82,26 @@ RACES: dict[str, tuple[Callable[[asyncpg.Connection], Awaitable[None]], int]] = 
     "due-row update": (reset_due_row, 2),
     "progress reset": (reset_progressed_row, 1),
 }
+
+
+class WithoutTickLock:
+    """A build from before the tick lock: the charging statement alone, on its own clock."""
+
+    def __init__(self, pool: asyncpg.Pool, clock: FakeClock) -> None:
+        self._pool = pool
+        self._clock = clock
+
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        now = self._clock()
+        rows = await self._pool.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
+        return charge_outcome(rows, now)
+
+    async def refund(self, nudge: Nudge) -> bool:
+        raise AssertionError("a build from before refunds never refunds")
+
+
+#: Who races: a current build against an older one, or two current builds.
+PAIRINGS = ("current+older", "current+current")
 
 
 @asynccontextmanager
@@ -120,10 +158,15 @@ async def _admin(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gated", [True, False], ids=["gated", "free"])
+@pytest.mark.parametrize(
+    ("pairing", "gated"),
+    [("current+older", True), ("current+older", False), ("current+current", False)],
+    ids=["older-gated", "older-free", "current-free"],
+)
 @pytest.mark.parametrize("race", list(RACES))
 async def test_two_instances_one_wake(
     race: str,
+    pairing: str,
     gated: bool,
     instances: list[asyncpg.Pool],
     admin: asyncpg.Connection,
@@ -131,13 +174,19 @@ async def test_two_instances_one_wake(
 ) -> None:
     """Two instances, one wake: 200 concurrent trials of each race charge exactly once."""
     reset, number = RACES[race]
-    driver = PostgresDriver(instances[0])
+    clock = FakeClock(NOW)
+    driver = PostgresDriver(instances[0], clock)
     await stalled_queue(driver)
     if race == "progress reset":
         # A claim after the last nudge (and before NOW): progress since nudge 4.
         await driver.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
         await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
-    ledgers = [PostgresLedger(pool) for pool in instances]
+    ledgers: list[LedgerPort] = [
+        PostgresLedger(instances[0], clock=clock),
+        WithoutTickLock(instances[1], clock)
+        if pairing == "current+older"
+        else PostgresLedger(instances[1], clock=clock),
+    ]
     pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
     gate = await asyncpg.connect(pg_dsn, server_settings=FAST)
     policy = PacingPolicy()
@@ -147,7 +196,7 @@ async def test_two_instances_one_wake(
             await reset(admin)
             wakes = [RecordingWake(), RecordingWake()]
             sweepers = [
-                Sweeper(ledger=ledger, wake=wake, clock=FakeClock(NOW), policy=policy)
+                Sweeper(ledger=ledger, wake=wake, policy=policy)
                 for ledger, wake in zip(ledgers, wakes, strict=True)
             ]
             reports: list[TickReport]
@@ -163,7 +212,7 @@ async def test_two_instances_one_wake(
             assert 1 == len(sent), f"trial {trial}: wakes {sent}"
             assert number == sent[0][1], f"trial {trial}: wakes {sent}"
             assert 1 == sum(len(r.charged) for r in reports), f"trial {trial}"
-            rows = await ledgers[0].ledger_rows()
+            rows = await driver.ledger_rows()
             assert {
                 KEY: LedgerRow(endpoint_id=KEY[0], queue=KEY[1], nudges=number, last_nudged_at=NOW)
             } == rows, f"trial {trial}"

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from adapters.memory import MemoryBoard
 from stall_core import PacingPolicy
 
 from .driver import MemoryDriver
@@ -41,8 +40,10 @@ async def numbers_due(
     await driver.create_todo(
         "t", endpoint_id="ep-1", queue="lane-l", created_at=first - timedelta(hours=1)
     )
-    await driver.ledger.charge_due(now=first, policy=policy)
-    return [n.number for n in (await driver.ledger.charge_due(now=due, policy=policy)).charged]
+    driver.clock.set(first)
+    await driver.ledger.charge_due(policy=policy)
+    driver.clock.set(due)
+    return [n.number for n in (await driver.ledger.charge_due(policy=policy)).charged]
 
 
 async def test_the_default_backoff_is_exact_across_a_dst_change(
@@ -55,7 +56,7 @@ async def test_the_default_backoff_is_exact_across_a_dst_change(
 
     assert [[2], [2]] == [
         await numbers_due(driver, PacingPolicy(), first, due)
-        for driver in (MemoryDriver(MemoryBoard()), PostgresDriver(berlin_pool))
+        for driver in (MemoryDriver(), PostgresDriver(berlin_pool))
     ]
 
 
@@ -65,5 +66,5 @@ async def test_a_day_long_backoff_is_24_hours_in_any_server_time_zone(
     """A 1-day backoff across a DST change ends 24 h after the nudge, as in the pure core."""
     assert [[2], [2]] == [
         await numbers_due(driver, DAILY, FIRST, FIRST + timedelta(days=1))
-        for driver in (MemoryDriver(MemoryBoard()), PostgresDriver(berlin_pool))
+        for driver in (MemoryDriver(), PostgresDriver(berlin_pool))
     ]

@@ -12,7 +12,7 @@ from adapters.http import CREATED, DeliveryPolicy, HookDispatcher, MemoryHooks
 from adapters.memory import MemoryBoard
 from stall_core import TodoRef
 from tests.http.conftest import FAST, SECRET, Received, Receiver
-from tests.support import T0
+from tests.support import T0, FakeClock
 
 TODO = TodoRef(id="t1", created_at=T0)
 BOUND = 4096
@@ -27,7 +27,7 @@ async def _send(board: MemoryBoard, policy: DeliveryPolicy) -> HookDispatcher:
 
 async def test_endless_error_body_is_bounded_on_every_retry(receiver: Receiver) -> None:
     """A 500 streaming forever is read to the bound, retried, and fails; the sender is cut off."""
-    board = MemoryBoard()
+    board = MemoryBoard(clock=FakeClock(T0))
     board.add_endpoint("e1")
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     written: list[int] = []
@@ -59,7 +59,7 @@ async def test_endless_error_body_is_bounded_on_every_retry(receiver: Receiver) 
 
 async def test_trickling_body_times_the_attempt_out(receiver: Receiver) -> None:
     """A 200 whose body trickles forever cannot hold an attempt past the timeout."""
-    board = MemoryBoard()
+    board = MemoryBoard(clock=FakeClock(T0))
     board.add_endpoint("e1")
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
 

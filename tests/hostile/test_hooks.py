@@ -117,16 +117,19 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
     await host.create_todo(
         "t1", endpoint_id="e1", queue="lane-l", created_at=T0 - timedelta(minutes=10)
     )
-    ledger = PostgresLedger(pg_pool)
+    ledger = PostgresLedger(pg_pool, clock=FakeClock(T0))
 
     with caplog.at_level(logging.DEBUG):
         async with HookDispatcher(hooks=PostgresHooks(pg_pool), policy=FAST) as dispatcher:
-            report = await Sweeper(ledger=ledger, wake=dispatcher, clock=FakeClock(T0)).tick()
+            sweeper = Sweeper(ledger=ledger, wake=dispatcher)
+            report = await sweeper.tick()
             await dispatcher.drain()
-    statuses = await ledger.status(now=T0, policy=PacingPolicy())
-    shown = "\n".join([caplog.text, *render_table(statuses, T0), *map(dumps, statuses)])
+            await sweeper.settle()
+    now, statuses = await ledger.status(policy=PacingPolicy())
+    shown = "\n".join([caplog.text, *render_table(statuses, now), *map(dumps, statuses)])
 
-    assert 1 == report.delivered
+    assert T0 == now
+    assert (1, 0) == (report.delivered, sweeper.refunded)
     assert ["good"] == [r.path for r in receiver.requests]
     for hook_id in bad:
         assert f"hook {hook_id}: refused" in caplog.text

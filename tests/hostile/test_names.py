@@ -70,15 +70,15 @@ async def test_hostile_names_flow_through_unchanged(
     await wipe(pg_pool)
     receiver.requests.clear()
     host = PostgresHost(pg_pool)
-    ledger = PostgresLedger(pg_pool)
+    ledger = PostgresLedger(pg_pool, clock=FakeClock(T0))
     await _stalled_pair(host, endpoint, queue, title, receiver.url("hook"))
 
     async with HookDispatcher(hooks=PostgresHooks(pg_pool), policy=FAST) as dispatcher:
-        report = await Sweeper(
-            ledger=ledger, wake=dispatcher, clock=FakeClock(T0), policy=POLICY
-        ).tick()
+        sweeper = Sweeper(ledger=ledger, wake=dispatcher, policy=POLICY)
+        report = await sweeper.tick()
         await dispatcher.drain()
-    statuses = await ledger.status(now=T0, policy=POLICY)
+        await sweeper.settle()
+    now, statuses = await ledger.status(policy=POLICY)
 
     [nudge] = report.charged
     assert (endpoint, queue, title) == (nudge.endpoint_id, nudge.queue, nudge.todo.title)
@@ -92,10 +92,11 @@ async def test_hostile_names_flow_through_unchanged(
         body["todo"]["title"],
     )
     [status] = statuses
+    assert T0 == now
     assert (endpoint, queue) == (status.endpoint_id, status.queue)
     as_json = json.loads(dumps(status))
     assert (endpoint, queue) == (as_json["endpoint_id"], as_json["queue"])
-    assert endpoint in "\n".join(render_table(statuses, T0))
+    assert endpoint in "\n".join(render_table(statuses, now))
     assert "t1" == await host.claim_next(endpoint, queue, owner="c", at=T0)
 
 

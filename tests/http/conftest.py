@@ -16,6 +16,7 @@ from standardwebhooks.webhooks import Webhook
 
 from adapters.http import DeliveryPolicy, HookDispatcher, MemoryHooks
 from adapters.memory import BoardError, MemoryBoard
+from tests.support import FakeClock
 
 #: Retries in milliseconds so tests only wait for what real retries need.
 FAST = DeliveryPolicy(
@@ -118,9 +119,15 @@ async def _receiver() -> AsyncIterator[Receiver]:
     await receiver.stop()
 
 
+@pytest.fixture(name="clock")
+def _clock() -> FakeClock:
+    """The board's clock (the ledger's time), at T0; tests move it by hand."""
+    return FakeClock()
+
+
 @pytest.fixture(name="board")
-def _board() -> MemoryBoard:
-    board = MemoryBoard()
+def _board(clock: FakeClock) -> MemoryBoard:
+    board = MemoryBoard(clock=clock)
     board.add_endpoint("e1")
     return board
 

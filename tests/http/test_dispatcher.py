@@ -25,7 +25,7 @@ from adapters.memory import MemoryBoard
 from stall_core import Nudge, TodoRef, WakeError
 from tests.support import T0, FakeClock
 
-from .conftest import FAST, OTHER_SECRET, SECRET, Received, Receiver
+from .conftest import FAST, OTHER_SECRET, PATIENCE, SECRET, Received, Receiver
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 
@@ -62,6 +62,81 @@ async def test_wake_delivers_a_signed_stalled_ready(
         body["todo"]["title"],
     )
     assert 1 == dispatcher.stats.delivered
+
+
+# -- the wake's receipt: did the nudge reach any receiver? -----------------------------
+
+
+async def test_wake_receipt_is_true_once_a_hook_answers_2xx(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """The receipt of a nudge its hook accepted resolves True."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+
+    receipt = await dispatcher.wake(_nudge())
+
+    assert True is await asyncio.wait_for(receipt, PATIENCE)
+
+
+async def test_wake_receipt_is_true_after_a_retry_succeeds(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """A 500 then a 204 is a nudge that reached its receiver: True."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.script("hook", 500)
+
+    receipt = await dispatcher.wake(_nudge())
+
+    assert True is await asyncio.wait_for(receipt, PATIENCE)
+    assert 2 == len(receiver.at("hook"))
+
+
+async def test_wake_receipt_is_false_when_every_attempt_fails(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """A nudge whose hook failed every attempt reached nobody: False, once the retries ran out."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", 500)
+
+    receipt = await dispatcher.wake(_nudge())
+
+    assert False is await asyncio.wait_for(receipt, PATIENCE)
+    assert 3 == len(receiver.at("hook"))
+
+
+async def test_wake_receipt_is_true_when_one_of_two_hooks_answers(
+    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+) -> None:
+    """One hook answering 2xx is enough, even while the other is still failing."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("bad"), secret=SECRET)
+    board.add_hook("h2", endpoint_id="e1", url=receiver.url("good"), secret=SECRET)
+    receiver.route("bad", receiver.hang)
+
+    receipt = await dispatcher.wake(_nudge())
+    reached = await asyncio.wait_for(receipt, PATIENCE)
+    bad_unfinished = 0 < dispatcher.outstanding
+    receiver.released.set()
+    await dispatcher.drain()
+
+    assert (True, True) == (reached, bad_unfinished)
+
+
+async def test_wake_receipt_is_false_when_abandoned_at_close(
+    board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
+) -> None:
+    """A nudge still in flight when close's deadline passes reached nobody: False."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    receiver.route("hook", receiver.hang)
+    policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
+    dispatcher = HookDispatcher(hooks=board_hooks, policy=policy)
+    await dispatcher.start()
+    receipt = await dispatcher.wake(_nudge())
+    await receiver.wait_for(1, "hook")
+
+    await dispatcher.close(deadline=0.05)
+
+    assert False is await asyncio.wait_for(receipt, PATIENCE)
+    assert 1 == dispatcher.stats.abandoned
 
 
 async def test_injected_clock_stamps_sent_at_and_timestamp(

@@ -13,7 +13,7 @@ import pytest
 from adapters.http import HookDirectory, HookHealth, MemoryHooks, PostgresHooks
 from adapters.memory import MemoryBoard
 from adapters.postgres import PostgresHost
-from tests.support import T0
+from tests.support import T0, FakeClock
 
 from .conftest import SECRET
 
@@ -36,7 +36,7 @@ class HookDriver(Protocol):
 
 class MemoryHookDriver:
     def __init__(self) -> None:
-        self.board = MemoryBoard()
+        self.board = MemoryBoard(clock=FakeClock(T0))
         for endpoint in ("e1", "e2"):
             self.board.add_endpoint(endpoint)
         self.directory: HookDirectory = MemoryHooks(self.board)

@@ -64,7 +64,9 @@ async def test_the_reported_case(pg_pool: asyncpg.Pool, receiver: Receiver) -> N
         )
 
     async with HookDispatcher(hooks=PostgresHooks(pg_pool), policy=FAST) as dispatcher:
-        sweeper = Sweeper(ledger=PostgresLedger(pg_pool), wake=dispatcher, clock=clock)
+        # The moved clock stands in for the database's: it is the ledger's time.
+        ledger = PostgresLedger(pg_pool, clock=clock)
+        sweeper = Sweeper(ledger=ledger, wake=dispatcher)
         # The one inbound webhook's creation wake: the consumer claims one todo and exits.
         await dispatcher.notify(
             endpoint_id="e1",
@@ -78,7 +80,9 @@ async def test_the_reported_case(pg_pool: asyncpg.Pool, receiver: Receiver) -> N
             clock.advance(timedelta(minutes=1))
             await sweeper.tick()
             await dispatcher.drain()
+            await sweeper.settle()
 
+    assert 0 == sweeper.refunded
     assert [("created", "t1"), ("stalled", "t2"), ("stalled", "t3")] == [
         (reason, todo) for reason, todo, _ in consumer.runs
     ]

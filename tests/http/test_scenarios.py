@@ -32,16 +32,15 @@ def _verified_todo(board: MemoryBoard, todo_id: str, *, at_minute: float, title:
 
 
 async def test_an_older_consumer_is_woken_correctly(
-    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+    board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """An older consumer is woken correctly: knowing only created/requeued, it claims todo_id."""
-    clock = FakeClock()
     consumer = OlderConsumer(board, clock)
     receiver.route("consumer", consumer)
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer"), secret=SECRET)
     _verified_todo(board, "t1", at_minute=0, title="first")
     _verified_todo(board, "t2", at_minute=1, title="second")
-    sweeper = Sweeper(ledger=board, wake=dispatcher, clock=clock)
+    sweeper = Sweeper(ledger=board, wake=dispatcher)
 
     clock.advance(timedelta(minutes=10))
     report = await sweeper.tick()
@@ -54,14 +53,13 @@ async def test_an_older_consumer_is_woken_correctly(
 
 
 async def test_nudge_delivery_fails_5xx_and_timeouts_retry_under_one_id(
-    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+    board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Nudge delivery fails: a 500 and a timeout are retried under the nudge's webhook-id."""
-    clock = FakeClock()
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     receiver.script("hook", 500, receiver.hang)
     _verified_todo(board, "t1", at_minute=0, title="first")
-    sweeper = Sweeper(ledger=board, wake=dispatcher, clock=clock)
+    sweeper = Sweeper(ledger=board, wake=dispatcher)
 
     clock.advance(timedelta(minutes=10))
     await sweeper.tick()
@@ -76,42 +74,53 @@ async def test_nudge_delivery_fails_5xx_and_timeouts_retry_under_one_id(
 
 @pytest.mark.parametrize("status", [400, 302])
 async def test_nudge_delivery_fails_4xx_and_3xx_are_final(
-    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher, status: int
+    board: MemoryBoard,
+    clock: FakeClock,
+    receiver: Receiver,
+    dispatcher: HookDispatcher,
+    status: int,
 ) -> None:
-    """Nudge delivery fails: a 400 or a 3xx is one attempt and one failure; the charge stands."""
-    clock = FakeClock()
+    """Nudge delivery fails: a 400 or a 3xx is one attempt and one failure; the charge refunded."""
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     receiver.route("hook", status)
     _verified_todo(board, "t1", at_minute=0, title="first")
-    sweeper = Sweeper(ledger=board, wake=dispatcher, clock=clock)
+    sweeper = Sweeper(ledger=board, wake=dispatcher)
 
     clock.advance(timedelta(minutes=10))
     await sweeper.tick()
     await dispatcher.drain()
+    await sweeper.settle()
 
     assert 1 == len(receiver.at("hook"))
     assert 1 == board.hooks["h1"].consecutive_failures
-    assert 1 == board.ledger["e1", "lane-l"].nudges
+    # It reached no receiver: refunded, the stamp kept as the base of the retry.
+    assert (0, clock.now) == (
+        board.ledger["e1", "lane-l"].nudges,
+        board.ledger["e1", "lane-l"].last_nudged_at,
+    )
+    assert 1 == sweeper.refunded
 
 
 async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
-    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+    board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Nudge delivery fails: 10 failures disable the hook, nudges stop, work stays claimable."""
-    clock = FakeClock()
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     receiver.route("hook", 500)
     for i in range(6):
         _verified_todo(board, f"t{i}", at_minute=i / 10, title=f"work {i}")
     policy = PacingPolicy()
-    sweeper = Sweeper(ledger=board, wake=dispatcher, clock=clock, policy=policy)
+    sweeper = Sweeper(ledger=board, wake=dispatcher, policy=policy)
 
-    # Five nudges without progress, each delivery failing (three attempts apiece).
+    # Five nudges without progress, each delivery failing (three attempts apiece), so each
+    # reached nobody and was refunded: nudge 1 again, one backoff step after the last try.
     clock.advance(timedelta(minutes=10))
     for step in (timedelta(0), *policy.backoff):
         clock.advance(step)
-        assert 1 == len((await sweeper.tick()).charged)
+        assert [1] == [n.number for n in (await sweeper.tick()).charged]
         await dispatcher.drain()
+        await sweeper.settle()
+    assert (5, 0) == (sweeper.refunded, board.ledger["e1", "lane-l"].nudges)
     # Four host wakes fail too: nine failed deliveries in a row.
     for i in range(4):
         await dispatcher.notify(
@@ -127,6 +136,7 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     clock.advance(timedelta(minutes=1))
     await sweeper.tick()
     await dispatcher.drain()
+    await sweeper.settle()
     hook = board.hooks["h1"]
     assert (False, 10, "HTTP 500") == (
         hook.enabled,
@@ -142,7 +152,9 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     clock.advance(timedelta(minutes=10))
     report = await sweeper.tick()
     await dispatcher.drain()
+    await sweeper.settle()
 
+    assert (6, 0) == (sweeper.refunded, row.nudges)
     assert ((), row, requests) == (
         report.charged,
         board.ledger["e1", "lane-l"],
@@ -157,9 +169,8 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     assert "t2" == claimed.id
 
 
-async def test_the_wake_is_lost(board: MemoryBoard, receiver: Receiver) -> None:
+async def test_the_wake_is_lost(board: MemoryBoard, clock: FakeClock, receiver: Receiver) -> None:
     """The wake is lost: a full dispatcher drops the creation wake; the sweep resurfaces it."""
-    clock = FakeClock()
     consumer = OlderConsumer(board, clock)
     receiver.route("consumer", consumer)
     receiver.route("busy", receiver.hang)
@@ -171,7 +182,7 @@ async def test_the_wake_is_lost(board: MemoryBoard, receiver: Receiver) -> None:
     async with HookDispatcher(
         hooks=MemoryHooks(board), policy=policy, queue_size=1, workers=1
     ) as dispatcher:
-        sweeper = Sweeper(ledger=board, wake=dispatcher, clock=clock)
+        sweeper = Sweeper(ledger=board, wake=dispatcher)
         # Another endpoint's slow hook holds the only slot when lane-l's todo is created.
         await dispatcher.notify(
             endpoint_id="busy", queue="q", todo=TodoRef(id="x", created_at=T0), reason=CREATED
@@ -200,10 +211,9 @@ async def test_the_wake_is_lost(board: MemoryBoard, receiver: Receiver) -> None:
 
 
 async def test_unverified_sender_text_never_reaches_a_nudge(
-    board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
+    board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """An older unverified todo's title never reaches a nudge; each names the oldest verified."""
-    clock = FakeClock()
     consumer = OlderConsumer(board, clock)
     receiver.route("consumer", consumer)
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer"), secret=SECRET)
@@ -218,7 +228,7 @@ async def test_unverified_sender_text_never_reaches_a_nudge(
     )
     _verified_todo(board, "v1", at_minute=0, title="verified one")
     _verified_todo(board, "v2", at_minute=1, title="verified two")
-    sweeper = Sweeper(ledger=board, wake=dispatcher, clock=clock)
+    sweeper = Sweeper(ledger=board, wake=dispatcher)
 
     named = []
     for _ in range(4):

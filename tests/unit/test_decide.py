@@ -20,12 +20,15 @@ from stall_core import (
     TodoRef,
     Wait,
     charge_row,
+    charge_stamp,
     decide,
     effective_nudges,
     is_candidate,
     made_progress,
     next_due_at,
     plan_tick,
+    refunded_row,
+    starts_over,
 )
 from tests.support import T0, minutes
 
@@ -45,7 +48,7 @@ def pair(
     oldest: TodoRef | None = None,
     active: bool = True,
     receiver: bool = True,
-    last_claimed_at: datetime | None = None,
+    unabsorbed_claim_at: datetime | None = None,
     no_work: bool = False,
 ) -> PairState:
     """A stalled, active, reachable pair unless told otherwise."""
@@ -55,7 +58,7 @@ def pair(
         oldest=None if no_work else (oldest if oldest is not None else todo()),
         endpoint_active=active,
         has_receiver=receiver,
-        last_claimed_at=last_claimed_at,
+        unabsorbed_claim_at=unabsorbed_claim_at,
     )
 
 
@@ -161,43 +164,70 @@ def test_capped_after_cap_nudges() -> None:
 
 
 def test_claim_after_the_nudge_is_progress() -> None:
-    """A claim strictly after the last nudge resets the count: charged nudge 1 at once."""
+    """A claim after the last nudge (not yet absorbed) resets the count: charged nudge 1 at once."""
     ledger = row(4, NOW - minutes(1))
-    progressed = pair(last_claimed_at=NOW - minutes(1) + timedelta(microseconds=1))
+    progressed = pair(unabsorbed_claim_at=NOW - minutes(1) + timedelta(microseconds=1))
 
     assert True is made_progress(progressed, ledger)
     assert 0 == effective_nudges(progressed, ledger)
     assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
 
 
-def test_claim_at_the_nudge_instant_is_not_progress() -> None:
-    """A claim at exactly last_nudged_at is not progress: the pair keeps backing off."""
+def test_claim_absorbed_at_the_nudge_instant_is_not_progress() -> None:
+    """A claim the last nudge's charge absorbed (at its very instant) is not progress."""
     ledger = row(2, NOW - minutes(1))
-    same_instant = pair(last_claimed_at=NOW - minutes(1))
+    # The claim at NOW - 1 min committed before that charge, which absorbed it: the
+    # ledger reports no unabsorbed claim, so the pair keeps backing off.
+    same_instant = pair(unabsorbed_claim_at=None)
 
     assert False is made_progress(same_instant, ledger)
     assert 2 == effective_nudges(same_instant, ledger)
-    assert isinstance(decide(same_instant, ledger, NOW, POLICY), Wait)
+    assert Wait(due_at=NOW - minutes(1) + POLICY.backoff[1]) == decide(
+        same_instant, ledger, NOW, POLICY
+    )
 
 
 def test_claim_before_the_nudge_is_not_progress() -> None:
     """A claim older than the last nudge is not progress."""
     ledger = row(5, NOW - minutes(10))
+    # The claim at T0 came before the last nudge, whose charge absorbed it.
+    absorbed = pair(unabsorbed_claim_at=None)
 
-    assert Capped(nudges=5) == decide(pair(last_claimed_at=T0), ledger, NOW, POLICY)
+    assert Capped(nudges=5) == decide(absorbed, ledger, NOW, POLICY)
+
+
+def test_progress_is_in_commit_order_not_by_timestamp() -> None:
+    """An unabsorbed claim stamped before the last nudge is progress: it committed after."""
+    ledger = row(4, NOW - minutes(1))
+    # A claim whose transaction read the time before the charge but committed after it.
+    late_commit = pair(unabsorbed_claim_at=NOW - minutes(10))
+
+    assert True is made_progress(late_commit, ledger)
+    assert True is starts_over(late_commit, ledger)
+    assert 0 == effective_nudges(late_commit, ledger)
+    assert Charge(number=1, todo=todo()) == decide(late_commit, ledger, NOW, POLICY)
+
+
+def test_an_unabsorbed_claim_at_the_nudge_instant_is_progress() -> None:
+    """An unabsorbed claim stamped at exactly last_nudged_at is progress: it committed after."""
+    ledger = row(5, NOW - minutes(1))
+    same_instant = pair(unabsorbed_claim_at=NOW - minutes(1))
+
+    assert True is made_progress(same_instant, ledger)
+    assert Charge(number=1, todo=todo()) == decide(same_instant, ledger, NOW, POLICY)
 
 
 def test_progress_lifts_a_capped_pair() -> None:
     """A capped pair with a claim after its last nudge is charged nudge 1 again."""
     ledger = row(5, T0 + minutes(3))
-    progressed = pair(last_claimed_at=T0 + minutes(4))
+    progressed = pair(unabsorbed_claim_at=T0 + minutes(4))
 
     assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
 
 
 def test_progress_without_a_row_is_not_progress() -> None:
     """With no ledger row there is nothing to progress past; the count is zero."""
-    claimed = pair(last_claimed_at=T0)
+    claimed = pair(unabsorbed_claim_at=T0)
 
     assert False is made_progress(claimed, None)
     assert 0 == effective_nudges(claimed, None)
@@ -223,6 +253,171 @@ def test_charge_row() -> None:
     nudge = Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=3, charged_at=NOW)
 
     assert row(3, NOW) == charge_row(nudge)
+
+
+# -- the charge stamp and refunds ----------------------------------------------------
+
+US = timedelta(microseconds=1)
+
+
+def charged(number: int, charged_at: datetime) -> Nudge:
+    """A nudge of the default pair as its charge wrote it."""
+    return Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=number, charged_at=charged_at)
+
+
+def test_charge_stamp_takes_a_claim_later_than_now() -> None:
+    """A claim stamped after now (committed before the charge looked) becomes the stamp."""
+    assert NOW + US == charge_stamp(pair(unabsorbed_claim_at=NOW + US), NOW)
+
+
+def test_charge_stamp_is_now_for_an_earlier_claim() -> None:
+    """A claim before now leaves the stamp at now."""
+    assert NOW == charge_stamp(pair(unabsorbed_claim_at=NOW - minutes(1)), NOW)
+
+
+def test_charge_stamp_is_now_for_a_claim_at_now() -> None:
+    """A claim at exactly now leaves the stamp at now."""
+    assert NOW == charge_stamp(pair(unabsorbed_claim_at=NOW), NOW)
+
+
+def test_charge_stamp_is_now_without_a_claim() -> None:
+    """A pair with no unabsorbed claim is stamped with now."""
+    assert NOW == charge_stamp(pair(), NOW)
+
+
+def test_a_progress_charge_is_stamped_with_a_claim_later_than_now() -> None:
+    """A row's progress claim stamped after now is nudge 1, stamped with that claim."""
+    progressed = pair(unabsorbed_claim_at=NOW + US)
+    rows = {("ep", "lane"): row(3, NOW - minutes(1))}
+
+    [nudge] = plan_tick([progressed], rows, NOW, POLICY).charges
+
+    assert NOW + US == charge_stamp(progressed, NOW)
+    assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
+        nudge
+    )
+
+
+def test_refunded_row_takes_back_its_own_charge() -> None:
+    """The row a nudge's charge wrote (same count, same stamp) comes back one lower."""
+    assert row(2, NOW) == refunded_row(row(3, NOW), charged(3, NOW))
+
+
+def test_refunded_row_of_a_first_nudge_has_no_nudges() -> None:
+    """Refunding nudge 1 leaves a row of 0 nudges, not no row."""
+    assert row(0, NOW) == refunded_row(row(1, NOW), charged(1, NOW))
+
+
+def test_refunded_row_keeps_the_stamp() -> None:
+    """The refunded row keeps the charge's stamp as its pacing base."""
+    refunded = refunded_row(row(1, NOW), charged(1, NOW))
+
+    assert NOW == (refunded.last_nudged_at if refunded else None)
+
+
+def test_refunded_row_never_undoes_a_later_charge() -> None:
+    """After a later charge (next number, later stamp) the old nudge's refund is refused."""
+    assert None is refunded_row(row(2, NOW + minutes(5)), charged(1, NOW))
+
+
+def test_refunded_row_refuses_a_different_stamp() -> None:
+    """Same count but another stamp (a charge after progress) is not this nudge's row."""
+    assert None is refunded_row(row(1, NOW + US), charged(1, NOW))
+
+
+def test_refunded_row_refuses_a_different_count() -> None:
+    """Same stamp but another count is not this nudge's row."""
+    assert None is refunded_row(row(2, NOW), charged(1, NOW))
+
+
+def test_refunded_row_refuses_a_second_refund() -> None:
+    """A nudge already refunded is not refunded again."""
+    assert None is refunded_row(row(0, NOW), charged(1, NOW))
+
+
+def test_refunded_row_of_a_missing_row_is_none() -> None:
+    """A drained pair (row deleted) has nothing to refund: the row stays deleted."""
+    assert None is refunded_row(None, charged(1, NOW))
+
+
+def test_a_refunded_first_nudge_waits_the_first_step() -> None:
+    """A row of 0 nudges waits until last_nudged_at + backoff[0]."""
+    ledger = row(0, NOW - minutes(1))
+
+    assert Wait(due_at=NOW - minutes(1) + POLICY.backoff[0]) == decide(pair(), ledger, NOW, POLICY)
+    assert NOW - minutes(1) + POLICY.backoff[0] == next_due_at(ledger, POLICY)
+
+
+def test_a_refunded_first_nudge_is_charged_number_one_when_due() -> None:
+    """At last_nudged_at + backoff[0] a row of 0 nudges is charged nudge 1."""
+    ledger = row(0, NOW - POLICY.backoff[0])
+
+    assert Charge(number=1, todo=todo()) == decide(pair(), ledger, NOW, POLICY)
+    assert Wait(due_at=NOW) == decide(pair(), ledger, NOW - US, POLICY)
+
+
+def test_a_refunded_first_nudge_does_not_start_over() -> None:
+    """A row of 0 nudges counts no nudge spent, yet the pair does not start over."""
+    ledger = row(0, NOW - minutes(1))
+
+    assert False is starts_over(pair(), ledger)
+    assert 0 == effective_nudges(pair(), ledger)
+
+
+def test_progress_after_a_refund_starts_over_at_once() -> None:
+    """A claim after a refunded nudge's stamp is progress: nudge 1 at once, no wait."""
+    ledger = row(0, NOW - minutes(1))
+    progressed = pair(unabsorbed_claim_at=NOW - minutes(1) + US)
+
+    assert True is starts_over(progressed, ledger)
+    assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
+
+
+def test_starts_over_without_a_row() -> None:
+    """A pair with no ledger row starts over."""
+    assert True is starts_over(pair(), None)
+
+
+def test_plan_tick_stamps_a_later_claim() -> None:
+    """A charge of a pair claimed after now is stamped with that claim, not now."""
+    claimed_later = pair(unabsorbed_claim_at=NOW + US)
+
+    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
+
+    assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
+        nudge
+    )
+
+
+def test_a_claim_absorbed_by_a_charge_is_not_progress_again() -> None:
+    """After a later-claim charge absorbed that claim, the next tick waits from the claim."""
+    claimed_later = pair(unabsorbed_claim_at=NOW + US)
+    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
+    # The charge absorbed the claim: the next tick's view has no unabsorbed claim.
+    absorbed = pair(unabsorbed_claim_at=None)
+
+    later = NOW + minutes(1)
+
+    assert False is made_progress(absorbed, charge_row(nudge))
+    assert Wait(due_at=NOW + US + POLICY.backoff[0]) == decide(
+        absorbed, charge_row(nudge), later, POLICY
+    )
+
+
+def test_plan_tick_ranks_a_refunded_pair_with_the_least_nudged() -> None:
+    """A refunded pair (0 nudges, due) ranks as count 0, ahead of a pair due its nudge 2."""
+    policy = PacingPolicy(tick_limit=1)
+    refunded = pair(endpoint_id="b")
+    at_one = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
+    rows = {
+        ("a", "lane"): row(1, NOW - minutes(10), endpoint_id="a"),
+        ("b", "lane"): row(0, NOW - minutes(10), endpoint_id="b"),
+    }
+
+    plan = plan_tick([at_one, refunded], rows, NOW, policy)
+
+    assert [("b", 1)] == [(n.endpoint_id, n.number) for n in plan.charges]
+    assert 1 == plan.held_back
 
 
 # -- invalid inputs ---------------------------------------------------------------
@@ -251,10 +446,15 @@ def test_naive_now_raises() -> None:
     [
         lambda naive: TodoRef(id="t", created_at=naive),
         lambda naive: row(1, naive),
-        lambda naive: pair(last_claimed_at=naive),
+        lambda naive: pair(unabsorbed_claim_at=naive),
         lambda naive: Nudge(endpoint_id="e", queue="q", todo=todo(), number=1, charged_at=naive),
     ],
-    ids=["todo.created_at", "row.last_nudged_at", "pair.last_claimed_at", "nudge.charged_at"],
+    ids=[
+        "todo.created_at",
+        "row.last_nudged_at",
+        "pair.unabsorbed_claim_at",
+        "nudge.charged_at",
+    ],
 )
 def test_naive_instants_in_values_raise(build: object) -> None:
     """Every instant in a core value must be timezone-aware."""
@@ -323,7 +523,7 @@ def test_plan_tick_orders_by_effective_count_first() -> None:
     """Least-nudged first: a progressed pair (effective 0) goes before a fresher-row pair at 1."""
     policy = PacingPolicy(tick_limit=1)
     old_at_one = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
-    progressed_at_four = pair(endpoint_id="b", last_claimed_at=NOW - minutes(1))
+    progressed_at_four = pair(endpoint_id="b", unabsorbed_claim_at=NOW - minutes(1))
     rows = {
         ("a", "lane"): row(1, NOW - minutes(10), endpoint_id="a"),
         ("b", "lane"): row(4, NOW - minutes(2), endpoint_id="b"),

@@ -10,7 +10,7 @@ import pytest
 
 from adapters.memory import BoardError, MemoryBoard, RecordingWake
 from stall_core import PacingPolicy, PairState, TodoRef, WakeError
-from tests.support import T0, minutes
+from tests.support import T0, FakeClock, minutes
 
 POLICY = PacingPolicy()
 
@@ -26,10 +26,16 @@ def add_hook(board: MemoryBoard, hook_id: str, endpoint_id: str, **kwargs: objec
     )
 
 
+@pytest.fixture(name="clock")
+def _clock() -> FakeClock:
+    """The board's clock, its time authority, at T0."""
+    return FakeClock(T0)
+
+
 @pytest.fixture(name="board")
-def _board() -> MemoryBoard:
+def _board(clock: FakeClock) -> MemoryBoard:
     """Endpoint ep with a covering hook, a verified and an unverified delivery, one todo."""
-    board = MemoryBoard()
+    board = MemoryBoard(clock=clock)
     board.add_endpoint("ep")
     board.add_endpoint("other")
     add_hook(board, "h1", "ep")
@@ -44,8 +50,10 @@ def snapshot(board: MemoryBoard) -> tuple[object, ...]:
     """Every table of the board, copied, for nothing-changed checks."""
     return (
         dict(board.endpoints),
-        # Deliveries have no public view; a copy of the private table is enough here.
+        # Deliveries and the progress log have no public view; copies of the private
+        # tables are enough here.
         dict(board._deliveries),
+        {key: list(claims) for key, claims in board._claims.items()},
         dict(board.todos),
         dict(board.hooks),
         dict(board.ledger),
@@ -395,7 +403,7 @@ def test_state_is_read_only(board: MemoryBoard) -> None:
 
 
 def test_pair_states(board: MemoryBoard) -> None:
-    """pair_states reports the oldest gated todo, activity, receivers and the latest claim."""
+    """pair_states reports the oldest gated todo, activity, receivers and the unabsorbed claim."""
     board.create_todo(
         "u-old", endpoint_id="ep", queue="lane", created_at=T0 - minutes(9), delivery_id="du"
     )
@@ -411,7 +419,7 @@ def test_pair_states(board: MemoryBoard) -> None:
             oldest=TodoRef(id="t1", created_at=T0),
             endpoint_active=True,
             has_receiver=True,
-            last_claimed_at=T0 + minutes(3),
+            unabsorbed_claim_at=T0 + minutes(3),
         ),
         PairState(
             endpoint_id="other",
@@ -419,14 +427,17 @@ def test_pair_states(board: MemoryBoard) -> None:
             oldest=TodoRef(id="q", created_at=T0, title="x"),
             endpoint_active=False,
             has_receiver=False,
-            last_claimed_at=None,
+            unabsorbed_claim_at=None,
         ),
     ] == board.pair_states()
 
 
-async def test_pair_states_include_ledger_rows_without_work(board: MemoryBoard) -> None:
+async def test_pair_states_include_ledger_rows_without_work(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
     """A pair with a ledger row but no pending todo is still reported, with no oldest."""
-    await board.charge_due(now=T0 + minutes(3), policy=POLICY)
+    clock.set(T0 + minutes(3))
+    await board.charge_due(policy=POLICY)
     board.claim("t1", owner="c", at=T0 + minutes(4))
 
     [state] = board.pair_states()
@@ -446,48 +457,53 @@ def test_only_unverified_work_has_no_oldest(board: MemoryBoard) -> None:
 # -- charge_due ------------------------------------------------------------------------------
 
 
-async def test_charge_due_applies_the_plan(board: MemoryBoard) -> None:
-    """charge_due writes a row for each charge and returns the nudges."""
-    outcome = await board.charge_due(now=T0 + minutes(3), policy=POLICY)
+async def test_charge_due_applies_the_plan(board: MemoryBoard, clock: FakeClock) -> None:
+    """charge_due writes a row for each charge and returns the nudges, at the board's clock."""
+    clock.set(T0 + minutes(3))
+    outcome = await board.charge_due(policy=POLICY)
 
     assert [("ep", "lane", "t1", 1)] == [
         (n.endpoint_id, n.queue, n.todo.id, n.number) for n in outcome.charged
     ]
     assert 1 == board.ledger["ep", "lane"].nudges
+    assert (T0 + minutes(3), False) == (outcome.now, outcome.skipped)
+    assert [T0 + minutes(3)] == [n.charged_at for n in outcome.charged]
 
 
-async def test_charge_due_deletes_drained_rows(board: MemoryBoard) -> None:
+async def test_charge_due_deletes_drained_rows(board: MemoryBoard, clock: FakeClock) -> None:
     """A charged pair that is drained loses its row in the next charge."""
-    await board.charge_due(now=T0 + minutes(3), policy=POLICY)
+    clock.set(T0 + minutes(3))
+    await board.charge_due(policy=POLICY)
     board.claim("t1", owner="c", at=T0 + minutes(4))
     board.complete("t1")
 
-    outcome = await board.charge_due(now=T0 + minutes(5), policy=POLICY)
+    clock.set(T0 + minutes(5))
+    outcome = await board.charge_due(policy=POLICY)
 
     assert ((), (("ep", "lane"),)) == (outcome.charged, outcome.deleted)
     assert {} == dict(board.ledger)
 
 
-async def test_charge_due_never_changes_a_todo(board: MemoryBoard) -> None:
+async def test_charge_due_never_changes_a_todo(board: MemoryBoard, clock: FakeClock) -> None:
     """A nudge spends no ring budget: charging leaves every todo identical and rings nothing."""
     board.ring("t1", at=T0 + minutes(1))
     before = dict(board.todos)
 
-    outcome = await board.charge_due(now=T0 + minutes(3), policy=POLICY)
+    clock.set(T0 + minutes(3))
+    outcome = await board.charge_due(policy=POLICY)
 
     assert 1 == len(outcome.charged)
     assert before == dict(board.todos)
     assert 1 == len(board.rings)
 
 
-async def test_concurrent_charges_never_double_charge(board: MemoryBoard) -> None:
+async def test_concurrent_charges_never_double_charge(board: MemoryBoard, clock: FakeClock) -> None:
     """Many charge_due calls gathered at one instant charge each due pair exactly once."""
     for i in range(6):
         board.create_todo(f"x{i}", endpoint_id="ep", queue=f"q{i}", created_at=T0)
 
-    outcomes = await asyncio.gather(
-        *(board.charge_due(now=T0 + minutes(3), policy=POLICY) for _ in range(5))
-    )
+    clock.set(T0 + minutes(3))
+    outcomes = await asyncio.gather(*(board.charge_due(policy=POLICY) for _ in range(5)))
 
     keys = [n.key for outcome in outcomes for n in outcome.charged]
     assert 7 == len(keys)
@@ -496,35 +512,280 @@ async def test_concurrent_charges_never_double_charge(board: MemoryBoard) -> Non
     assert {1} == {row.nudges for row in board.ledger.values()}
 
 
-async def test_concurrent_sweeps_across_time_never_double_charge(board: MemoryBoard) -> None:
+async def test_concurrent_sweeps_across_time_never_double_charge(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
     """Gathered sweeps at successive instants charge nudge 2 once, at its due time."""
-    await asyncio.gather(*(board.charge_due(now=T0 + minutes(3), policy=POLICY) for _ in range(3)))
+    clock.set(T0 + minutes(3))
+    await asyncio.gather(*(board.charge_due(policy=POLICY) for _ in range(3)))
 
-    early = await asyncio.gather(
-        *(board.charge_due(now=T0 + minutes(7), policy=POLICY) for _ in range(3))
-    )
-    due = await asyncio.gather(
-        *(board.charge_due(now=T0 + minutes(8), policy=POLICY) for _ in range(3))
-    )
+    clock.set(T0 + minutes(7))
+    early = await asyncio.gather(*(board.charge_due(policy=POLICY) for _ in range(3)))
+    clock.set(T0 + minutes(8))
+    due = await asyncio.gather(*(board.charge_due(policy=POLICY) for _ in range(3)))
 
     assert 0 == sum(len(o.charged) for o in early)
     assert [2] == [n.number for o in due for n in o.charged]
 
 
+async def test_charge_due_decides_at_the_board_clock(board: MemoryBoard, clock: FakeClock) -> None:
+    """The board's clock is its time: before the threshold nothing is due, after it the pair is."""
+    clock.set(T0 + POLICY.threshold)
+    early = await board.charge_due(policy=POLICY)
+    clock.advance(timedelta(microseconds=1))
+    due = await board.charge_due(policy=POLICY)
+
+    assert (T0 + POLICY.threshold, ()) == (early.now, early.charged)
+    assert [1] == [n.number for n in due.charged]
+
+
+async def test_a_naive_board_clock_fails_the_charge_and_writes_nothing() -> None:
+    """A board clock returning a naive datetime makes charge_due raise naming clock(), unchanged."""
+    board = MemoryBoard(clock=lambda: NAIVE + minutes(3))
+    board.add_endpoint("ep")
+    add_hook(board, "h1", "ep")
+    board.create_todo("t1", endpoint_id="ep", queue="lane", created_at=T0)
+
+    with pytest.raises(ValueError, match=r"clock\(\)"):
+        await board.charge_due(policy=POLICY)
+
+    assert {} == dict(board.ledger)
+
+
+# -- progress: the claim log, absorbed by ticks ----------------------------------------------
+
+
+@pytest.mark.parametrize("stamped", [-minutes(1), timedelta(0)], ids=["before", "at"])
+async def test_a_claim_made_after_a_charge_is_progress_whatever_its_stamp(
+    board: MemoryBoard, clock: FakeClock, stamped: timedelta
+) -> None:
+    """A claim made after the last nudge, stamped at or before it, resets the next charge only."""
+    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
+    clock.set(T0 + minutes(3))
+    [first] = (await board.charge_due(policy=POLICY)).charged
+    board.claim("t2", owner="c", at=first.charged_at + stamped)
+
+    clock.set(T0 + minutes(4))
+    reset = await board.charge_due(policy=POLICY)
+    [after_reset] = board.pair_states()
+    clock.set(T0 + minutes(9) - timedelta(microseconds=1))
+    early = await board.charge_due(policy=POLICY)
+    clock.set(T0 + minutes(9))
+    due = await board.charge_due(policy=POLICY)
+
+    # Without the claim, T0+4m would wait for nudge 2 at T0+8m; with it counted
+    # twice, T0+9m-1us would charge nudge 1 again.
+    assert [(1, T0 + minutes(4))] == [(n.number, n.charged_at) for n in reset.charged]
+    assert None is after_reset.unabsorbed_claim_at
+    assert () == early.charged
+    assert [(2, T0 + minutes(9))] == [(n.number, n.charged_at) for n in due.charged]
+
+
+@pytest.mark.parametrize("first_tick", [minutes(1), minutes(3)], ids=["fresh", "charging"])
+async def test_a_claim_before_any_row_is_absorbed_by_the_next_tick(
+    board: MemoryBoard, clock: FakeClock, first_tick: timedelta
+) -> None:
+    """A claim on a pair with no ledger row is absorbed by the next tick: nudge 1, then 2."""
+    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
+    clock.set(T0 + minutes(1))
+    board.claim("t2", owner="c")
+
+    clock.set(T0 + first_tick)
+    first = await board.charge_due(policy=POLICY)
+    [after_first] = board.pair_states()
+    charged = [(first.now, n.number) for n in first.charged]
+    for at in (minutes(3), minutes(4), minutes(8) - timedelta(microseconds=1), minutes(8)):
+        clock.set(T0 + at)
+        outcome = await board.charge_due(policy=POLICY)
+        charged += [(outcome.now, n.number) for n in outcome.charged]
+
+    assert None is after_first.unabsorbed_claim_at
+    # Had the claim survived as progress, T0+4m would have charged nudge 1 again.
+    assert [(T0 + minutes(3), 1), (T0 + minutes(8), 2)] == charged
+
+
+async def test_a_drained_pair_has_its_claims_absorbed(board: MemoryBoard, clock: FakeClock) -> None:
+    """The tick that drains a pair absorbs its claims: its next backlog sees no unabsorbed claim."""
+    clock.set(T0 + minutes(3))
+    await board.charge_due(policy=POLICY)
+    clock.set(T0 + minutes(4))
+    board.claim("t1", owner="c")
+    [before_drain] = board.pair_states()
+
+    drain = await board.charge_due(policy=POLICY)
+    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0 + minutes(4))
+    [next_backlog] = board.pair_states()
+
+    assert T0 + minutes(4) == before_drain.unabsorbed_claim_at
+    assert ((), (("ep", "lane"),)) == (drain.charged, drain.deleted)
+    assert None is next_backlog.unabsorbed_claim_at
+
+
+async def test_a_held_tick_absorbs_no_claim(board: MemoryBoard, clock: FakeClock) -> None:
+    """A skipped tick absorbs nothing: the claim still counts as progress at the next charge."""
+    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
+    clock.set(T0 + minutes(3))
+    await board.charge_due(policy=POLICY)
+    board.claim("t2", owner="c", at=T0 + minutes(3))
+
+    clock.set(T0 + minutes(4))
+    with board.hold_tick():
+        await board.charge_due(policy=POLICY)
+    [while_held] = board.pair_states()
+    released = await board.charge_due(policy=POLICY)
+
+    assert T0 + minutes(3) == while_held.unabsorbed_claim_at
+    assert [1] == [n.number for n in released.charged]
+
+
+def test_claim_without_at_is_stamped_with_the_board_clock(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A claim with no explicit instant takes the board's clock, the ledger's own time."""
+    clock.set(T0 + minutes(4))
+
+    todo = board.claim("t1", owner="c", lease=minutes(7))
+
+    assert (T0 + minutes(4), T0 + minutes(11)) == (todo.claimed_at, todo.lease_expires_at)
+
+
+def test_claim_next_without_at_is_stamped_with_the_board_clock(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """claim_next with no explicit instant stamps the board's clock too."""
+    clock.set(T0 + minutes(6))
+
+    todo = board.claim_next("ep", "lane", owner="c")
+
+    assert ("t1", T0 + minutes(6)) == (todo.id if todo else None, todo.claimed_at if todo else None)
+
+
+async def test_refund_takes_back_its_own_charge_and_keeps_the_stamp(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """refund lowers the count of the row its nudge's charge wrote; the stamp stays the base."""
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
+
+    refunded = await board.refund(nudge)
+
+    assert True is refunded
+    assert (0, T0 + minutes(3)) == (
+        board.ledger["ep", "lane"].nudges,
+        board.ledger["ep", "lane"].last_nudged_at,
+    )
+
+
+async def test_refund_is_once_only(board: MemoryBoard, clock: FakeClock) -> None:
+    """A second refund of the same nudge finds the count already taken back and does nothing."""
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
+    await board.refund(nudge)
+    before = snapshot(board)
+
+    assert False is await board.refund(nudge)
+    assert before == snapshot(board)
+
+
+async def test_refund_never_undoes_a_later_charge(board: MemoryBoard, clock: FakeClock) -> None:
+    """A late refund of nudge 1 after nudge 2 was charged leaves nudge 2's row alone."""
+    clock.set(T0 + minutes(3))
+    [first] = (await board.charge_due(policy=POLICY)).charged
+    clock.advance(POLICY.backoff[0])
+    [second] = (await board.charge_due(policy=POLICY)).charged
+    before = snapshot(board)
+
+    assert False is await board.refund(first)
+    assert before == snapshot(board)
+    assert (2, second.charged_at) == (
+        board.ledger["ep", "lane"].nudges,
+        board.ledger["ep", "lane"].last_nudged_at,
+    )
+
+
+async def test_refund_leaves_a_drained_row_deleted(board: MemoryBoard, clock: FakeClock) -> None:
+    """A refund after the pair drained (row deleted) writes nothing back."""
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
+    board.claim("t1", owner="c")
+    board.complete("t1")
+    await board.charge_due(policy=POLICY)
+
+    assert False is await board.refund(nudge)
+    assert {} == dict(board.ledger)
+
+
+async def test_a_refunded_first_nudge_is_retried_after_the_first_step(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A refunded nudge 1 waits backoff[0] from its stamp, then is charged as nudge 1 again."""
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
+    await board.refund(nudge)
+
+    clock.set(nudge.charged_at + POLICY.backoff[0] - timedelta(microseconds=1))
+    early = await board.charge_due(policy=POLICY)
+    clock.advance(timedelta(microseconds=1))
+    retry = await board.charge_due(policy=POLICY)
+
+    assert () == early.charged
+    assert [(1, T0 + minutes(8))] == [(n.number, n.charged_at) for n in retry.charged]
+
+
+async def test_hold_tick_makes_charge_due_skip(board: MemoryBoard, clock: FakeClock) -> None:
+    """While the tick is held charge_due decides nothing and says skipped; released, it charges."""
+    clock.set(T0 + minutes(3))
+
+    with board.hold_tick():
+        held = await board.charge_due(policy=POLICY)
+        rows_while_held = dict(board.ledger)
+    released = await board.charge_due(policy=POLICY)
+
+    assert (True, T0 + minutes(3), (), ()) == (held.skipped, held.now, held.charged, held.deleted)
+    assert {} == rows_while_held
+    assert (False, 1) == (released.skipped, len(released.charged))
+
+
+def test_hold_tick_cannot_be_taken_twice(board: MemoryBoard) -> None:
+    """Holding a held tick is refused; the outer hold still releases it."""
+    with board.hold_tick(), pytest.raises(BoardError, match="already held"):  # noqa: SIM117
+        with board.hold_tick():
+            pass
+
+    with board.hold_tick():
+        pass
+
+
 # -- RecordingWake -------------------------------------------------------------------------
 
 
-async def test_recording_wake_records_and_refuses(board: MemoryBoard) -> None:
+async def test_recording_wake_records_and_refuses(board: MemoryBoard, clock: FakeClock) -> None:
     """RecordingWake keeps sent nudges; with refuse set it raises WakeError and keeps it apart."""
-    [nudge] = (await board.charge_due(now=T0 + minutes(3), policy=POLICY)).charged
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
     wake = RecordingWake()
 
-    await wake.wake(nudge)
+    receipt = await wake.wake(nudge)
     wake.refuse = True
     with pytest.raises(WakeError, match="ep/lane"):
         await wake.wake(nudge)
 
-    assert ([nudge], [nudge]) == (wake.sent, wake.refused)
+    assert True is await receipt
+    assert ([nudge], [nudge], []) == (wake.sent, wake.refused, wake.lost)
+
+
+async def test_recording_wake_that_reaches_nobody_loses_the_nudge(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """With reach False, RecordingWake takes the nudge, keeps it as lost and resolves False."""
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
+    wake = RecordingWake(reach=False)
+
+    receipt = await wake.wake(nudge)
+
+    assert False is await receipt
+    assert ([], [], [nudge]) == (wake.sent, wake.refused, wake.lost)
 
 
 def test_recording_wake_instances_do_not_share_lists() -> None:

@@ -115,8 +115,15 @@ def test_delay_before_repeats_the_last_step() -> None:
     ]
 
 
-@pytest.mark.parametrize("nudge", [1, 0, -3])
-def test_delay_before_nudge_one_or_less_raises(nudge: int) -> None:
-    """Nudge 1 has no delay (it fires once stalled); asking for one is an error."""
-    with pytest.raises(ValueError, match=f"nudge {nudge}"):
+def test_a_refunded_first_nudge_waits_the_first_step() -> None:
+    """Nudge 1 tried again after a refund waits backoff[0], as nudge 2 would."""
+    policy = PacingPolicy()
+
+    assert policy.backoff[0] == policy.delay_before(1) == policy.delay_before(2)
+
+
+@pytest.mark.parametrize("nudge", [0, -3, True])
+def test_delay_before_nudge_below_one_raises(nudge: int) -> None:
+    """There is no nudge 0: asking for its delay is an error naming the value."""
+    with pytest.raises(ValueError, match=f"got {nudge}"):
         PacingPolicy().delay_before(nudge)

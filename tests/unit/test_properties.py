@@ -1,10 +1,14 @@
 """Hypothesis properties: plan_tick on generated boards, and random histories on the MemoryBoard.
 
-The state machine keeps its own model of each pair's pacing (nudges since the
-last progress, time of the last nudge) and an independent reading of the
-board's gate, receivers and endpoint states, and checks every sweep against
-them: nothing is charged that should not be, nothing due is skipped unless
-the tick limit was reached, and no sweep changes a todo.
+The state machine keeps its own model of each pair's ledger row (nudges since
+the last progress that reached a receiver, time of the last attempt) and of the
+progress log (the claims no tick has absorbed yet: a claim adds to its pair's,
+a tick absorbs those of the pairs it charged or drained and of pairs with no
+row), and an independent reading of the board's gate, receivers and endpoint
+states, and checks every sweep against them: nothing is charged that should
+not be, nothing due is skipped unless the tick limit was reached, progress is
+a claim made after the last nudge (in program order, whatever its stamp), a
+nudge that reached nobody is refunded, and no sweep changes a todo.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from stall_core import (
     PairKey,
     PairState,
     Sweeper,
+    TickReport,
     TodoRef,
+    charge_stamp,
     decide,
     plan_tick,
 )
@@ -108,14 +114,15 @@ def boards(
             ),
             endpoint_active=draw(mostly),
             has_receiver=draw(mostly),
-            last_claimed_at=draw(st.none() | instants),
+            unabsorbed_claim_at=draw(st.none() | instants),
         )
         for ep, q in pair_keys
     ]
     row_keys = draw(st.lists(keys, unique=True, max_size=12))
+    # 0 is a refunded first nudge.
     rows = {
         (ep, q): LedgerRow(
-            endpoint_id=ep, queue=q, nudges=draw(st.integers(1, 6)), last_nudged_at=draw(instants)
+            endpoint_id=ep, queue=q, nudges=draw(st.integers(0, 6)), last_nudged_at=draw(instants)
         )
         for ep, q in row_keys
     }
@@ -130,7 +137,10 @@ def boards(
 def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
     board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
 ) -> None:
-    """Charges are exactly the first tick_limit Charge decisions in D6 order, held_back the rest."""
+    """Charges are exactly the first tick_limit Charge decisions in D6 order, held_back the rest.
+
+    Each is stamped with ``charge_stamp``: now, or the pair's unabsorbed claim if that is later.
+    """
     pairs, rows, now, policy = board
     decisions = {p.key: (p, decide(p, rows.get(p.key), now, policy)) for p in pairs}
     wanted = sorted(
@@ -140,7 +150,7 @@ def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
                 queue=p.queue,
                 todo=d.todo,
                 number=d.number,
-                charged_at=now,
+                charged_at=charge_stamp(p, now),
             )
             for p, d in decisions.values()
             if isinstance(d, Charge)
@@ -232,10 +242,15 @@ class Before:
 
 @attrs.define
 class Pacing:
-    """The model's pacing of one pair: nudges since progress and the last nudge's time."""
+    """The model's ledger row of one pair: nudges since progress, the last attempt's time.
 
-    count: int = 0
-    last: datetime | None = None
+    A pair starts over (nudge 1 at once) with no row or with an unabsorbed
+    claim; a refunded first nudge leaves count 0 but does not start over: it
+    waits backoff[0].
+    """
+
+    count: int
+    last: datetime
 
 
 class BoardMachine(RuleBasedStateMachine):
@@ -244,19 +259,24 @@ class BoardMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.runner = asyncio.Runner()
-        self.board = MemoryBoard()
+        self.board = MemoryBoard(clock=lambda: self.now)
         self.now = T0
         self.policy = PacingPolicy()
         self.kinds: dict[str, str] = {}
+        #: The model's ledger: a pair has an entry exactly when it has a row.
         self.pacing: dict[PairKey, Pacing] = {}
+        #: The model's progress log: per pair, the claims no tick has absorbed yet.
+        self.claims: dict[PairKey, list[datetime]] = {}
         self.sweeps = 0
         self.charged_total = 0
+        self.refunded_total = 0
 
     def teardown(self) -> None:
         self.runner.close()
         top = max((p.count for p in self.pacing.values()), default=0)
         event(f"nudges charged: {min(self.charged_total, 10)}, deepest count: {top}")
         event(f"sweeps: {min(self.sweeps, 10)}")
+        event(f"refunds: {min(self.refunded_total, 3)}")
 
     @initialize(
         policy=policies,
@@ -315,22 +335,29 @@ class BoardMachine(RuleBasedStateMachine):
         )
 
     def claimed_now(self, todo: Todo) -> None:
-        """Update the model for a claim at ``now``: progress if after the pair's last nudge."""
-        pacing = self.pacing.get((todo.endpoint_id, todo.queue))
-        if pacing is not None and pacing.last is not None and self.now > pacing.last:
-            pacing.count = 0
+        """Log a claim at ``now`` in the model: unabsorbed until a tick absorbs it.
+
+        Made after every charge so far (even one at this same instant), it is
+        progress for a pair with a row; a pair with no row has it absorbed.
+        """
+        self.claims.setdefault((todo.endpoint_id, todo.queue), []).append(self.now)
+
+    def starts_over(self, key: PairKey) -> bool:
+        """The model's progress rule: no row, or a claim no tick has absorbed yet."""
+        return key not in self.pacing or bool(self.claims.get(key))
 
     @precondition(lambda self: bool(self.in_state("pending")))
-    @rule(pick=st.integers(0, 10_000))
-    def claim(self, pick: int) -> None:
+    @rule(pick=st.integers(0, 10_000), explicit=st.booleans())
+    def claim(self, pick: int, explicit: bool) -> None:
+        """Claim a pending todo, at an explicit now or stamped by the board's clock (the same)."""
         pending = self.in_state("pending")
         todo = pending[pick % len(pending)]
-        self.board.claim(todo.id, owner="consumer", at=self.now)
+        self.board.claim(todo.id, owner="consumer", at=self.now if explicit else None)
         self.claimed_now(todo)
 
     @rule(endpoint=st.sampled_from(ENDPOINTS), queue=st.sampled_from(QUEUES))
     def claim_next(self, endpoint: str, queue: str) -> None:
-        todo = self.board.claim_next(endpoint, queue, owner="one-shot", at=self.now)
+        todo = self.board.claim_next(endpoint, queue, owner="one-shot")
         if todo is not None:
             self.claimed_now(todo)
 
@@ -366,36 +393,82 @@ class BoardMachine(RuleBasedStateMachine):
 
     @rule(
         delta=advances,
-        how=st.sampled_from(["charge_due", "sweeper", "refused", "concurrent", "no sweep"]),
+        how=st.sampled_from(
+            ["charge_due", "sweeper", "refused", "lost", "concurrent", "held", "no sweep"]
+        ),
     )
     def tick(self, delta: timedelta, how: str) -> None:
-        """Move the clock, then sweep one way: the ledger alone, a Sweeper, or several at once."""
+        """Move the clock, then sweep one way: the ledger alone, a Sweeper, or several at once.
+
+        A Sweeper's wakes may be refused or reach nobody (both refunded); a
+        held tick (another instance mid-sweep) skips and changes nothing.
+        """
         self.now += delta
         before = self.expectations()
         if how == "charge_due":
-            outcome = self.runner.run(self.board.charge_due(now=self.now, policy=self.policy))
+            outcome = self.runner.run(self.board.charge_due(policy=self.policy))
+            assert (self.now, False) == (outcome.now, outcome.skipped)
             self.check(before, [outcome])
         elif how == "concurrent":
             self.check(before, self.runner.run(self.gathered()), concurrent=True)
+        elif how == "held":
+            self.held(before)
         elif how != "no sweep":
-            self.sweep(before, refuse=how == "refused")
+            self.sweep(before, how=how)
 
     @rule(delta=advances)
     def tick_again(self, delta: timedelta) -> None:
         """A plain reaper tick through the ledger (a second rule, so ticks are drawn often)."""
         self.tick(delta, "charge_due")
 
-    def sweep(self, before: Before, *, refuse: bool) -> None:
-        wake = RecordingWake(refuse=refuse)
-        sweeper = Sweeper(ledger=self.board, wake=wake, clock=lambda: self.now, policy=self.policy)
-        report = self.runner.run(sweeper.tick())
-        self.check(before, [ChargeOutcome(charged=report.charged, deleted=report.deleted)])
-        delivered, refused = (wake.sent, wake.refused)
-        assert (list(report.charged), []) == ((refused, delivered) if refuse else (delivered, []))
-        assert (len(delivered), len(refused)) == (report.delivered, report.failed)
+    def sweep(self, before: Before, *, how: str) -> None:
+        """One Sweeper tick, settled; refused or lost wakes must come back refunded."""
+        wake = RecordingWake(refuse=how == "refused", reach=how != "lost")
+        sweeper = Sweeper(ledger=self.board, wake=wake, policy=self.policy)
+
+        async def tick_and_settle() -> TickReport:
+            report = await sweeper.tick()
+            await sweeper.settle()
+            return report
+
+        report = self.runner.run(tick_and_settle())
+        assert (self.now, False) == (report.now, report.skipped)
+        refunded = {n.key for n in report.charged} if how in ("refused", "lost") else set()
+        self.check(
+            before,
+            [ChargeOutcome(now=report.now, charged=report.charged, deleted=report.deleted)],
+            refunded=refunded,
+        )
+        assert len(refunded) == sweeper.refunded
+        self.refunded_total += sweeper.refunded
+        delivered, refused, lost = (wake.sent, wake.refused, wake.lost)
+        assert (list(report.charged), []) == {
+            "refused": (refused, delivered + lost),
+            "lost": (lost, delivered + refused),
+        }.get(how, (delivered, refused + lost))
+        assert (len(delivered) + len(lost), len(refused)) == (report.delivered, report.failed)
+
+    def held(self, before: Before) -> None:
+        """A sweep while another instance holds the tick: skipped, nothing charged or deleted."""
+        wake = RecordingWake()
+        sweeper = Sweeper(ledger=self.board, wake=wake, policy=self.policy)
+        rows = dict(self.board.ledger)
+        with self.board.hold_tick():
+            report = self.runner.run(sweeper.tick())
+        assert (True, self.now, (), ()) == (
+            report.skipped,
+            report.now,
+            report.charged,
+            report.deleted,
+        )
+        assert (before.todos, rows, []) == (
+            dict(self.board.todos),
+            dict(self.board.ledger),
+            wake.sent,
+        )
 
     async def gathered(self) -> list[ChargeOutcome]:
-        calls = (self.board.charge_due(now=self.now, policy=self.policy) for _ in range(3))
+        calls = (self.board.charge_due(policy=self.policy) for _ in range(3))
         return list(await asyncio.gather(*calls))
 
     # -- the oracle ------------------------------------------------------------------------
@@ -428,10 +501,12 @@ class BoardMachine(RuleBasedStateMachine):
                 eligible[endpoint, queue] = oldest
         due: dict[PairKey, tuple[int, datetime, str, str]] = {}
         for key, oldest in eligible.items():
-            pacing = self.pacing.get(key, Pacing())
-            if pacing.count == 0 or (
+            if self.starts_over(key):
+                due[key] = (0, oldest, *key)
+                continue
+            pacing = self.pacing[key]
+            if (
                 pacing.count < self.policy.cap
-                and pacing.last is not None
                 and self.now >= pacing.last + self.policy.delay_before(pacing.count + 1)
             ):
                 due[key] = (pacing.count, oldest, *key)
@@ -441,12 +516,21 @@ class BoardMachine(RuleBasedStateMachine):
         return Before(todos=todos, gated=gated, eligible=eligible, due=due, drained=drained)
 
     def check(
-        self, before: Before, outcomes: list[ChargeOutcome], concurrent: bool = False
+        self,
+        before: Before,
+        outcomes: list[ChargeOutcome],
+        concurrent: bool = False,
+        refunded: set[PairKey] | frozenset[PairKey] = frozenset(),
     ) -> None:
-        """Check one sweep's outcomes against the board as it stood just before it."""
+        """Check one sweep's outcomes against the board as it stood just before it.
+
+        ``refunded`` holds the pairs whose nudge reached nobody and was refunded.
+        """
         self.sweeps += 1
         todos, gated, eligible, due = before.todos, before.gated, before.eligible, before.due
         drained = before.drained
+        # Pairs with no row as the sweep began: it absorbs their claims, charged or not.
+        rowless = self.claims.keys() - self.pacing.keys()
         # A nudge never changes any todo.
         assert todos == dict(self.board.todos)
         all_keys = [n.key for o in outcomes for n in o.charged]
@@ -459,7 +543,7 @@ class BoardMachine(RuleBasedStateMachine):
             assert len(outcome.charged) <= self.policy.tick_limit
             assert sorted(outcome.charged, key=d6_key) == list(outcome.charged)
             for nudge in outcome.charged:
-                self.check_nudge(nudge, gated, eligible)
+                self.check_nudge(nudge, gated, eligible, refunded=nudge.key in refunded)
 
         if not concurrent:
             [outcome] = outcomes
@@ -477,11 +561,21 @@ class BoardMachine(RuleBasedStateMachine):
 
         for key in drained:
             self.pacing.pop(key, None)
+        for key in rowless | set(all_keys) | drained:
+            self.claims.pop(key, None)
 
     def check_nudge(
-        self, nudge: Nudge, gated: dict[PairKey, list[Todo]], eligible: dict[PairKey, datetime]
+        self,
+        nudge: Nudge,
+        gated: dict[PairKey, list[Todo]],
+        eligible: dict[PairKey, datetime],
+        *,
+        refunded: bool = False,
     ) -> None:
-        """The nudge is of a candidate pair, names its oldest gated todo and respects pacing."""
+        """The nudge is of a candidate pair, names its oldest gated todo and respects pacing.
+
+        A refunded nudge leaves its row one count lower with the stamp kept.
+        """
         assert self.now == nudge.charged_at
         # Never a fresh, ungated, quarantine, inactive-endpoint or hookless pair.
         assert nudge.key in eligible
@@ -497,19 +591,25 @@ class BoardMachine(RuleBasedStateMachine):
         assert TodoRef(id=todo.id, created_at=todo.created_at, title=todo.title) == nudge.todo
         assert todo in gated[nudge.key]
 
-        pacing = self.pacing.setdefault(nudge.key, Pacing())
-        assert pacing.count + 1 == nudge.number
-        if nudge.number > 1:
-            assert pacing.last is not None
+        if self.starts_over(nudge.key):
+            assert 1 == nudge.number
+            row = self.pacing.get(nudge.key)
+            if row is not None and max(self.claims[nudge.key]) <= row.last:
+                event("progress from a claim stamped at the last nudge")
+        else:
+            # Every nudge but one that starts over (a refunded nudge 1 too) waits its step.
+            pacing = self.pacing[nudge.key]
+            assert pacing.count + 1 == nudge.number
             assert self.now - pacing.last >= self.policy.delay_before(nudge.number)
-        pacing.count, pacing.last = nudge.number, self.now
+        count = nudge.number - 1 if refunded else nudge.number
+        self.pacing[nudge.key] = Pacing(count=count, last=self.now)
         # Never more than cap nudges between two progress events.
-        assert pacing.count <= self.policy.cap
+        assert count <= self.policy.cap
         assert (
             LedgerRow(
                 endpoint_id=nudge.endpoint_id,
                 queue=nudge.queue,
-                nudges=nudge.number,
+                nudges=count,
                 last_nudged_at=self.now,
             )
             == self.board.ledger[nudge.key]
@@ -518,8 +618,21 @@ class BoardMachine(RuleBasedStateMachine):
 
     @invariant()
     def ledger_rows_stay_within_cap(self) -> None:
-        """No ledger row ever counts more nudges than the cap."""
-        assert all(1 <= row.nudges <= self.policy.cap for row in self.board.ledger.values())
+        """No ledger row ever counts more nudges than the cap, nor fewer than none."""
+        assert all(0 <= row.nudges <= self.policy.cap for row in self.board.ledger.values())
+
+    @invariant()
+    def ledger_rows_follow_the_model(self) -> None:
+        """Every row holds the model's count and last attempt; only the model's pairs have one."""
+        assert {key: (p.count, p.last) for key, p in self.pacing.items()} == {
+            key: (row.nudges, row.last_nudged_at) for key, row in self.board.ledger.items()
+        }
+
+    @invariant()
+    def unabsorbed_claims_follow_the_model(self) -> None:
+        """Each pair the sweep sees reports the latest claim the model's log still holds."""
+        for state in self.board.pair_states():
+            assert max(self.claims.get(state.key, ()), default=None) == state.unabsorbed_claim_at
 
 
 BoardMachine.TestCase.settings = settings(

@@ -1,10 +1,17 @@
-"""The exact SPEC-0038 schedule, driven through plan_tick alone with a plain-values loop."""
+"""The exact SPEC-0038 schedule, driven through plan_tick alone with a plain-values loop.
+
+The loop plays the ledger: it keeps the rows and the progress log (claims not
+yet absorbed), fills each pair's ``unabsorbed_claim_at`` from it, and after
+each tick absorbs the claims of charged, drained and row-less pairs.
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
 from datetime import datetime, timedelta
+
+import attrs
 
 from stall_core import (
     LedgerRow,
@@ -25,9 +32,7 @@ KEY = ("ep", "lane")
 STEP = timedelta(seconds=15)
 
 
-def stalled(
-    created_at: datetime = T0, last_claimed_at: datetime | None = None, todo_id: str = "t1"
-) -> PairState:
+def stalled(created_at: datetime = T0, todo_id: str = "t1") -> PairState:
     """The one pair of these tests: active, reachable, with gated pending work."""
     return PairState(
         endpoint_id="ep",
@@ -35,22 +40,35 @@ def stalled(
         oldest=TodoRef(id=todo_id, created_at=created_at),
         endpoint_active=True,
         has_receiver=True,
-        last_claimed_at=last_claimed_at,
     )
 
 
 class Loop:
-    """Ticks plan_tick over a board and applies its plan to a dict of ledger rows."""
+    """Ticks plan_tick over a board and applies its plan to ledger rows and a claim log."""
 
     def __init__(self, start: datetime) -> None:
         self.now = start
         self.rows: dict[PairKey, LedgerRow] = {}
+        #: The progress log: per pair, the claims no tick has absorbed yet.
+        self.claims: dict[PairKey, list[datetime]] = {}
         self.fired: list[tuple[timedelta, int]] = []
         self.deleted: list[tuple[timedelta, PairKey]] = []
 
+    def claim(self, at: datetime, key: PairKey = KEY) -> None:
+        """Log a claim on a todo of the pair, made now (in program order), stamped ``at``."""
+        self.claims.setdefault(key, []).append(at)
+
     def tick(self, board: list[PairState]) -> tuple[Nudge, ...]:
-        """Plan one tick at ``now`` and apply it as a ledger would."""
+        """Plan one tick at ``now`` and apply it as a ledger would, absorbing claims."""
+        board = [
+            attrs.evolve(p, unabsorbed_claim_at=max(self.claims.get(p.key, ()), default=None))
+            for p in board
+        ]
         plan = plan_tick(board, self.rows, self.now, POLICY)
+        absorbed = {n.key for n in plan.charges} | set(plan.deletions)
+        absorbed |= self.claims.keys() - self.rows.keys()
+        for key in absorbed:
+            self.claims.pop(key, None)
         for key in plan.deletions:
             del self.rows[key]
             self.deleted.append((self.now - T0, key))
@@ -123,9 +141,9 @@ def test_progress_keeps_the_short_cadence() -> None:
     loop.run_until(T0 + timedelta(hours=2), lambda: [stalled()])
     assert 4 == loop.rows[KEY].nudges
 
-    claim_at = loop.now
+    loop.claim(loop.now)
     loop.now += STEP
-    charges = loop.tick([stalled(created_at=T0 + timedelta(seconds=1), last_claimed_at=claim_at)])
+    charges = loop.tick([stalled(created_at=T0 + timedelta(seconds=1))])
 
     assert [(1, loop.now)] == [(n.number, n.charged_at) for n in charges]
     assert 1 == loop.rows[KEY].nudges
@@ -135,12 +153,13 @@ def test_after_progress_the_schedule_restarts() -> None:
     """After a progress charge, nudge 2 again waits 5 minutes, then 20, and so on."""
     loop = Loop(T0)
     loop.run_until(T0 + timedelta(hours=2), lambda: [stalled()])
-    claim_at = loop.now
-    restart = claim_at + STEP
+    loop.claim(loop.now)
+    restart = loop.now + STEP
     loop.now = restart
     loop.fired.clear()
 
-    loop.run_until(restart + timedelta(hours=1), lambda: [stalled(T0, last_claimed_at=claim_at)])
+    # The claim is logged once; the restart charge absorbs it, so it resets only that one.
+    loop.run_until(restart + timedelta(hours=1), lambda: [stalled(T0)])
 
     assert [
         (restart - T0, 1),
@@ -155,7 +174,8 @@ def test_a_claim_after_the_cap_restarts_the_pair() -> None:
     loop.run_until(T0 + timedelta(days=1), lambda: [stalled()])
     assert 5 == loop.rows[KEY].nudges
 
-    charges = loop.tick([stalled(last_claimed_at=loop.now - STEP)])
+    loop.claim(loop.now - STEP)
+    charges = loop.tick([stalled()])
 
     assert [1] == [n.number for n in charges]
 
@@ -166,27 +186,27 @@ def test_a_drained_queue_does_not_ring() -> None:
     loop.run_until(T0 + minutes(10), lambda: [stalled()])
     assert 2 == loop.rows[KEY].nudges
 
+    # The consumer claims the last todo: the pair has no work left.
+    loop.claim(loop.now)
     drained = PairState(
         endpoint_id="ep",
         queue="lane",
         oldest=None,
         endpoint_active=True,
         has_receiver=True,
-        last_claimed_at=loop.now,
     )
     loop.now += STEP
     assert () == loop.tick([drained])
     assert {} == loop.rows
     assert [(loop.now - T0, KEY)] == loop.deleted
+    # The drain absorbed that claim: it cannot count for the next backlog.
+    assert {} == loop.claims
 
     # The drained pair then leaves the board entirely; the next backlog arrives later.
     loop.now += timedelta(hours=3)
     new_at = loop.now
     loop.fired.clear()
-    loop.run_until(
-        new_at + minutes(10),
-        lambda: [stalled(created_at=new_at, last_claimed_at=new_at - timedelta(hours=3))],
-    )
+    loop.run_until(new_at + minutes(10), lambda: [stalled(created_at=new_at)])
 
     assert [(new_at - T0 + minutes(2) + STEP, 1), (new_at - T0 + minutes(7) + STEP, 2)] == (
         loop.fired
@@ -196,24 +216,17 @@ def test_a_drained_queue_does_not_ring() -> None:
 def test_consumer_woken_each_time_claims_one_and_drains_the_queue() -> None:
     """A one-todo-per-wake consumer is re-woken at the short cadence until the queue empties."""
     pending = [T0, T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)]
-    last_claim: list[datetime] = []
 
     def board() -> list[PairState]:
         if not pending:
             return []
-        return [
-            stalled(
-                created_at=pending[0],
-                last_claimed_at=max(last_claim, default=None),
-                todo_id=f"t{3 - len(pending)}",
-            )
-        ]
+        return [stalled(created_at=pending[0], todo_id=f"t{3 - len(pending)}")]
 
     loop = Loop(T0)
     while loop.now < T0 + timedelta(hours=1):
         for _ in loop.tick(board()):
             pending.pop(0)
-            last_claim.append(loop.now + timedelta(seconds=1))
+            loop.claim(loop.now + timedelta(seconds=1))
         loop.now += STEP
 
     assert [1, 1, 1] == [number for _, number in loop.fired]

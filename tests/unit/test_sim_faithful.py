@@ -35,8 +35,13 @@ class _Clock:
 
 
 async def replay(scenario: Scenario, result: SimResult, policy: PacingPolicy) -> list[NudgeRow]:
-    """Apply the run's host events to a MemoryBoard and tick the real Sweeper on every tick."""
-    board = MemoryBoard()
+    """Apply the run's host events to a MemoryBoard and tick the real Sweeper on every tick.
+
+    The board's clock is the ledger's time; the simulator's lost wakes are
+    lost past the receiver (it answered), so the replay's wakes all reach one.
+    """
+    clock = _Clock(scenario.start)
+    board = MemoryBoard(clock=clock)
     hooked: dict[str, list[str]] = {}
     for (endpoint_id, queue), receiver in result.layout:
         if endpoint_id not in hooked:
@@ -53,9 +58,8 @@ async def replay(scenario: Scenario, result: SimResult, policy: PacingPolicy) ->
                 secret="s",
                 queues=queues,
             )
-    clock = _Clock(scenario.start)
     wake = RecordingWake()
-    sweeper = Sweeper(ledger=board, wake=wake, clock=clock, policy=policy)
+    sweeper = Sweeper(ledger=board, wake=wake, policy=policy)
     events = list(result.trace)
     at = 0
     for k in range(scenario.ticks):
@@ -64,6 +68,7 @@ async def replay(scenario: Scenario, result: SimResult, policy: PacingPolicy) ->
             apply(board, events[at])
             at += 1
         await sweeper.tick()
+    await sweeper.settle()
     return [_row(nudge) for nudge in wake.sent]
 
 

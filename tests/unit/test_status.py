@@ -27,13 +27,14 @@ def pair(
     receiver: bool = True,
     claimed: datetime | None = None,
 ) -> PairState:
+    """A stalled pair of endpoint ep; ``claimed`` is its latest unabsorbed claim."""
     return PairState(
         endpoint_id="ep",
         queue=queue,
         oldest=None if oldest_at is None else TodoRef(id="t", created_at=oldest_at),
         endpoint_active=active,
         has_receiver=receiver,
-        last_claimed_at=claimed,
+        unabsorbed_claim_at=claimed,
     )
 
 
@@ -76,7 +77,7 @@ def test_only_unverified_work_is_ungated() -> None:
 
 
 def test_nudges_count_since_progress() -> None:
-    """After a claim, a capped pair shows 0 nudges spent and is due now."""
+    """After an unabsorbed claim, a capped pair shows 0 nudges spent and is due now."""
     nudged = T0 + minutes(3)
     now = T0 + timedelta(hours=9)
     status = pair_status(
@@ -94,6 +95,57 @@ def test_nudges_count_since_progress() -> None:
         status.next_due_at,
         status.last_nudged_at,
     )
+
+
+def test_an_unabsorbed_claim_stamped_before_the_nudge_counts_as_progress() -> None:
+    """A claim stamped before the last nudge but not yet absorbed is progress: due, 0 spent."""
+    nudged = T0 + minutes(3)
+    now = nudged + minutes(1)
+    status = pair_status(
+        pair(claimed=nudged - minutes(1)),
+        row(2, nudged),
+        pending_gated=1,
+        pending_ungated=0,
+        now=now,
+        policy=POLICY,
+    )
+
+    assert (Verdict.DUE, 0, now) == (status.verdict, status.nudges, status.next_due_at)
+
+
+def test_a_refunded_first_nudge_backs_off_with_none_spent() -> None:
+    """A refunded nudge 1 shows 0 nudges spent, backing off until its stamp + backoff[0]."""
+    nudged = T0 + minutes(3)
+    status = pair_status(
+        pair(),
+        row(0, nudged),
+        pending_gated=1,
+        pending_ungated=0,
+        now=nudged + minutes(1),
+        policy=POLICY,
+    )
+
+    assert (Verdict.BACKING_OFF, 0, nudged + POLICY.backoff[0], nudged) == (
+        status.verdict,
+        status.nudges,
+        status.next_due_at,
+        status.last_nudged_at,
+    )
+
+
+def test_a_refunded_first_nudge_is_due_after_the_first_step() -> None:
+    """At its stamp + backoff[0] a refunded pair reads due again."""
+    nudged = T0 + minutes(3)
+    status = pair_status(
+        pair(),
+        row(0, nudged),
+        pending_gated=1,
+        pending_ungated=0,
+        now=nudged + POLICY.backoff[0],
+        policy=POLICY,
+    )
+
+    assert Verdict.DUE == status.verdict
 
 
 def test_backing_off_says_when_next() -> None:

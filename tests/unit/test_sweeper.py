@@ -1,10 +1,11 @@
-"""The Sweeper shell: clock in, ledger charge, then wakes; failures counted, logged, survived."""
+"""The Sweeper shell: the ledger charges (on its own clock), then wakes, then refunds."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from stall_core import (
     TickReport,
     TodoRef,
     WakeError,
+    WakeReceipt,
 )
 from tests.support import T0, FakeClock, minutes
 
@@ -34,38 +36,85 @@ def nudge(queue: str = "lane", number: int = 1, at: datetime = T0) -> Nudge:
     )
 
 
-class ScriptedLedger:
-    """A LedgerPort double: returns scripted outcomes (or raises) and logs each call."""
+def stalled_board(clock: Callable[[], datetime]) -> MemoryBoard:
+    """A memory board on ``clock`` whose pair ep/lane (one hook) is stalled from T0."""
+    board = MemoryBoard(clock=clock)
+    board.add_endpoint("ep")
+    board.add_hook("h", endpoint_id="ep", url="http://127.0.0.1:9/", secret="whsec_x")
+    board.create_todo("t1", endpoint_id="ep", queue="lane", created_at=T0)
+    return board
 
-    def __init__(self, events: list[tuple[str, object]], *outcomes: ChargeOutcome | Exception):
+
+class ScriptedLedger:
+    """A LedgerPort double on a clock: returns scripted outcomes (or raises) and logs each call.
+
+    An outcome scripted with ``now=None`` (the default when the script runs
+    out) is stamped with the clock as the ledger reads it, like a real one.
+    """
+
+    def __init__(
+        self,
+        events: list[tuple[str, object]],
+        clock: FakeClock,
+        *outcomes: ChargeOutcome | Exception | None,
+        refund: bool | Exception = True,
+    ):
         self.events = events
+        self.clock = clock
         self.outcomes = list(outcomes)
         self.calls: list[tuple[datetime, PacingPolicy]] = []
+        self.refund_result = refund
+        self.refunds: list[Nudge] = []
 
-    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        now = self.clock()
         self.calls.append((now, policy))
         self.events.append(("charge_due:start", now))
         # Yield to the loop, as a real ledger awaiting its database would.
         await asyncio.sleep(0)
-        outcome = self.outcomes.pop(0) if self.outcomes else ChargeOutcome()
+        outcome = self.outcomes.pop(0) if self.outcomes else None
         if isinstance(outcome, Exception):
             self.events.append(("charge_due:raise", outcome))
             raise outcome
+        if outcome is None:
+            outcome = ChargeOutcome(now=now)
         self.events.append(("charge_due:return", outcome))
         return outcome
 
+    async def refund(self, nudge: Nudge) -> bool:
+        self.refunds.append(nudge)
+        self.events.append(("refund", nudge.queue))
+        await asyncio.sleep(0)
+        if isinstance(self.refund_result, Exception):
+            raise self.refund_result
+        return self.refund_result
+
+
+def resolved(reached: bool) -> asyncio.Future[bool]:
+    """A wake receipt that already knows its fate."""
+    receipt: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    receipt.set_result(reached)
+    return receipt
+
 
 class LoggingWake:
-    """A WakePort double that logs each wake and refuses the queues it is told to."""
+    """A WakePort double that logs each wake, refuses the queues it is told to, loses others."""
 
-    def __init__(self, events: list[tuple[str, object]], refuse: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        events: list[tuple[str, object]],
+        refuse: frozenset[str] = frozenset(),
+        lose: frozenset[str] = frozenset(),
+    ):
         self.events = events
         self.refuse = refuse
+        self.lose = lose
 
-    async def wake(self, nudge: Nudge) -> None:
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
         self.events.append(("wake", nudge.queue))
         if nudge.queue in self.refuse:
             raise WakeError(f"refused {nudge.queue}")
+        return resolved(nudge.queue not in self.lose)
 
 
 @pytest.fixture(name="events")
@@ -78,13 +127,13 @@ def _clock() -> FakeClock:
     return FakeClock(T0 + minutes(10))
 
 
-async def test_tick_passes_the_clock_and_policy_to_the_ledger(
+async def test_tick_takes_now_from_the_ledger_and_passes_the_policy(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
-    """Each tick reads the injected clock and hands that now and the policy to the ledger."""
+    """Each tick hands the policy to the ledger and reports the instant the ledger decided at."""
     policy = PacingPolicy(cap=3)
-    ledger = ScriptedLedger(events)
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock, policy=policy)
+    ledger = ScriptedLedger(events, clock)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), policy=policy)
 
     first = await sweeper.tick()
     clock.advance(minutes(7))
@@ -95,10 +144,25 @@ async def test_tick_passes_the_clock_and_policy_to_the_ledger(
     assert policy is sweeper.policy
 
 
-async def test_default_policy_is_the_spec_policy(events: list[tuple[str, object]]) -> None:
+async def test_report_now_is_the_ledgers_even_when_it_differs_from_any_local_clock(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """The report's now is the outcome's: the sweeper reads no clock of its own."""
+    ledger_now = T0 + minutes(42)
+    ledger = ScriptedLedger(events, clock, ChargeOutcome(now=ledger_now))
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+
+    report = await sweeper.tick()
+
+    assert ledger_now == report.now
+
+
+async def test_default_policy_is_the_spec_policy(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
     """Without a policy argument the sweeper uses the default (the spec's numbers)."""
-    ledger = ScriptedLedger(events)
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=FakeClock())
+    ledger = ScriptedLedger(events, clock)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
 
     await sweeper.tick()
 
@@ -109,11 +173,14 @@ async def test_wakes_only_after_the_charge_returned(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
     """The wake port sees a nudge only after charge_due returned, in the ledger's order."""
-    outcome = ChargeOutcome(charged=(nudge("a"), nudge("b")), deleted=(("ep", "gone"),))
-    ledger = ScriptedLedger(events, outcome)
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock)
+    outcome = ChargeOutcome(
+        now=clock.now, charged=(nudge("a"), nudge("b")), deleted=(("ep", "gone"),)
+    )
+    ledger = ScriptedLedger(events, clock, outcome)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
 
     await sweeper.tick()
+    await sweeper.settle()
 
     assert [
         ("charge_due:start", clock.now),
@@ -125,9 +192,11 @@ async def test_wakes_only_after_the_charge_returned(
 
 async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeClock) -> None:
     """The report holds the tick number, now, the charged and deleted, and the counts."""
-    outcome = ChargeOutcome(charged=(nudge("a"), nudge("b"), nudge("c")), deleted=(("ep", "x"),))
+    outcome = ChargeOutcome(
+        now=clock.now, charged=(nudge("a"), nudge("b"), nudge("c")), deleted=(("ep", "x"),)
+    )
     wake = LoggingWake(events, refuse=frozenset({"b"}))
-    sweeper = Sweeper(ledger=ScriptedLedger(events, outcome), wake=wake, clock=clock)
+    sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=wake)
 
     report = await sweeper.tick()
 
@@ -137,13 +206,14 @@ async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeC
     assert (("ep", "x"),) == report.deleted
     assert (2, 1) == (report.delivered, report.failed)
     assert 0.0 <= report.duration_s
+    assert not report.skipped
 
 
 async def test_empty_tick_reports_zeroes(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
     """A tick with nothing due reports nothing charged, deleted, delivered or failed."""
-    sweeper = Sweeper(ledger=ScriptedLedger(events), wake=LoggingWake(events), clock=clock)
+    sweeper = Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events))
 
     report = await sweeper.tick()
 
@@ -153,34 +223,37 @@ async def test_empty_tick_reports_zeroes(
 
 async def test_tick_numbers_count_up(events: list[tuple[str, object]], clock: FakeClock) -> None:
     """Each tick of one sweeper carries the next number."""
-    sweeper = Sweeper(ledger=ScriptedLedger(events), wake=LoggingWake(events), clock=clock)
+    sweeper = Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events))
 
     assert [1, 2, 3] == [(await sweeper.tick()).tick for _ in range(3)]
 
 
-async def test_naive_clock_is_rejected(events: list[tuple[str, object]]) -> None:
-    """A clock returning a naive datetime fails the tick before the ledger is asked."""
-    ledger = ScriptedLedger(events)
-    sweeper = Sweeper(
-        ledger=ledger, wake=LoggingWake(events), clock=lambda: datetime(2026, 10, 15, 9)
-    )
+async def test_naive_ledger_clock_is_rejected() -> None:
+    """A ledger clock returning a naive datetime fails the tick before anything is charged."""
+    board = stalled_board(lambda: datetime(2026, 10, 15, 9, 10))
+    wake = RecordingWake()
+    sweeper = Sweeper(ledger=board, wake=wake)
 
     with pytest.raises(ValueError, match="clock"):
         await sweeper.tick()
 
-    assert [] == ledger.calls
+    assert {} == dict(board.ledger)
+    assert [] == wake.sent
 
 
-async def test_nudge_delivery_fails_and_the_charge_stands(
+def test_a_naive_outcome_instant_is_rejected() -> None:
+    """No ledger can report a naive now: the outcome refuses it."""
+    with pytest.raises(ValueError, match="now"):
+        ChargeOutcome(now=datetime(2026, 10, 15, 9))
+
+
+async def test_nudge_delivery_fails_and_the_charge_is_refunded(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Nudge delivery fails: counted as failed, logged, and the ledger row still advanced."""
-    board = MemoryBoard()
-    board.add_endpoint("ep")
-    board.add_hook("h", endpoint_id="ep", url="http://127.0.0.1:9/", secret="whsec_x")
-    board.create_todo("t1", endpoint_id="ep", queue="lane", created_at=T0)
+    """Nudge delivery refused: counted as failed, logged, and the charge refunded at once."""
+    board = stalled_board(clock)
     wake = RecordingWake(refuse=True)
-    sweeper = Sweeper(ledger=board, wake=wake, clock=clock)
+    sweeper = Sweeper(ledger=board, wake=wake)
 
     with caplog.at_level(logging.WARNING, logger="stall_core.sweeper"):
         report = await sweeper.tick()
@@ -188,8 +261,10 @@ async def test_nudge_delivery_fails_and_the_charge_stands(
     assert (0, 1) == (report.delivered, report.failed)
     assert ["t1"] == [n.todo.id for n in wake.refused]
     assert [] == wake.sent
-    assert 1 == board.ledger["ep", "lane"].nudges
+    # The count goes back; the stamp stays as the pacing base of the retry.
+    assert 0 == board.ledger["ep", "lane"].nudges
     assert clock.now == board.ledger["ep", "lane"].last_nudged_at
+    assert 1 == sweeper.refunded
     [record] = caplog.records
     assert "tick 1" in record.getMessage()
     assert "ep/lane" in record.getMessage()
@@ -198,14 +273,11 @@ async def test_nudge_delivery_fails_and_the_charge_stands(
     assert not record.exc_info
 
 
-async def test_nudge_delivery_fails_then_the_next_backoff_retries(clock: FakeClock) -> None:
-    """After a refused wake the pair is not re-woken at once; the next backoff retries."""
-    board = MemoryBoard()
-    board.add_endpoint("ep")
-    board.add_hook("h", endpoint_id="ep", url="http://127.0.0.1:9/", secret="whsec_x")
-    board.create_todo("t1", endpoint_id="ep", queue="lane", created_at=T0)
+async def test_nudge_delivery_fails_then_the_first_step_retries(clock: FakeClock) -> None:
+    """After a refused wake the pair is not re-woken at once; nudge 1 retries after backoff[0]."""
+    board = stalled_board(clock)
     wake = RecordingWake(refuse=True)
-    sweeper = Sweeper(ledger=board, wake=wake, clock=clock)
+    sweeper = Sweeper(ledger=board, wake=wake)
     await sweeper.tick()
     wake.refuse = False
 
@@ -213,10 +285,187 @@ async def test_nudge_delivery_fails_then_the_next_backoff_retries(clock: FakeClo
     early = await sweeper.tick()
     clock.advance(minutes(4))
     retry = await sweeper.tick()
+    await sweeper.settle()
 
     assert () == early.charged
-    assert [2] == [n.number for n in retry.charged]
-    assert [2] == [n.number for n in wake.sent]
+    assert [1] == [n.number for n in retry.charged]
+    assert [1] == [n.number for n in wake.sent]
+    assert 1 == board.ledger["ep", "lane"].nudges
+
+
+async def test_a_receipt_resolving_false_is_refunded_after_settle(clock: FakeClock) -> None:
+    """A wake the transport took but that reached nobody is refunded once its receipt resolves."""
+    board = stalled_board(clock)
+    wake = RecordingWake(reach=False)
+    sweeper = Sweeper(ledger=board, wake=wake)
+
+    report = await sweeper.tick()
+    await sweeper.settle()
+
+    # Taken by the transport, so not a failure of the tick; then lost.
+    assert (1, 0) == (report.delivered, report.failed)
+    assert (["t1"], []) == ([n.todo.id for n in wake.lost], wake.sent)
+    assert 0 == board.ledger["ep", "lane"].nudges
+    assert clock.now == board.ledger["ep", "lane"].last_nudged_at
+    assert 1 == sweeper.refunded
+
+
+async def test_a_receipt_resolving_true_is_not_refunded(clock: FakeClock) -> None:
+    """A wake that reached a receiver keeps its charge."""
+    board = stalled_board(clock)
+    wake = RecordingWake()
+    sweeper = Sweeper(ledger=board, wake=wake)
+
+    await sweeper.tick()
+    await sweeper.settle()
+
+    assert ["t1"] == [n.todo.id for n in wake.sent]
+    assert 1 == board.ledger["ep", "lane"].nudges
+    assert 0 == sweeper.refunded
+
+
+class BrokenReceiptWake:
+    """A transport whose receipts break the contract: they raise or are cancelled."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    async def wake(self, nudge: Nudge) -> asyncio.Future[bool]:
+        receipt: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self.how == "raise":
+            receipt.set_exception(RuntimeError("transport bug"))
+        else:
+            receipt.cancel()
+        return receipt
+
+
+@pytest.mark.parametrize("how", ["raise", "cancel"])
+async def test_a_broken_receipt_counts_as_reaching_nobody(
+    how: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receipt that raises or is cancelled is refunded, and settle() still returns."""
+    board = stalled_board(clock)
+    sweeper = Sweeper(ledger=board, wake=BrokenReceiptWake(how))
+
+    await sweeper.tick()
+    await sweeper.settle()
+
+    assert (0, 1) == (board.ledger["ep", "lane"].nudges, sweeper.refunded)
+    assert (how == "raise") == any("receipt" in r.getMessage() for r in caplog.records)
+
+
+async def test_settle_waits_for_a_receipt_still_pending(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """settle() returns only after a late receipt resolved and its refund ran."""
+    late: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    class Later:
+        async def wake(self, nudge: Nudge) -> WakeReceipt:
+            return late
+
+    ledger = ScriptedLedger(events, clock, ChargeOutcome(now=clock.now, charged=(nudge("a"),)))
+    sweeper = Sweeper(ledger=ledger, wake=Later())
+    await sweeper.tick()
+    settled = asyncio.create_task(sweeper.settle())
+    await asyncio.sleep(0.01)
+
+    assert not settled.done()
+    late.set_result(False)
+    await asyncio.wait_for(settled, timeout=2)
+    assert (["a"], 1) == ([n.queue for n in ledger.refunds], sweeper.refunded)
+
+
+async def test_a_refund_the_ledger_declines_is_not_counted(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """A refund the ledger's compare-and-set declines (a later charge, a drain) counts nothing."""
+    outcome = ChargeOutcome(now=clock.now, charged=(nudge("a"),))
+    ledger = ScriptedLedger(events, clock, outcome, refund=False)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events, lose=frozenset({"a"})))
+
+    await sweeper.tick()
+    await sweeper.settle()
+
+    assert (["a"], 0) == ([n.queue for n in ledger.refunds], sweeper.refunded)
+
+
+async def test_a_failing_refund_is_logged_and_the_loop_goes_on(
+    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refund the ledger cannot make (LedgerError) is logged without a traceback; ticks go on."""
+    ledger = ScriptedLedger(
+        events,
+        clock,
+        ChargeOutcome(now=clock.now, charged=(nudge("a"),)),
+        ChargeOutcome(now=clock.now, charged=(nudge("b"),)),
+        None,
+        refund=LedgerError("connection reset"),
+    )
+    wake = LoggingWake(events, refuse=frozenset({"a"}), lose=frozenset({"b"}))
+    stop = asyncio.Event()
+    reports: list[TickReport] = []
+
+    def on_report(report: TickReport) -> None:
+        reports.append(report)
+        if len(reports) == 3:
+            stop.set()
+
+    sweeper = Sweeper(ledger=ledger, wake=wake)
+    with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
+        ran = await asyncio.wait_for(
+            sweeper.run(interval=0.001, stop=stop, on_report=on_report), timeout=5
+        )
+        await sweeper.settle()
+
+    assert 3 == ran
+    assert [1, 2, 3] == [r.tick for r in reports]
+    assert (["a", "b"], 0) == ([n.queue for n in ledger.refunds], sweeper.refunded)
+    assert [
+        "refund of ep/a nudge 1 failed; it counts toward the cap: connection reset",
+        "refund of ep/b nudge 1 failed; it counts toward the cap: connection reset",
+    ] == [r.getMessage() for r in caplog.records]
+    # A LedgerError is a known failure: no traceback.
+    assert [] == [r for r in caplog.records if r.exc_info]
+
+
+async def test_a_skipped_outcome_is_reported_and_wakes_nothing(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """When another instance holds the tick, the report says skipped and nothing is woken."""
+    ledger = ScriptedLedger(events, clock, ChargeOutcome(now=clock.now, skipped=True))
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+
+    report = await sweeper.tick()
+
+    assert report.skipped
+    assert (clock.now, (), (), 0, 0) == (
+        report.now,
+        report.charged,
+        report.deleted,
+        report.delivered,
+        report.failed,
+    )
+    assert [] == [e for e in events if e[0] == "wake"]
+
+
+async def test_a_held_board_tick_is_skipped_and_wakes_nothing(clock: FakeClock) -> None:
+    """A memory board whose tick is held skips: nothing charged, nothing woken, until released."""
+    board = stalled_board(clock)
+    wake = RecordingWake()
+    sweeper = Sweeper(ledger=board, wake=wake)
+
+    with board.hold_tick():
+        held = await sweeper.tick()
+        rows_while_held = dict(board.ledger)
+    released = await sweeper.tick()
+    await sweeper.settle()
+
+    assert (True, (), 0, {}) == (held.skipped, held.charged, held.delivered, rows_while_held)
+    assert clock.now == held.now
+    assert [1] == [n.number for n in released.charged]
+    assert not released.skipped
+    assert ["t1"] == [n.todo.id for n in wake.sent]
 
 
 async def test_one_failed_wake_does_not_stop_the_others(
@@ -225,26 +474,30 @@ async def test_one_failed_wake_does_not_stop_the_others(
     """A wake failing (even with an unexpected exception) does not skip later nudges."""
 
     class Flaky:
-        async def wake(self, nudge: Nudge) -> None:
+        async def wake(self, nudge: Nudge) -> WakeReceipt:
             events.append(("wake", nudge.queue))
             if nudge.queue == "a":
                 raise RuntimeError("transport bug")
+            return resolved(True)
 
-    outcome = ChargeOutcome(charged=(nudge("a"), nudge("b")))
-    sweeper = Sweeper(ledger=ScriptedLedger(events, outcome), wake=Flaky(), clock=clock)
+    outcome = ChargeOutcome(now=clock.now, charged=(nudge("a"), nudge("b")))
+    ledger = ScriptedLedger(events, clock, outcome)
+    sweeper = Sweeper(ledger=ledger, wake=Flaky())
 
     report = await sweeper.tick()
+    await sweeper.settle()
 
     assert [("wake", "a"), ("wake", "b")] == [e for e in events if e[0] == "wake"]
     assert (1, 1) == (report.delivered, report.failed)
+    assert ["a"] == [n.queue for n in ledger.refunds]
 
 
 async def test_sweep_query_error_propagates_from_tick(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
     """Sweep query error: a failing ledger raises out of tick() and nothing is woken."""
-    ledger = ScriptedLedger(events, LedgerError("relation does not exist"))
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock)
+    ledger = ScriptedLedger(events, clock, LedgerError("relation does not exist"))
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
 
     with pytest.raises(LedgerError, match="relation does not exist"):
         await sweeper.tick()
@@ -258,9 +511,10 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
     """Sweep query error: run() logs the failing tick by number and keeps ticking."""
     ledger = ScriptedLedger(
         events,
+        clock,
         LedgerError("connection reset"),
         RuntimeError("unexpected"),
-        ChargeOutcome(charged=(nudge("a"),)),
+        ChargeOutcome(now=clock.now, charged=(nudge("a"),)),
     )
     stop = asyncio.Event()
     reports: list[TickReport] = []
@@ -269,7 +523,7 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
         reports.append(report)
         stop.set()
 
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
     with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
         ran = await asyncio.wait_for(
             sweeper.run(interval=0.001, stop=stop, on_report=on_report), timeout=5
@@ -290,7 +544,7 @@ async def test_a_failing_report_sink_does_not_stop_the_loop(
     events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An on_report callback that raises (a closed pipe) is logged and the loop goes on."""
-    ledger = ScriptedLedger(events, ChargeOutcome(), ChargeOutcome(), ChargeOutcome())
+    ledger = ScriptedLedger(events, clock)
     stop = asyncio.Event()
     seen: list[int] = []
 
@@ -300,7 +554,7 @@ async def test_a_failing_report_sink_does_not_stop_the_loop(
             stop.set()
         raise BrokenPipeError("stdout closed")
 
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
     with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
         ran = await asyncio.wait_for(sweeper.run(interval=0.001, stop=stop, on_report=sink), 5)
 
@@ -314,13 +568,11 @@ async def test_run_returns_at_once_when_already_stopped(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
     """A stop event set before run() starts means no tick at all."""
-    ledger = ScriptedLedger(events)
+    ledger = ScriptedLedger(events, clock)
     stop = asyncio.Event()
     stop.set()
 
-    ran = await Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock).run(
-        interval=60, stop=stop
-    )
+    ran = await Sweeper(ledger=ledger, wake=LoggingWake(events)).run(interval=60, stop=stop)
 
     assert 0 == ran
     assert [] == ledger.calls
@@ -330,9 +582,9 @@ async def test_run_stops_promptly_when_the_event_is_set(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
     """Setting stop during the wait ends run() without sitting out a long interval."""
-    ledger = ScriptedLedger(events)
+    ledger = ScriptedLedger(events, clock)
     stop = asyncio.Event()
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
 
     ticked = asyncio.Event()
 
@@ -346,11 +598,11 @@ async def test_run_stops_promptly_when_the_event_is_set(
     assert 1 == ran
 
 
-async def test_run_ticks_each_interval_with_the_clock(
+async def test_run_ticks_each_interval_on_the_ledgers_clock(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
-    """run() ticks repeatedly, each tick reading the clock afresh, and reports each one."""
-    ledger = ScriptedLedger(events)
+    """run() ticks repeatedly, each tick deciding at the ledger's clock afresh, and reports each."""
+    ledger = ScriptedLedger(events, clock)
     stop = asyncio.Event()
     reports: list[TickReport] = []
 
@@ -361,7 +613,7 @@ async def test_run_ticks_each_interval_with_the_clock(
             stop.set()
 
     ran = await asyncio.wait_for(
-        Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock).run(
+        Sweeper(ledger=ledger, wake=LoggingWake(events)).run(
             interval=0.001, stop=stop, on_report=on_report
         ),
         timeout=5,
@@ -371,6 +623,7 @@ async def test_run_ticks_each_interval_with_the_clock(
     assert [T0 + minutes(10) + timedelta(seconds=30 * i) for i in range(3)] == [
         now for now, _ in ledger.calls
     ]
+    assert [now for now, _ in ledger.calls] == [r.now for r in reports]
 
 
 async def test_run_propagates_cancellation(
@@ -379,7 +632,7 @@ async def test_run_propagates_cancellation(
     """Cancelling the run task cancels it; cancellation is not logged as a failed tick."""
     stop = asyncio.Event()
     task = asyncio.create_task(
-        Sweeper(ledger=ScriptedLedger(events), wake=LoggingWake(events), clock=clock).run(
+        Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events)).run(
             interval=3600, stop=stop
         )
     )
@@ -395,10 +648,10 @@ async def test_run_rejects_non_positive_intervals(
     events: list[tuple[str, object]], clock: FakeClock, interval: float
 ) -> None:
     """A zero, negative or NaN interval is refused before any tick."""
-    ledger = ScriptedLedger(events)
+    ledger = ScriptedLedger(events, clock)
 
     with pytest.raises(ValueError, match="interval must be positive"):
-        await Sweeper(ledger=ledger, wake=LoggingWake(events), clock=clock).run(
+        await Sweeper(ledger=ledger, wake=LoggingWake(events)).run(
             interval=interval, stop=asyncio.Event()
         )
 

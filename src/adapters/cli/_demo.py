@@ -209,7 +209,8 @@ async def _play(pool: asyncpg.Pool) -> int:
     clock = VirtualClock()
     timeline = Timeline(clock)
     host = PostgresHost(pool)
-    ledger = PostgresLedger(pool)
+    # The demo's virtual clock stands in for the database's: it is the ledger's time.
+    ledger = PostgresLedger(pool, clock=clock)
     consumer = OneShotConsumer(host, clock, timeline)
     print("stall-nudge demo: SPEC-0038 on real PostgreSQL and HTTP, one tick = 15 s virtual")
     print(f"{'time':>9}  {'event':<58} {'nudge':<8} ledger")
@@ -225,7 +226,7 @@ async def _play(pool: asyncpg.Pool) -> int:
             HookDispatcher(hooks=PostgresHooks(pool), clock=clock, queue_size=1) as creation,
             HookDispatcher(hooks=PostgresHooks(pool), clock=clock) as dispatcher,
         ):
-            sweeper = Sweeper(ledger=ledger, wake=dispatcher, clock=clock, policy=policy)
+            sweeper = Sweeper(ledger=ledger, wake=dispatcher, policy=policy)
 
             async def inbound(queue: str, *todo_ids: str) -> str:
                 """One inbound webhook: its todos, then ONE creation wake naming the first."""
@@ -279,6 +280,7 @@ async def _play(pool: asyncpg.Pool) -> int:
                             f"sweep: {queue} drained, ledger row deleted", row=_row(rows, queue)
                         )
                 await dispatcher.drain()
+                await sweeper.settle()
                 await consumer.settle()
 
     todos = await host.todos()

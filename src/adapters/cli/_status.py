@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from adapters.postgres import PostgresLedger
@@ -35,10 +35,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _status(dsn: str, *, as_json: bool) -> list[str]:
-    now = datetime.now(UTC)
     async with open_pool(dsn, max_size=1) as pool:
         try:
-            pairs = await PostgresLedger(pool).status(now=now, policy=PacingPolicy())
+            # Judged on the database's clock, as the sweep judges.
+            now, pairs = await PostgresLedger(pool).status(policy=PacingPolicy())
         except LedgerError as exc:
             raise CliError(str(exc), status=1) from None
     if as_json:

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import signal
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -66,6 +65,13 @@ def _print(report: TickReport, stats: DispatchStats, *, as_json: bool) -> None:
     woke = ", ".join(
         f"{n.endpoint_id}/{n.queue} nudge {n.number} (todo {n.todo.id})" for n in report.charged
     )
+    if report.skipped:
+        print(
+            f"{report.now.isoformat(timespec='seconds')} tick {report.tick}: skipped "
+            "(another instance holds the tick)",
+            flush=True,
+        )
+        return
     print(
         f"{report.now.isoformat(timespec='seconds')} tick {report.tick}: "
         f"charged {len(report.charged)}{' [' + woke + ']' if woke else ''}, "
@@ -88,12 +94,11 @@ async def _sweep(dsn: str, *, once: bool, interval: float, as_json: bool) -> int
             )
         if missing:
             raise CliError(
-                "ledger table queue_stall_nudges is missing: run stall-nudge migrate", status=1
+                f"stall-nudge's own tables missing: {', '.join(missing)} (run stall-nudge migrate)",
+                status=1,
             )
         async with HookDispatcher(hooks=PostgresHooks(pool)) as dispatcher:
-            sweeper = Sweeper(
-                ledger=PostgresLedger(pool), wake=dispatcher, clock=lambda: datetime.now(UTC)
-            )
+            sweeper = Sweeper(ledger=PostgresLedger(pool), wake=dispatcher)
             if once:
                 try:
                     report = await sweeper.tick()
@@ -101,6 +106,7 @@ async def _sweep(dsn: str, *, once: bool, interval: float, as_json: bool) -> int
                     print(f"stall-nudge: error: {exc}", file=sys.stderr)
                     return 1
                 await dispatcher.drain()
+                await sweeper.settle()
                 _print(report, dispatcher.stats, as_json=as_json)
                 return 0
             stop = asyncio.Event()
@@ -121,4 +127,6 @@ async def _sweep(dsn: str, *, once: bool, interval: float, as_json: bool) -> int
                 on_report=lambda r: _print(r, dispatcher.stats, as_json=as_json),
             )
             await dispatcher.close(deadline=SHUTDOWN_DEADLINE)
+            # Abandoned and failed deliveries resolve their receipts: refund them now.
+            await sweeper.settle()
     return 0

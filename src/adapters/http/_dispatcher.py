@@ -15,6 +15,10 @@ hook cannot starve the others. Each attempt is re-signed with the current
 timestamp; body and id stay the same. The outcome of the last attempt is
 booked once in the hook directory, which disables the hook after
 ``DeliveryPolicy.disable_after`` failures in a row.
+
+Each message has a receipt, a future the sweep's wake awaits: True as soon
+as one of its hooks answers 2xx, False once all its deliveries ended
+without one (failed, crashed, or abandoned at close).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Self
 import aiohttp
 import attrs
 
-from stall_core import Nudge, TodoRef, WakeError, WakePort, aware
+from stall_core import Nudge, TodoRef, WakeError, WakePort, WakeReceipt, aware
 
 from ._directory import HookDirectory, HookTarget
 from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
@@ -60,6 +64,19 @@ class DispatchStats:
     abandoned: int = 0  # deliveries cut off by close()'s deadline
 
 
+@attrs.define(eq=False)  # one per message, hashed by identity
+class _Receipt:
+    """Whether a message reached any of its hooks; resolved once, by the first answer that tells."""
+
+    future: asyncio.Future[bool]
+    unfinished: int
+
+    def finished(self, *, delivered: bool) -> None:
+        self.unfinished -= 1
+        if not self.future.done() and (delivered or self.unfinished == 0):
+            self.future.set_result(delivered)
+
+
 @attrs.frozen(kw_only=True)
 class _Delivery:
     """One message for one hook; the key never reaches a repr."""
@@ -70,6 +87,7 @@ class _Delivery:
     key: bytes = attrs.field(repr=False)
     shown_url: str
     label: str  # endpoint/queue todo reason, for logs
+    receipt: _Receipt = attrs.field(eq=False, repr=False)
 
 
 @attrs.define
@@ -115,6 +133,7 @@ class HookDispatcher:
         self._ready: asyncio.Queue[_Job] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
+        self._receipts: set[_Receipt] = set()
         self._session: aiohttp.ClientSession | None = None
         self._accepting = False
         self._outstanding = 0
@@ -181,6 +200,10 @@ class HookDispatcher:
             self._count(abandoned=self._outstanding)
             self._outstanding = 0
             self._idle.set()
+        for receipt in self._receipts:
+            if not receipt.future.done():
+                receipt.future.set_result(False)  # abandoned: reached nobody
+        self._receipts.clear()
         self._ready = asyncio.Queue()  # abandoned jobs must not run after a restart
         session, self._session = self._session, None
         await session.close()
@@ -199,17 +222,18 @@ class HookDispatcher:
 
     # -- the wake port and the host's other reasons ---------------------------
 
-    async def wake(self, nudge: Nudge) -> None:
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
         """Queue the nudge's todo.ready (reason "stalled") for every hook covering its pair.
 
-        Raises ``WakeError`` when the message is dropped or no usable hook
-        covers the pair, so the sweep counts the wake as failed.
+        Returns the message's receipt. Raises ``WakeError`` when the message
+        is dropped or no usable hook covers the pair: it reached nobody.
         """
-        queued = await self.notify(
+        receipt = await self._submit(
             endpoint_id=nudge.endpoint_id, queue=nudge.queue, todo=nudge.todo, reason=STALLED
         )
-        if queued == 0:
+        if receipt is None:
             raise WakeError(f"no usable notify hook covers {nudge.endpoint_id}/{nudge.queue}")
+        return receipt.future
 
     async def notify(self, *, endpoint_id: str, queue: str, todo: TodoRef, reason: str) -> int:
         """Queue one todo.ready for the pair's hooks; returns how many deliveries were queued.
@@ -219,6 +243,13 @@ class HookDispatcher:
         Raises ``WakeError`` when not running, when the hooks cannot be
         resolved, or when the queue is full (the message is dropped).
         """
+        receipt = await self._submit(endpoint_id=endpoint_id, queue=queue, todo=todo, reason=reason)
+        return 0 if receipt is None else receipt.unfinished
+
+    async def _submit(
+        self, *, endpoint_id: str, queue: str, todo: TodoRef, reason: str
+    ) -> _Receipt | None:
+        """Queue one message for every usable hook; None when there is none."""
         if not reason:
             raise ValueError("reason must be a non-empty string")
         if not self._accepting:
@@ -229,7 +260,7 @@ class HookDispatcher:
         except Exception as exc:
             raise WakeError(f"could not resolve notify hooks for {endpoint_id}/{queue}") from exc
         if not hooks:
-            return 0
+            return None
         message = ReadyMessage(
             meta=ReadyMeta(
                 endpoint_id=endpoint_id,
@@ -242,31 +273,19 @@ class HookDispatcher:
         )
         body = encode_message(message)
         message_id = f"msg_{uuid.uuid4().hex}"
-        deliveries: list[_Delivery] = []
+        usable: list[tuple[HookTarget, bytes, str]] = []
         for hook in hooks:
             try:
-                key = parse_secret(hook.secret)
-                shown = safe_url(hook.url)
+                usable.append((hook, parse_secret(hook.secret), safe_url(hook.url)))
             except HookRefused as exc:
                 self._count(refused=1)
                 log.error("hook %s: refused for %s: %s; no request sent", hook.id, label, exc)
                 await self._book_failure(hook, f"refused: {exc}")
-                continue
-            deliveries.append(
-                _Delivery(
-                    message_id=message_id,
-                    body=body,
-                    hook=hook,
-                    key=key,
-                    shown_url=shown,
-                    label=label,
-                )
-            )
-        if not deliveries:
-            return 0
+        if not usable:
+            return None
         if not self._accepting:
             raise WakeError("the notify-hook dispatcher closed while resolving hooks")
-        if self._outstanding + len(deliveries) > self._queue_size:
+        if self._outstanding + len(usable) > self._queue_size:
             self._count(dropped=1)
             log.warning(
                 "queue full (%d of %d deliveries outstanding): dropped %s; the sweep resurfaces it",
@@ -275,12 +294,26 @@ class HookDispatcher:
                 label,
             )
             raise WakeError(f"notify-hook queue full: dropped {label}")
+        receipt = _Receipt(
+            future=asyncio.get_running_loop().create_future(), unfinished=len(usable)
+        )
+        self._receipts.add(receipt)
+        receipt.future.add_done_callback(lambda _: self._receipts.discard(receipt))
         self._count(accepted=1)
-        self._outstanding += len(deliveries)
+        self._outstanding += len(usable)
         self._idle.clear()
-        for delivery in deliveries:
+        for hook, key, shown in usable:
+            delivery = _Delivery(
+                message_id=message_id,
+                body=body,
+                hook=hook,
+                key=key,
+                shown_url=shown,
+                label=label,
+                receipt=receipt,
+            )
             self._ready.put_nowait(_Job(delivery=delivery))
-        return len(deliveries)
+        return receipt
 
     # -- workers -----------------------------------------------------------------
 
@@ -288,7 +321,7 @@ class HookDispatcher:
         while True:
             job = await self._ready.get()
             try:
-                finished = await self._attempt(job)
+                finished, delivered = await self._attempt(job)
             except Exception as exc:
                 # Type only: an unexpected exception's text might quote the URL.
                 reason = f"delivery crashed ({type(exc).__name__})"
@@ -297,12 +330,13 @@ class HookDispatcher:
                 # reaches auto-disable instead of failing silently forever.
                 self._count(failed=1)
                 await self._book_failure(job.delivery.hook, reason)
-                finished = True
+                finished, delivered = True, False
             if finished:
+                job.delivery.receipt.finished(delivered=delivered)
                 self._finish()
 
-    async def _attempt(self, job: _Job) -> bool:
-        """Make one attempt; returns False when a retry was scheduled."""
+    async def _attempt(self, job: _Job) -> tuple[bool, bool]:
+        """Make one attempt; returns (finished, delivered): not finished when a retry waits."""
         delivery = job.delivery
         job.attempts_made += 1
         if job.attempts_made > 1:
@@ -314,7 +348,7 @@ class HookDispatcher:
                 await self._hooks.record_success(delivery.hook.id)
             except Exception:
                 log.exception("hook %s: could not book a success", delivery.hook.id)
-            return True
+            return True, True
         delay = None
         if not outcome.final and is_retryable(outcome.status):
             delay = retry_delay(
@@ -336,7 +370,7 @@ class HookDispatcher:
                 delay.total_seconds(), self._requeue, job
             )
             self._timers.add(job.timer)
-            return False
+            return False, False
         self._count(failed=1)
         log.warning(
             "hook %s (%s): delivery of %s failed after %d attempt(s): %s",
@@ -347,7 +381,7 @@ class HookDispatcher:
             outcome.detail,
         )
         await self._book_failure(delivery.hook, outcome.detail)
-        return True
+        return True, False
 
     async def _post(self, delivery: _Delivery) -> _Outcome:
         assert self._session is not None  # workers run only between start and close

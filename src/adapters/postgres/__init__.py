@@ -4,8 +4,9 @@ from ._admin import create_database, drop_database, with_database
 from ._embedded import EmbeddedUnavailable, embedded_postgres
 from ._errors import DATABASE_ERRORS, describe
 from ._host import HostError, PostgresHost
-from ._ledger import PostgresLedger
+from ._ledger import TICK_LOCK_KEY, PostgresLedger
 from ._migrate import (
+    CLAIMS_TABLE,
     HOST_TABLES,
     LEDGER_TABLE,
     MigrationReport,
@@ -16,9 +17,11 @@ from ._migrate import (
 from ._notify import TODO_READY_CHANNEL, parse_todo_ready
 
 __all__ = [
+    "CLAIMS_TABLE",
     "DATABASE_ERRORS",
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "TICK_LOCK_KEY",
     "TODO_READY_CHANNEL",
     "EmbeddedUnavailable",
     "HostError",

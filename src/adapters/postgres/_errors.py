@@ -32,6 +32,8 @@ def describe(exc: BaseException) -> str:
         )
     if isinstance(exc, asyncpg.InvalidCatalogNameError):
         return f"{exc} (the database named in the DSN does not exist)"
+    if isinstance(exc, TimeoutError):  # an OSError too, usually with no text at all
+        return f"timed out ({str(exc).strip() or 'no answer from PostgreSQL'})"
     if isinstance(exc, OSError):
         return f"cannot reach PostgreSQL: {exc.strerror or exc}"
     text = str(exc).strip() or type(exc).__name__

@@ -118,9 +118,15 @@ class PostgresHost:
         )
 
     async def claim(
-        self, todo_id: str, *, owner: str, at: datetime, lease: timedelta = timedelta(minutes=5)
+        self,
+        todo_id: str,
+        *,
+        owner: str,
+        at: datetime | None = None,
+        lease: timedelta = timedelta(minutes=5),
     ) -> None:
-        await self._transition("claim", todo_id, "pending", owner, aware("at", at), lease)
+        """Claim a pending todo; ``claimed_at`` is ``at``, or the database's ``now()``."""
+        await self._transition("claim", todo_id, "pending", owner, _instant(at), lease)
 
     async def claim_next(
         self,
@@ -128,13 +134,13 @@ class PostgresHost:
         queue: str,
         *,
         owner: str,
-        at: datetime,
+        at: datetime | None = None,
         lease: timedelta = timedelta(minutes=5),
     ) -> str | None:
-        """Claim the pair's oldest pending todo; return its id, or None when there is none."""
+        """Claim the pair's oldest pending todo (stamped as ``claim`` does); None when none."""
         _storable(endpoint_id=endpoint_id, queue=queue, owner=owner)
         todo_id: str | None = await self._pool.fetchval(
-            _SQL["claim_next"], endpoint_id, queue, owner, aware("at", at), lease
+            _SQL["claim_next"], endpoint_id, queue, owner, _instant(at), lease
         )
         return todo_id
 
@@ -182,6 +188,10 @@ def _storable(**fields: str | None) -> None:
                 f"{name.replace('_', ' ')} contains a NUL character, which PostgreSQL text "
                 "cannot store; nothing was written"
             )
+
+
+def _instant(at: datetime | None) -> datetime | None:
+    return None if at is None else aware("at", at)
 
 
 def _queues(queues: Iterable[str] | None) -> list[str] | None:

@@ -1,8 +1,11 @@
-"""The Postgres nudge ledger: one statement decides, charges and deletes."""
+"""The Postgres nudge ledger: one tick lock, then one statement decides, charges and deletes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -12,6 +15,8 @@ from adapters._sql import queries
 from stall_core import (
     QUARANTINE_QUEUE,
     ChargeOutcome,
+    Clock,
+    LedgerError,
     LedgerRow,
     Nudge,
     PacingPolicy,
@@ -23,46 +28,129 @@ from stall_core import (
     pair_status,
 )
 
-from ._errors import as_ledger_error
+from ._errors import DATABASE_ERRORS, as_ledger_error
 
 if TYPE_CHECKING:
     from stall_core import LedgerPort
 
-__all__ = ["PostgresLedger", "charge_due_parameters"]
+__all__ = ["TICK_LOCK_KEY", "PostgresLedger", "charge_due_parameters", "charge_outcome"]
 
 _SQL = queries("adapters.postgres", "ledger.sql")
+
+#: The advisory lock key of the fleet's tick: b"stallnud" read as a big-endian bigint.
+TICK_LOCK_KEY = int.from_bytes(b"stallnud", "big")
 
 
 class PostgresLedger:
     """LedgerPort over switchboard's tables and our ``queue_stall_nudges``.
 
-    Safe with any number of instances on one database: ``charge_due`` is a
-    single statement whose ON CONFLICT clause re-checks the due predicate on
-    the locked row, so only one instance gets each charge back.
+    Safe with any number of instances on one database. Each tick takes the
+    fleet's transaction-level tick lock (an instance that misses it skips),
+    reads the time after it, and charges in one statement whose snapshot
+    therefore sees every earlier sweep's commit. The statement's ON CONFLICT
+    clause still re-checks the due predicate on the locked row, for older
+    builds that sweep without the lock during a deploy.
+
+    The database's clock is the time authority: the threshold, the backoff
+    and progress (hosts stamp ``claimed_at`` with ``now()``) are all measured
+    on it, so a sidecar's own clock never matters. ``clock`` replaces it for
+    tests and the demo, which move time by hand. Every call is bounded by
+    ``timeout`` seconds, on the client (a black-holed server) and on the
+    server (statement and lock timeouts).
     """
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, *, clock: Clock | None = None, timeout: float = 30.0
+    ) -> None:
+        if not 0 < timeout < float("inf"):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self._pool = pool
+        self._clock = clock
+        self._timeout = timeout
 
-    async def charge_due(self, *, now: datetime, policy: PacingPolicy) -> ChargeOutcome:
-        aware("now", now)
-        with as_ledger_error("charging due pairs failed"):
-            rows = await self._pool.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
-        charged = tuple(
-            Nudge(
-                endpoint_id=r["endpoint_id"],
-                queue=r["queue"],
-                todo=TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
-                number=r["nudges"],
-                charged_at=now,
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        async with self._connection("charging due pairs", transaction=True) as conn:
+            lock = await conn.fetchrow(
+                _SQL["tick_lock"], TICK_LOCK_KEY, str(int(self._timeout * 1000))
             )
-            for r in rows
-            if r["kind"] == "charge"
-        )
-        deleted = tuple(
-            sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "delete")
-        )
-        return ChargeOutcome(charged=charged, deleted=deleted)
+            now = lock["now"] if self._clock is None else aware("clock()", self._clock())
+            if not lock["got"]:
+                return ChargeOutcome(now=now, skipped=True)
+            rows = await conn.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
+        return charge_outcome(rows, now)
+
+    async def refund(self, nudge: Nudge) -> bool:
+        what = f"refunding {nudge.endpoint_id}/{nudge.queue}"
+        async with self._connection(what, transaction=True) as conn:
+            # Wait for the tick lock: a sweep in progress finishes first, and the next
+            # one's snapshot sees the refund whole (its compare-and-set then holds).
+            await conn.execute(_SQL["hold_tick"], TICK_LOCK_KEY)
+            refunded = await conn.fetchval(
+                _SQL["refund"], nudge.endpoint_id, nudge.queue, nudge.number, nudge.charged_at
+            )
+        return refunded is not None
+
+    @asynccontextmanager
+    async def hold_tick(self) -> AsyncIterator[None]:
+        """Hold the fleet's tick lock (waiting for it first): every sweep skips meanwhile.
+
+        For maintenance, and for tests that stand in for another instance
+        mid-sweep. The wait for the lock is not bounded by ``timeout``.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            with as_ledger_error("taking the tick lock failed"):
+                await conn.execute(_SQL["hold_tick"], TICK_LOCK_KEY)
+            yield
+
+    @asynccontextmanager
+    async def _connection(
+        self, what: str, *, transaction: bool = False
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for at most ``timeout`` seconds in all, acquiring included.
+
+        Past the deadline the connection is cut off, not rolled back (a
+        black-holed server would never answer the ROLLBACK), and
+        ``LedgerError`` says the tick timed out. Database errors are
+        ``LedgerError`` naming ``what`` failed.
+        """
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        conn: asyncpg.Connection | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                with as_ledger_error(f"{what} failed"):
+                    conn = await self._pool.acquire()
+                    if not transaction:
+                        yield conn
+                        return
+                    tx = conn.transaction()
+                    await tx.start()
+                    try:
+                        yield conn
+                    except asyncio.CancelledError:
+                        raise  # the deadline (or a shutdown): the connection is cut off below
+                    except BaseException:
+                        with contextlib.suppress(*DATABASE_ERRORS):
+                            await tx.rollback()
+                        raise
+                    await tx.commit()
+        except TimeoutError:
+            if conn is not None:
+                conn.terminate()  # hands it back to the pool, closed
+                conn = None
+            raise LedgerError(f"{what} failed: timed out after {self._timeout:g} s") from None
+        finally:
+            if conn is not None:
+                # A connection the server cut mid-call fails here too; what committed
+                # above stands, and asyncpg hands a broken connection back closed.
+                with contextlib.suppress(*DATABASE_ERRORS):
+                    if conn.is_in_transaction():
+                        conn.terminate()  # cancelled from outside (a shutdown) mid-transaction
+                    else:
+                        await self._pool.release(conn)
 
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         """Every ledger row, keyed by pair."""
@@ -78,12 +166,19 @@ class PostgresLedger:
             for r in rows
         }
 
-    async def status(self, *, now: datetime, policy: PacingPolicy) -> list[PairStatus]:
-        """Every pair with pending work or a ledger row, judged by the sweep's own decision."""
-        aware("now", now)
-        with as_ledger_error("reading the queue status failed"):
-            rows = await self._pool.fetch(_SQL["pair_status"])
-        return [
+    async def status(self, *, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
+        """Every pair with pending work or a ledger row, judged by the sweep's own decision.
+
+        Returns the instant judged at, on the ledger's clock, with the pairs.
+        """
+        async with self._connection("reading the queue status") as conn:
+            rows = await conn.fetch(_SQL["pair_status"])
+            now = (
+                await conn.fetchval(_SQL["now"])
+                if self._clock is None
+                else aware("clock()", self._clock())
+            )
+        return now, [
             pair_status(
                 PairState(
                     endpoint_id=r["endpoint_id"],
@@ -93,7 +188,7 @@ class PostgresLedger:
                     else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
                     endpoint_active=r["endpoint_active"],
                     has_receiver=r["has_receiver"],
-                    last_claimed_at=r["last_claimed_at"],
+                    unabsorbed_claim_at=r["unabsorbed_claim_at"],
                 ),
                 None
                 if r["nudges"] is None
@@ -110,6 +205,23 @@ class PostgresLedger:
             )
             for r in rows
         ]
+
+
+def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
+    """The ChargeOutcome of charge_due's result rows: charges in rank order, deletions sorted."""
+    charged = tuple(
+        Nudge(
+            endpoint_id=r["endpoint_id"],
+            queue=r["queue"],
+            todo=TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
+            number=r["nudges"],
+            charged_at=r["last_nudged_at"],
+        )
+        for r in rows
+        if r["kind"] == "charge"
+    )
+    deleted = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "delete"))
+    return ChargeOutcome(now=now, charged=charged, deleted=deleted)
 
 
 def charge_due_parameters(now: datetime, policy: PacingPolicy) -> tuple[object, ...]:

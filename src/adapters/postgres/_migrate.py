@@ -8,6 +8,7 @@ import attrs
 from adapters._sql import queries, script
 
 __all__ = [
+    "CLAIMS_TABLE",
     "HOST_TABLES",
     "LEDGER_TABLE",
     "MigrationReport",
@@ -17,8 +18,11 @@ __all__ = [
 ]
 
 LEDGER_TABLE = "queue_stall_nudges"
+#: The progress log: claims not yet absorbed by a charge (filled by a trigger on todos).
+CLAIMS_TABLE = "stall_nudge_claims"
 HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
 _OWN_INDEXES = (
+    "stall_nudge_claims_pair",
     "stall_nudge_todos_pending",
     "stall_nudge_todos_claimed",
     "stall_nudge_deliveries_unverified",
@@ -46,8 +50,8 @@ async def _existing(conn: asyncpg.Connection, names: tuple[str, ...]) -> set[str
 
 
 async def missing_tables(conn: asyncpg.Connection) -> list[str]:
-    """The host tables and our ledger table that this database lacks, in that order."""
-    wanted = (*HOST_TABLES, LEDGER_TABLE)
+    """The host tables and our own tables that this database lacks, in that order."""
+    wanted = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE)
     present = await _existing(conn, wanted)
     return [t for t in wanted if t not in present]
 
@@ -58,7 +62,7 @@ async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> Mig
     Idempotent, and all-or-nothing: it runs in one transaction under an
     advisory lock, so concurrent migrations neither race nor half-apply.
     """
-    names = (*HOST_TABLES, LEDGER_TABLE, *_OWN_INDEXES)
+    names = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *_OWN_INDEXES)
     async with conn.transaction():
         await conn.execute(_SQL["lock"])
         before = await _existing(conn, names)

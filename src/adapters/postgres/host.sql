@@ -45,16 +45,19 @@ SELECT pg_notify('todo_ready', endpoint_id || ':' || queue) FROM created
  WHERE octet_length(endpoint_id || ':' || queue) < 8000;
 
 -- name: claim
--- Claim one pending todo for an owner with a lease.
+-- Claim one pending todo for an owner with a lease; claimed_at is the database's clock unless given.
+-- The database's clock is the one every nudge decision is measured on (docs/host-schema.md).
 UPDATE todos
-   SET state = 'claimed', claimed_at = $3, claim_owner = $2, lease_expires_at = $3::timestamptz + $4::interval
+   SET state = 'claimed', claimed_at = c.at, claim_owner = $2, lease_expires_at = c.at + $4::interval
+  FROM (SELECT coalesce($3::timestamptz, now()) AS at) c
  WHERE id = $1 AND state = 'pending'
 RETURNING id;
 
 -- name: claim_next
 -- Claim the pair's oldest pending todo, skipping rows another consumer is claiming.
 UPDATE todos
-   SET state = 'claimed', claimed_at = $4, claim_owner = $3, lease_expires_at = $4::timestamptz + $5::interval
+   SET state = 'claimed', claimed_at = c.at, claim_owner = $3, lease_expires_at = c.at + $5::interval
+  FROM (SELECT coalesce($4::timestamptz, now()) AS at) c
  WHERE id = (SELECT id FROM todos
               WHERE endpoint_id = $1 AND queue = $2 AND state = 'pending'
               ORDER BY created_at, id COLLATE "C"

@@ -2,6 +2,33 @@
 -- line and a one-line description; adapters/_sql.py loads them once.
 -- Every policy number arrives as a parameter from PacingPolicy.
 
+-- name: tick_lock
+-- Take the fleet's tick lock for this transaction (or learn another instance holds it), then read the time.
+-- $1 the tick lock's key, $2 statement and lock timeout (ms, as text), for the rest of this transaction.
+-- The subquery (OFFSET 0 keeps it apart) runs first, so the clock is read after the lock is
+-- held: a sweep's "now" is never earlier than the commit of the sweep before it.
+-- Transaction-level only, so it works behind a transaction-pooling PgBouncer.
+SELECT l.got, clock_timestamp() AS now
+  FROM (SELECT set_config('statement_timeout', $2, true),
+               set_config('lock_timeout', $2, true),
+               pg_try_advisory_xact_lock($1) AS got
+        OFFSET 0) l;
+
+-- name: hold_tick
+-- Wait for the fleet's tick lock and hold it until this transaction ends: sweeps skip meanwhile.
+-- $1 the tick lock's key.
+SELECT pg_advisory_xact_lock($1);
+
+-- name: refund
+-- Take back a nudge that reached no receiver: compare-and-set on the row its charge wrote.
+-- $1 endpoint_id, $2 queue, $3 the nudge's number, $4 its charged_at (the stamp it wrote).
+-- A later charge changed the stamp and a drain deleted the row: neither is undone. Run
+-- after hold_tick in the same transaction, so no sweep's snapshot straddles a refund.
+UPDATE queue_stall_nudges
+   SET nudges = nudges - 1
+ WHERE endpoint_id = $1 AND queue = $2 AND nudges = $3 AND last_nudged_at = $4
+RETURNING nudges;
+
 -- name: charge_due
 -- Decide, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
 -- $1 now, $2 threshold (µs), $3 backoff (µs[]), $4 cap, $5 tick_limit, $6 quarantine queue name.
@@ -88,73 +115,101 @@ drained AS (
 ),
 candidate AS MATERIALIZED (
     -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
-    -- Those cheap tests come first; the progress probe runs once, only for pairs with
-    -- a ledger row (MATERIALIZED keeps "spent" from being computed again in "due").
-    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at,
-           CASE
-               WHEN r.endpoint_id IS NULL THEN 0
-               WHEN EXISTS (SELECT 1 FROM todos t
-                             WHERE t.endpoint_id = r.endpoint_id AND t.queue = r.queue
-                               AND t.claimed_at > r.last_nudged_at) THEN 0
-               ELSE r.nudges
-           END AS spent,
-           r.last_nudged_at
+    -- Those cheap tests come first; the progress probe (a claim not yet absorbed,
+    -- in stall_nudge_claims) runs once, only for pairs with a ledger row.
+    -- "fresh": nudge 1 is due at once (no row, or progress). Otherwise the row's count
+    -- stands, 0 only for a refunded first nudge, which waits the first step.
+    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, p.fresh,
+           CASE WHEN p.fresh THEN 0 ELSE r.nudges END AS spent,
+           r.nudges AS row_nudges, r.last_nudged_at
       FROM work w
       JOIN endpoints e ON e.id = w.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+     CROSS JOIN LATERAL (
+            SELECT r.endpoint_id IS NULL
+                   OR EXISTS (SELECT 1 FROM stall_nudge_claims c
+                               WHERE c.endpoint_id = r.endpoint_id AND c.queue = r.queue) AS fresh) p
      WHERE w.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
        AND EXISTS (SELECT 1 FROM notify_hooks h
                     WHERE h.endpoint_id = w.endpoint_id AND h.enabled
                       AND (h.queues IS NULL OR w.queue = ANY (h.queues)))
 ),
 due AS (
-    -- D6 order; the inner ORDER BY ... LIMIT is a top-N sort, so a storm of due
+    -- The stamp is now, or the latest claim this charge absorbs if later, so every
+    -- absorbed claim is at or before it.
+    -- Least-nudged first, then oldest work, then endpoint and queue by code point (the
+    -- core's plan_tick order); the inner ORDER BY ... LIMIT is a top-N sort, so a storm of due
     -- pairs is never sorted whole.
     SELECT c.*,
+           GREATEST($1::timestamptz,
+                    (SELECT max(k.claimed_at) FROM stall_nudge_claims k
+                      WHERE k.endpoint_id = c.endpoint_id AND k.queue = c.queue)) AS stamp,
            row_number() OVER (ORDER BY c.spent, c.created_at,
                               c.endpoint_id COLLATE "C", c.queue COLLATE "C") AS rank
       FROM (SELECT c.*
               FROM candidate c
-             WHERE c.spent = 0
+             WHERE c.fresh
                 OR (c.spent < $4
                     AND $1 >= c.last_nudged_at
-                              + ($3::bigint[])[LEAST(c.spent, cardinality($3::bigint[]))]
+                              + ($3::bigint[])[LEAST(GREATEST(c.spent, 1), cardinality($3::bigint[]))]
                                 * interval '1 microsecond')
              ORDER BY c.spent, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
              LIMIT $5) c
 ),
-charged AS (
-    -- ON CONFLICT re-checks "due" on the row as locked: a nudge another sweeper
-    -- committed first makes the WHERE false, so it is neither counted nor returned.
+inserted AS (
+    -- A pair with no row in this snapshot gets nudge 1. A row that appeared since (an
+    -- older build sweeping without the tick lock, during a deploy) is a conflict:
+    -- nothing is charged for the pair this tick.
     INSERT INTO queue_stall_nudges AS n (endpoint_id, queue, nudges, last_nudged_at)
-    -- A row absent at lock time is a first nudge, whatever the snapshot saw (D1).
-    SELECT d.endpoint_id, d.queue, 1, $1 FROM due d
-    ON CONFLICT (endpoint_id, queue) DO UPDATE
-       SET nudges = CASE
-                        WHEN EXISTS (SELECT 1 FROM todos t
-                                      WHERE t.endpoint_id = n.endpoint_id AND t.queue = n.queue
-                                        AND t.claimed_at > n.last_nudged_at) THEN 1
-                        ELSE n.nudges + 1
-                    END,
-           last_nudged_at = EXCLUDED.last_nudged_at
-     WHERE EXISTS (SELECT 1 FROM todos t
-                    WHERE t.endpoint_id = n.endpoint_id AND t.queue = n.queue
-                      AND t.claimed_at > n.last_nudged_at)
-        OR (n.nudges < $4
-            AND EXCLUDED.last_nudged_at
-                >= n.last_nudged_at + ($3::bigint[])[LEAST(n.nudges, cardinality($3::bigint[]))]
-                                      * interval '1 microsecond')
-    RETURNING n.endpoint_id, n.queue, n.nudges
+    SELECT d.endpoint_id, d.queue, d.spent + 1, d.stamp
+      FROM due d
+     WHERE d.row_nudges IS NULL
+    ON CONFLICT (endpoint_id, queue) DO NOTHING
+    RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+),
+advanced AS (
+    -- Compare-and-set on the row as locked: it must still be the row this snapshot
+    -- decided on (same count and stamp). Behind the tick lock (refunds take it too) it
+    -- always is; a row an older build charged or deleted since is left alone.
+    UPDATE queue_stall_nudges n
+       SET nudges = d.spent + 1, last_nudged_at = d.stamp
+      FROM due d
+     WHERE d.endpoint_id = n.endpoint_id AND d.queue = n.queue
+       AND d.row_nudges = n.nudges AND d.last_nudged_at = n.last_nudged_at
+    RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+),
+charged AS (
+    SELECT * FROM inserted UNION ALL SELECT * FROM advanced
+),
+absorbed AS (
+    -- Claims are progress once: this tick absorbs every claim it sees of a pair it
+    -- charged or drained, or of a pair with no ledger row (its next nudge is a first
+    -- one anyway). A claim that commits after this snapshot stays for the next tick.
+    -- Of a pair that keeps its claims, only the latest matters ("is there one", and
+    -- the stamp a charge takes): the others go, so the log stays one row per pair.
+    DELETE FROM stall_nudge_claims c
+     WHERE EXISTS (SELECT 1 FROM charged x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
+        OR EXISTS (SELECT 1 FROM drained x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
+        OR NOT EXISTS (SELECT 1 FROM queue_stall_nudges n
+                        WHERE n.endpoint_id = c.endpoint_id AND n.queue = c.queue)
+        OR EXISTS (SELECT 1 FROM stall_nudge_claims k
+                    WHERE k.endpoint_id = c.endpoint_id AND k.queue = c.queue
+                      AND (k.claimed_at, k.ctid) > (c.claimed_at, c.ctid))
 )
 -- The title is read for the (at most tick_limit) charged todos only.
-SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, d.todo_id, d.created_at, t.title, d.rank
+SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at,
+       d.todo_id, d.created_at, t.title, d.rank
   FROM charged c
   JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
   JOIN todos t ON t.id = d.todo_id
 UNION ALL
-SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL
+SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL
   FROM drained x
-ORDER BY 1, 8;
+ORDER BY 1, 9;
+
+-- name: now
+-- The database's clock, the time authority every decision is measured on.
+SELECT clock_timestamp();
 
 -- name: ledger_rows
 -- Every ledger row, for inspection and status.
@@ -184,8 +239,8 @@ SELECT p.endpoint_id, p.queue,
        EXISTS (SELECT 1 FROM notify_hooks h
                 WHERE h.endpoint_id = p.endpoint_id AND h.enabled
                   AND (h.queues IS NULL OR p.queue = ANY (h.queues))) AS has_receiver,
-       (SELECT max(t.claimed_at) FROM todos t
-         WHERE t.endpoint_id = p.endpoint_id AND t.queue = p.queue) AS last_claimed_at,
+       (SELECT max(c.claimed_at) FROM stall_nudge_claims c
+         WHERE c.endpoint_id = p.endpoint_id AND c.queue = p.queue) AS unabsorbed_claim_at,
        r.nudges, r.last_nudged_at
   FROM pairs p
   LEFT JOIN counts c ON c.endpoint_id = p.endpoint_id AND c.queue = p.queue

@@ -4,10 +4,67 @@
 CREATE TABLE IF NOT EXISTS queue_stall_nudges (
     endpoint_id    text NOT NULL,
     queue          text NOT NULL,
-    nudges         int NOT NULL CHECK (nudges >= 1),
+    nudges         int NOT NULL,
     last_nudged_at timestamptz NOT NULL,
     PRIMARY KEY (endpoint_id, queue)
 );
+
+-- nudges counts nudges that reached a receiver: 0 after a refunded first nudge.
+-- An earlier build required nudges >= 1 (constraint queue_stall_nudges_nudges_check).
+-- Altered only when needed: ALTER TABLE locks out the sweep while it runs.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_constraint
+                WHERE conrelid = 'queue_stall_nudges'::regclass
+                  AND conname = 'queue_stall_nudges_nudges_check') THEN
+        ALTER TABLE queue_stall_nudges DROP CONSTRAINT queue_stall_nudges_nudges_check;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'queue_stall_nudges'::regclass
+                      AND conname = 'stall_nudge_nudges_not_negative') THEN
+        ALTER TABLE queue_stall_nudges
+            ADD CONSTRAINT stall_nudge_nudges_not_negative CHECK (nudges >= 0);
+    END IF;
+END
+$$;
+
+-- The progress log: one row per claim not yet absorbed by a charge. Progress is
+-- "a claim in the pair after the last nudge" in commit order: a charge absorbs
+-- (deletes) exactly the claims its snapshot sees, so a claim counts once, and a
+-- claim whose transaction commits after the charge looked is still here for the
+-- next one. Timestamps cannot say that: a claim stamped before a charge's "now"
+-- may commit after the charge's snapshot.
+CREATE TABLE IF NOT EXISTS stall_nudge_claims (
+    endpoint_id text NOT NULL,
+    queue       text NOT NULL,
+    claimed_at  timestamptz NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS stall_nudge_claims_pair
+    ON stall_nudge_claims (endpoint_id, queue, claimed_at);
+
+-- Every claim the host makes (claimed_at set or changed) is logged in the claiming
+-- transaction, so it becomes visible exactly when the claim does.
+CREATE OR REPLACE FUNCTION stall_nudge_log_claim() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO stall_nudge_claims (endpoint_id, queue, claimed_at)
+    VALUES (NEW.endpoint_id, NEW.queue, NEW.claimed_at);
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER stall_nudge_log_claim
+    AFTER UPDATE OF claimed_at ON todos
+    FOR EACH ROW
+    WHEN (NEW.claimed_at IS NOT NULL AND NEW.claimed_at IS DISTINCT FROM OLD.claimed_at)
+    EXECUTE FUNCTION stall_nudge_log_claim();
+
+CREATE OR REPLACE TRIGGER stall_nudge_log_claimed_insert
+    AFTER INSERT ON todos
+    FOR EACH ROW
+    WHEN (NEW.claimed_at IS NOT NULL)
+    EXECUTE FUNCTION stall_nudge_log_claim();
 
 -- Pending todos in pair order, oldest first: the skip-scan over pairs walks
 -- it, and its first entry per pair is that pair's oldest pending todo.
@@ -21,7 +78,8 @@ CREATE INDEX IF NOT EXISTS stall_nudge_todos_pending
     INCLUDE (delivery_id)
     WHERE state = 'pending';
 
--- Latest claim per pair: progress is "a claim after the last nudge".
+-- Latest claim per pair: how builds before the claim log probed progress. This
+-- build never reads it; it stays while an older build may still sweep in a deploy.
 CREATE INDEX IF NOT EXISTS stall_nudge_todos_claimed
     ON todos (endpoint_id, queue, claimed_at)
     WHERE claimed_at IS NOT NULL;
