@@ -104,7 +104,7 @@ async def test_nudge_delivery_fails_4xx_and_3xx_are_final(
 async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
-    """Nudge delivery fails: 10 failures disable the hook, nudges stop, work stays claimable."""
+    """Nudge delivery fails: 10 failures disable the hook, nudges stop; re-enabled, they land."""
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     receiver.route("hook", 500)
     for i in range(6):
@@ -167,6 +167,21 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     claimed = board.claim_next("e1", "lane-l", owner="puller", at=clock.now)
     assert claimed is not None
     assert "t2" == claimed.id
+
+    # The receiver heals and the host re-enables the hook: nudging resumes, and it lands.
+    receiver.route("hook", 204)
+    board.set_hook_enabled("h1", True)
+    clock.advance(timedelta(minutes=10))
+    report = await sweeper.tick()
+    await dispatcher.drain()
+    await sweeper.settle()
+
+    assert ([1], 6, 1) == (
+        [n.number for n in report.charged],
+        sweeper.refunded,
+        board.ledger["e1", "lane-l"].nudges,
+    )
+    assert ["t3"] == [json.loads(r.body)["meta"]["todo_id"] for r in receiver.at("hook")[requests:]]
 
 
 async def test_the_wake_is_lost(board: MemoryBoard, clock: FakeClock, receiver: Receiver) -> None:
