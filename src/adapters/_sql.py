@@ -3,6 +3,12 @@
 Files ship inside their adapter's package and are parsed once, at first use,
 into read-only dicts; a query's first comment line after its header is its
 description and stays in the text.
+
+A package may also ship ``rules.sql``: SQL expressions under ``-- rule:
+NAME(param, ...)`` headers, each rule written once. A query (or another
+rule) uses one as ``{{NAME(arg, ...)}}``; the loader expands it with
+``{param}`` replaced by the argument, which must be a column reference or a
+``$n`` parameter. So every query of the package states a rule the same way.
 """
 
 from __future__ import annotations
@@ -13,9 +19,72 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
-__all__ = ["parse_queries", "queries", "script"]
+import attrs
+
+__all__ = ["Rule", "expand", "parse_queries", "parse_rules", "queries", "script"]
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_RULE_HEADER = re.compile(r"^-- rule: ([a-z_][a-z0-9_]*)\(([a-z_, ]*)\)\s*$", re.MULTILINE)
+_CALL = re.compile(r"\{\{([a-z_][a-z0-9_]*)\(([^(){}]*)\)\}\}")
+_PARAM = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
+_ARGUMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?|\$[1-9][0-9]*")
+
+
+@attrs.frozen
+class Rule:
+    """One rule: its parameter names and its SQL (comment lines dropped)."""
+
+    params: tuple[str, ...]
+    body: str
+
+
+def parse_rules(text: str) -> Mapping[str, Rule]:
+    """Split ``text`` into {name: Rule}; refuses a repeated name, no SQL or an unknown ``{x}``."""
+    parts = _RULE_HEADER.split(text)
+    found: dict[str, Rule] = {}
+    for name, params, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in found:
+            raise ValueError(f"rule {name!r} is defined twice")
+        sql = "\n".join(
+            line for line in body.strip().splitlines() if not line.lstrip().startswith("--")
+        ).strip()
+        if not sql:
+            raise ValueError(f"rule {name!r} has no SQL")
+        names = tuple(p.strip() for p in params.split(",") if p.strip())
+        unknown = set(_PARAM.findall(sql)) - set(names)
+        if unknown:
+            raise ValueError(f"rule {name!r} uses {sorted(unknown)} but takes {list(names)}")
+        found[name] = Rule(params=names, body=sql)
+    return MappingProxyType(found)
+
+
+def expand(sql: str, rules: Mapping[str, Rule]) -> str:
+    """``sql`` with every ``{{rule(args)}}`` replaced by that rule's SQL, nested rules too."""
+
+    def call(match: re.Match[str], depth: int) -> str:
+        name, raw = match.group(1), match.group(2)
+        rule = rules.get(name)
+        if rule is None:
+            raise ValueError(f"unknown rule {name!r} in {match.group(0)!r}")
+        args = tuple(a.strip() for a in raw.split(",")) if raw.strip() else ()
+        if len(args) != len(rule.params):
+            raise ValueError(f"rule {name!r} takes {len(rule.params)} arguments, got {len(args)}")
+        for arg in args:
+            if not _ARGUMENT.fullmatch(arg):
+                raise ValueError(f"rule {name!r}: argument {arg!r} is not a column or $n")
+        bound = dict(zip(rule.params, args, strict=True))
+        body = _PARAM.sub(lambda m: bound[m.group(1)], rule.body)
+        return _expand(body, depth + 1)
+
+    def _expand(text: str, depth: int) -> str:
+        if depth > 8:
+            raise ValueError("rules nest deeper than 8: is one calling itself?")
+        return _CALL.sub(lambda m: call(m, depth), text)
+
+    expanded = _expand(sql, 0)
+    if "{{" in expanded:
+        raise ValueError(f"malformed rule call near {expanded[expanded.index('{{') :][:40]!r}")
+    return expanded
 
 
 def parse_queries(text: str) -> Mapping[str, str]:
@@ -34,8 +103,12 @@ def parse_queries(text: str) -> Mapping[str, str]:
 
 @functools.cache
 def queries(package: str, filename: str) -> Mapping[str, str]:
-    """The named queries of one ``.sql`` file shipped in ``package``."""
-    return parse_queries(script(package, filename))
+    """The named queries of one ``.sql`` file in ``package``, its rules expanded."""
+    parsed = parse_queries(script(package, filename))
+    if not any("{{" in sql for sql in parsed.values()):
+        return parsed
+    rules = parse_rules(script(package, "rules.sql"))
+    return MappingProxyType({name: expand(sql, rules) for name, sql in parsed.items()})
 
 
 @functools.cache

@@ -359,8 +359,11 @@ class MemoryBoard:
     # -- the sweep's view and the ledger --------------------------------------
 
     def gate_passes(self, todo: Todo) -> bool:
-        """SPEC-0011 sender gate: verified delivery, or no delivery (operator-made)."""
-        return todo.delivery_id is None or self._deliveries[todo.delivery_id].verified
+        """SPEC-0011 sender gate: a verified delivery, or none (operator-made); fails closed."""
+        if todo.delivery_id is None:
+            return True
+        delivery = self._deliveries.get(todo.delivery_id)
+        return delivery is not None and delivery.verified
 
     def pair_states(self) -> list[PairState]:
         """The state of every pair with a pending todo or a ledger row."""

@@ -290,3 +290,28 @@ class StopAfter:
 
     async def refund(self, nudge: Nudge) -> bool:
         return await self.inner.refund(nudge)
+
+
+async def test_a_todo_whose_delivery_is_missing_does_not_pass_the_gate(
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Without the host's foreign key, a dangling delivery id fails the gate in sweep and status."""
+    driver = PostgresDriver(pg_pool, FakeClock(T0 + minutes(10)))
+    await driver.add_endpoint("ep-1")
+    await driver.add_hook("hook-1", endpoint_id="ep-1")
+    await pg_pool.execute("ALTER TABLE todos DROP CONSTRAINT todos_delivery_id_fkey")
+    await driver.create_todo(
+        "dangling",
+        endpoint_id="ep-1",
+        queue="lane-l",
+        created_at=T0,
+        delivery_id="no-such-delivery",
+        title="<sender text>",
+    )
+    wake = RecordingWake()
+
+    report = await sweep(driver, T0 + minutes(10), wake)
+    _, [status] = await PostgresLedger(pg_pool, clock=driver.clock).status(policy=PacingPolicy())
+
+    assert ((), []) == (report.charged, wake.sent)
+    assert (0, 1, "ungated") == (status.pending_gated, status.pending_ungated, status.verdict.value)

@@ -1,10 +1,13 @@
-"""A differential test: the memory board and Postgres agree on every wake and ledger row.
+"""Differential tests: the memory board and Postgres agree, and `status` agrees with the sweep.
 
 Hypothesis draws a sequence of host verbs, clock moves and sweeps; the same
 sequence is applied to a MemoryBoard and to Postgres, and after every step
 the two ledgers must hold identical rows and every sweep must charge the
-same nudges (pair, todo, number, title) and delete the same rows. Each
-example starts from empty tables in one database cloned for the test.
+same nudges (pair, todo, number, title) and delete the same rows. Before
+each sweep, Postgres' `status` is asked too: the sweep must charge exactly
+the pairs it calls due, the first tick_limit of them in charge order, and
+no other. Each example starts from empty tables in one database cloned for
+the test.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from adapters.memory import MemoryBoard
-from stall_core import PacingPolicy
+from adapters.postgres import PostgresLedger
+from stall_core import PacingPolicy, PairKey, Verdict
 from tests import pg
 from tests.support import T0, FakeClock
 
@@ -185,8 +189,9 @@ def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: 
 async def replay(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> None:
     """Apply ``ops`` to a fresh memory board and to Postgres, comparing after every step."""
     await pool.execute(
-        "DELETE FROM queue_stall_nudges; DELETE FROM notify_hooks; DELETE FROM todos;"
-        " DELETE FROM deliveries; DELETE FROM endpoints"
+        "DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims;"
+        " DELETE FROM notify_hooks; DELETE FROM todos; DELETE FROM deliveries;"
+        " DELETE FROM endpoints"
     )
     clock = FakeClock(T0)
     memory_driver = MemoryDriver(clock)
@@ -202,8 +207,12 @@ async def replay(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> None:
         now = moved(op, board, now)
         clock.set(now)
         if op[0] in SWEEPS:
+            due = await due_by_status(PostgresLedger(pool, clock=clock))
             memory, postgres = [await d.ledger.charge_due(policy=POLICY) for d in backends]
             assert memory == postgres, f"step {step}: the sweeps differ"
+            assert due[: POLICY.tick_limit] == [n.key for n in postgres.charged], (
+                f"step {step}: status called {due} due"
+            )
             numbers.extend(n.number for n in memory.charged)
             deleted += len(memory.deleted)
         elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
@@ -213,6 +222,17 @@ async def replay(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> None:
         assert memory_rows == postgres_rows, f"step {step}: the ledger rows differ"
     event(f"highest nudge number charged: {max(numbers, default=0)}")
     event("some ledger row drained" if deleted else "no ledger row drained")
+
+
+async def due_by_status(ledger: PostgresLedger) -> list[PairKey]:
+    """The pairs `status` calls due, in the order a tick charges them (plan_tick's)."""
+    now, statuses = await ledger.status(policy=POLICY)
+    due = []
+    for s in statuses:
+        if s.verdict is Verdict.DUE:
+            assert s.oldest_age is not None  # a due pair has work
+            due.append((s.nudges or 0, now - s.oldest_age, s.endpoint_id, s.queue))
+    return [(endpoint_id, queue) for *_, endpoint_id, queue in sorted(due)]
 
 
 def test_memory_and_postgres_agree_on_every_wake_and_ledger_row(

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from adapters._sql import parse_queries, queries
+from adapters._sql import expand, parse_queries, parse_rules, queries
 
 TWO = """\
 -- Anything before the first header is the file's own comment, not a query.
@@ -110,3 +110,79 @@ def test_the_hook_directory_queries_exist() -> None:
 def test_files_are_loaded_once() -> None:
     """Asking twice for one file returns the same parsed mapping, not a fresh parse."""
     assert queries("adapters.postgres", "ledger.sql") is queries("adapters.postgres", "ledger.sql")
+
+
+RULES = """\
+-- The file's own comment.
+
+-- rule: gate(todo)
+-- A description line, dropped from the expansion.
+({todo}.delivery_id IS NULL OR {todo}.verified)
+
+-- rule: both(todo, queue)
+({{gate({todo})}} AND {todo}.queue = {queue})
+
+-- rule: none()
+true
+"""
+
+
+def test_a_rule_call_expands_with_its_arguments() -> None:
+    """{{rule(args)}} becomes the rule's SQL with each {param} replaced, comments dropped."""
+    rules = parse_rules(RULES)
+
+    assert "WHERE (t.delivery_id IS NULL OR t.verified)" == expand("WHERE {{gate(t)}}", rules)
+
+
+def test_rules_nest_and_take_parameters() -> None:
+    """A rule may call another, passing its own parameters on; $n parameters are arguments too."""
+    rules = parse_rules(RULES)
+
+    assert "((x.delivery_id IS NULL OR x.verified) AND x.queue = $6) AND true" == expand(
+        "{{both(x, $6)}} AND {{none()}}", rules
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("{{nope(t)}}", "unknown rule 'nope'"),
+        ("{{gate(t, u)}}", "takes 1 arguments, got 2"),
+        ("{{gate(t.x; DROP TABLE todos)}}", "is not a column or \\$n"),
+        ("{{gate('x')}}", "is not a column or \\$n"),
+        ("{{gate(t)}", "malformed rule call"),
+    ],
+)
+def test_a_bad_rule_call_is_refused(sql: str, message: str) -> None:
+    """An unknown rule, a wrong arity, an argument that is not a column or $n, a broken call."""
+    with pytest.raises(ValueError, match=message):
+        expand(sql, parse_rules(RULES))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (RULES + "\n-- rule: gate(todo)\ntrue\n", "'gate' is defined twice"),
+        ("-- rule: empty(a)\n-- only a comment\n", "'empty' has no SQL"),
+        ("-- rule: stray(a)\n{a} = {b}\n", r"uses \['b'\] but takes \['a'\]"),
+    ],
+)
+def test_a_bad_rule_file_is_refused(text: str, message: str) -> None:
+    """A repeated rule, a rule with no SQL, or one using a parameter it does not take."""
+    with pytest.raises(ValueError, match=message):
+        parse_rules(text)
+
+
+def test_a_rule_calling_itself_is_refused() -> None:
+    """Endless nesting is refused rather than looping."""
+    with pytest.raises(ValueError, match="deeper than 8"):
+        expand("{{loop(t)}}", parse_rules("-- rule: loop(a)\n{{loop({a})}}\n"))
+
+
+def test_the_ledger_queries_load_with_every_rule_expanded() -> None:
+    """The shipped queries use only rules that exist, and none is left unexpanded."""
+    ledger = queries("adapters.postgres", "ledger.sql")
+
+    assert all("{{" not in sql for sql in ledger.values())
+    assert "gate_d.verified" in ledger["charge_due"]
+    assert "gate_d.verified" in ledger["pair_status"]

@@ -1,6 +1,7 @@
 -- Queries of the Postgres ledger. Each query starts with a "-- name: NAME"
--- line and a one-line description; adapters/_sql.py loads them once.
--- Every policy number arrives as a parameter from PacingPolicy.
+-- line and a one-line description; adapters/_sql.py loads them once, with every
+-- {{rule(...)}} expanded from rules.sql, where each of the sweep's rules is written
+-- once. Every policy number arrives as a parameter from PacingPolicy.
 
 -- name: tick_lock
 -- Take the fleet's tick lock for this transaction (or learn another instance holds it), then read the time.
@@ -37,9 +38,9 @@ RETURNING nudges;
 --
 -- Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
 -- pending work (the skip scan), whose first entry is already that pair's oldest
--- pending todo; then only cheap work per pair (a hashed lookup in the few
--- unverified deliveries, the ledger row, and the progress index only for pairs
--- that have a ledger row). See docs/benchmarks.md.
+-- pending todo; then only cheap work per pair (the head's delivery, the ledger
+-- row, and the claim log only for pairs that have a ledger row). See
+-- docs/benchmarks.md.
 WITH RECURSIVE heads AS (
     -- Skip scan over stall_nudge_todos_pending: one step per pair with a pending todo.
     -- The index orders a pair's entries oldest first, so each step's row is the
@@ -64,21 +65,14 @@ WITH RECURSIVE heads AS (
              LIMIT 1) nxt
 ),
 gated AS (
-    -- Does each head pass the sender gate? "No unverified delivery with this id" is
-    -- "verified" because todos.delivery_id references deliveries(id) (host schema);
-    -- unverified deliveries are few, and stall_nudge_deliveries_unverified holds
-    -- only them. Inside an expression this is a hashed subplan, never a join.
-    -- Quarantine is not work.
-    SELECT h.endpoint_id, h.queue, h.id, h.created_at,
-           (h.delivery_id IS NULL
-            OR NOT EXISTS (SELECT 1 FROM deliveries d
-                            WHERE d.id = h.delivery_id AND NOT d.verified)) AS passes
+    -- Does each head pass the sender gate? Quarantine is not work.
+    SELECT h.endpoint_id, h.queue, h.id, h.created_at, {{passes_gate(h)}} AS passes
       FROM heads h
      WHERE h.queue <> $6
 ),
 work AS (
     -- Each pair's oldest pending todo that passes the sender gate: the head itself,
-    -- or, for a pair whose head came from an unverified delivery, a search of the pair.
+    -- or, for a pair whose head does not pass, a search of the pair.
     SELECT g.endpoint_id, g.queue, g.id AS todo_id, g.created_at
       FROM gated g
      WHERE g.passes
@@ -88,10 +82,8 @@ work AS (
      CROSS JOIN LATERAL (
             SELECT t.id, t.created_at
               FROM todos t
-             WHERE t.endpoint_id = g.endpoint_id AND t.queue = g.queue AND t.state = 'pending'
-               AND (t.delivery_id IS NULL
-                    OR NOT EXISTS (SELECT 1 FROM deliveries d
-                                    WHERE d.id = t.delivery_id AND NOT d.verified))
+             WHERE t.endpoint_id = g.endpoint_id AND t.queue = g.queue
+               AND {{is_work(t, $6)}}
              ORDER BY t.created_at, t.id COLLATE "C"
              LIMIT 1) o
      WHERE NOT g.passes
@@ -115,45 +107,31 @@ drained AS (
 ),
 candidate AS MATERIALIZED (
     -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
-    -- Those cheap tests come first; the progress probe (a claim not yet absorbed,
-    -- in stall_nudge_claims) runs once, only for pairs with a ledger row.
-    -- "fresh": nudge 1 is due at once (no row, or progress). Otherwise the row's count
-    -- stands, 0 only for a refunded first nudge, which waits the first step.
+    -- Those cheap tests come first; the progress probe runs once, only for pairs with
+    -- a ledger row. "fresh": nudge 1 is due at once (no row, or progress). Otherwise
+    -- the row's count stands, 0 only for a refunded first nudge.
     SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, p.fresh,
            CASE WHEN p.fresh THEN 0 ELSE r.nudges END AS spent,
            r.nudges AS row_nudges, r.last_nudged_at
       FROM work w
-      JOIN endpoints e ON e.id = w.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
-     CROSS JOIN LATERAL (
-            SELECT r.endpoint_id IS NULL
-                   OR EXISTS (SELECT 1 FROM stall_nudge_claims c
-                               WHERE c.endpoint_id = r.endpoint_id AND c.queue = r.queue) AS fresh) p
-     WHERE w.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
-       AND EXISTS (SELECT 1 FROM notify_hooks h
-                    WHERE h.endpoint_id = w.endpoint_id AND h.enabled
-                      AND (h.queues IS NULL OR w.queue = ANY (h.queues)))
+     CROSS JOIN LATERAL (SELECT {{starts_over(r)}} AS fresh) p
+     WHERE {{stalled(w.created_at, $1, $2)}}
+       AND {{endpoint_active(w.endpoint_id)}}
+       AND {{has_receiver(w.endpoint_id, w.queue)}}
 ),
 due AS (
-    -- The stamp is now, or the latest claim this charge absorbs if later, so every
-    -- absorbed claim is at or before it.
-    -- Least-nudged first, then oldest work, then endpoint and queue by code point (the
-    -- core's plan_tick order); the inner ORDER BY ... LIMIT is a top-N sort, so a storm of due
-    -- pairs is never sorted whole.
+    -- The best tick_limit due pairs, in charge order; the inner ORDER BY ... LIMIT is a
+    -- top-N sort, so a storm of due pairs is never sorted whole. The stamp is now, or
+    -- the latest claim this charge absorbs if later, so every absorbed claim is at or
+    -- before it.
     SELECT c.*,
-           GREATEST($1::timestamptz,
-                    (SELECT max(k.claimed_at) FROM stall_nudge_claims k
-                      WHERE k.endpoint_id = c.endpoint_id AND k.queue = c.queue)) AS stamp,
-           row_number() OVER (ORDER BY c.spent, c.created_at,
-                              c.endpoint_id COLLATE "C", c.queue COLLATE "C") AS rank
+           GREATEST($1::timestamptz, {{unabsorbed_claim_at(c.endpoint_id, c.queue)}}) AS stamp,
+           row_number() OVER (ORDER BY {{charge_order(c.spent, c.created_at, c.endpoint_id, c.queue)}}) AS rank
       FROM (SELECT c.*
               FROM candidate c
-             WHERE c.fresh
-                OR (c.spent < $4
-                    AND $1 >= c.last_nudged_at
-                              + ($3::bigint[])[LEAST(GREATEST(c.spent, 1), cardinality($3::bigint[]))]
-                                * interval '1 microsecond')
-             ORDER BY c.spent, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
+             WHERE c.fresh OR {{backoff_over(c.spent, c.last_nudged_at, $1, $3, $4)}}
+             ORDER BY {{charge_order(c.spent, c.created_at, c.endpoint_id, c.queue)}}
              LIMIT $5) c
 ),
 inserted AS (
@@ -217,6 +195,8 @@ SELECT endpoint_id, queue, nudges, last_nudged_at FROM queue_stall_nudges;
 
 -- name: pair_status
 -- Every pair with a pending todo or a ledger row, with what "is my queue drained?" needs.
+-- The same rules as charge_due decide what each column says; stall_core.pair_status
+-- turns them into the verdict.
 WITH pairs AS (
     SELECT endpoint_id, queue FROM todos WHERE state = 'pending'
     UNION
@@ -224,10 +204,9 @@ WITH pairs AS (
 ),
 counts AS (
     SELECT t.endpoint_id, t.queue,
-           count(*) FILTER (WHERE t.delivery_id IS NULL OR d.verified) AS gated,
-           count(*) FILTER (WHERE t.delivery_id IS NOT NULL AND NOT d.verified) AS ungated
+           count(*) FILTER (WHERE {{passes_gate(t)}}) AS gated,
+           count(*) FILTER (WHERE NOT {{passes_gate(t)}}) AS ungated
       FROM todos t
-      LEFT JOIN deliveries d ON d.id = t.delivery_id
      WHERE t.state = 'pending'
      GROUP BY t.endpoint_id, t.queue
 )
@@ -235,23 +214,18 @@ SELECT p.endpoint_id, p.queue,
        coalesce(c.gated, 0) AS gated,
        coalesce(c.ungated, 0) AS ungated,
        o.id AS todo_id, o.created_at, o.title,
-       coalesce(e.state = 'active', false) AS endpoint_active,
-       EXISTS (SELECT 1 FROM notify_hooks h
-                WHERE h.endpoint_id = p.endpoint_id AND h.enabled
-                  AND (h.queues IS NULL OR p.queue = ANY (h.queues))) AS has_receiver,
-       (SELECT max(c.claimed_at) FROM stall_nudge_claims c
-         WHERE c.endpoint_id = p.endpoint_id AND c.queue = p.queue) AS unabsorbed_claim_at,
+       {{endpoint_active(p.endpoint_id)}} AS endpoint_active,
+       {{has_receiver(p.endpoint_id, p.queue)}} AS has_receiver,
+       {{unabsorbed_claim_at(p.endpoint_id, p.queue)}} AS unabsorbed_claim_at,
        r.nudges, r.last_nudged_at
   FROM pairs p
   LEFT JOIN counts c ON c.endpoint_id = p.endpoint_id AND c.queue = p.queue
-  LEFT JOIN endpoints e ON e.id = p.endpoint_id
   LEFT JOIN queue_stall_nudges r ON r.endpoint_id = p.endpoint_id AND r.queue = p.queue
   LEFT JOIN LATERAL (
         SELECT t.id, t.created_at, t.title
           FROM todos t
-          LEFT JOIN deliveries d ON d.id = t.delivery_id
          WHERE t.endpoint_id = p.endpoint_id AND t.queue = p.queue AND t.state = 'pending'
-           AND (t.delivery_id IS NULL OR d.verified)
+           AND {{passes_gate(t)}}
          ORDER BY t.created_at, t.id COLLATE "C"
          LIMIT 1) o ON true
  ORDER BY p.endpoint_id COLLATE "C", p.queue COLLATE "C";
