@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 import aiohttp
 from aiohttp import web
 
-from adapters.http import CREATED, HookDispatcher, MemoryHooks, parse_secret, signed_headers
-from adapters.memory import MemoryBoard
+from adapters.http import CREATED, HookDispatcher, parse_secret, signed_headers
+from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import TodoRef
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()

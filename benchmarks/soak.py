@@ -67,8 +67,8 @@ import attrs
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from adapters.http import HookDispatcher, PostgresHooks
-from adapters.postgres import DATABASE_ERRORS, PostgresHost, PostgresLedger, migrate
+from adapters.http import HookDispatcher
+from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresHost, PostgresLedger, migrate
 from stall_core import Nudge, TodoRef, WakeError
 
 if __package__ in (None, ""):  # run as `python benchmarks/soak.py`: the repository is the root

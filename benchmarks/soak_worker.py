@@ -38,8 +38,8 @@ from typing import IO
 
 import asyncpg
 
-from adapters.http import DeliveryPolicy, HookDispatcher, PostgresHooks
-from adapters.postgres import DATABASE_ERRORS, PostgresLedger
+from adapters.http import DeliveryPolicy, HookDispatcher
+from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger
 from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.

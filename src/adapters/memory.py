@@ -20,6 +20,9 @@ import attrs
 from stall_core import (
     ChargeOutcome,
     Clock,
+    HookDirectory,
+    HookHealth,
+    HookTarget,
     LedgerPort,
     LedgerRow,
     Nudge,
@@ -42,6 +45,7 @@ __all__ = [
     "Endpoint",
     "Hook",
     "MemoryBoard",
+    "MemoryHooks",
     "RecordingWake",
     "Ring",
     "Todo",
@@ -484,6 +488,39 @@ class RecordingWake:
         return receipt
 
 
-def _conforms(board: MemoryBoard, wake: RecordingWake) -> tuple[LedgerPort, WakePort]:
+def _target(hook: Hook) -> HookTarget:
+    return HookTarget(id=hook.id, endpoint_id=hook.endpoint_id, url=hook.url, secret=hook.secret)
+
+
+class MemoryHooks:
+    """The hook directory (a core port) over a ``MemoryBoard``; each verb applies at once."""
+
+    def __init__(self, board: MemoryBoard) -> None:
+        self._board = board
+
+    async def hooks_covering(self, endpoint_id: str, queue: str) -> tuple[HookTarget, ...]:
+        return tuple(_target(hook) for hook in self._board.hooks_covering(endpoint_id, queue))
+
+    async def record_success(self, hook_id: str) -> None:
+        try:
+            self._board.record_hook_delivery(hook_id, ok=True)
+        except BoardError:
+            return  # the hook was deleted while its message was in flight
+
+    async def record_failure(
+        self, hook_id: str, *, at: datetime, reason: str, disable_after: int
+    ) -> HookHealth | None:
+        try:
+            hook = self._board.record_hook_delivery(hook_id, ok=False)
+        except BoardError:
+            return None
+        if hook.enabled and hook.consecutive_failures >= disable_after:
+            hook = self._board.set_hook_enabled(hook_id, False, at=at, reason=reason)
+        return HookHealth(consecutive_failures=hook.consecutive_failures, enabled=hook.enabled)
+
+
+def _conforms(
+    board: MemoryBoard, wake: RecordingWake, hooks: MemoryHooks
+) -> tuple[LedgerPort, WakePort, HookDirectory]:
     """mypy checks here that the memory adapters satisfy the core's ports."""
-    return board, wake
+    return board, wake, hooks

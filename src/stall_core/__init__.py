@@ -28,12 +28,14 @@ from ._decide import (
     starts_over,
 )
 from ._policy import PacingPolicy
-from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
+from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
 from ._sweeper import Clock, Sweeper, TickReport
 from ._values import (
     QUARANTINE_QUEUE,
     ChargeOutcome,
+    HookHealth,
+    HookTarget,
     LedgerRow,
     Nudge,
     PairKey,
@@ -64,6 +66,9 @@ __all__ = [
     "ConsumerKind",
     "Decision",
     "Drain",
+    "HookDirectory",
+    "HookHealth",
+    "HookTarget",
     "Idle",
     "IdleReason",
     "LedgerError",

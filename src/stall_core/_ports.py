@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
+from datetime import datetime
 from typing import Protocol
 
 from ._policy import PacingPolicy
-from ._values import ChargeOutcome, Nudge
+from ._values import ChargeOutcome, HookHealth, HookTarget, Nudge
 
-__all__ = ["LedgerError", "LedgerPort", "WakeError", "WakePort", "WakeReceipt"]
+__all__ = ["HookDirectory", "LedgerError", "LedgerPort", "WakeError", "WakePort", "WakeReceipt"]
 
 #: Resolves once a wake's fate is known: True when at least one receiver
 #: answered 2xx, False when none did (every attempt failed or the transport
@@ -68,5 +69,28 @@ class WakePort(Protocol):
         charged it. Raises ``WakeError`` when the transport cannot take the
         nudge at all; otherwise the receipt tells, later, whether it reached
         a receiver.
+        """
+        ...
+
+
+class HookDirectory(Protocol):
+    """The host's notify hooks, as the dispatcher needs them."""
+
+    async def hooks_covering(self, endpoint_id: str, queue: str) -> Sequence[HookTarget]:
+        """The endpoint's enabled hooks whose queue filter covers ``queue`` (None = all), by id."""
+        ...
+
+    async def record_success(self, hook_id: str) -> None:
+        """Book a delivered message: the consecutive failure count goes back to 0."""
+        ...
+
+    async def record_failure(
+        self, hook_id: str, *, at: datetime, reason: str, disable_after: int
+    ) -> HookHealth | None:
+        """Book a failed delivery atomically; the ``disable_after``-th in a row disables the hook.
+
+        Disabling sets ``enabled`` false, ``disabled_at = at`` and
+        ``disabled_reason = reason``; an already disabled hook keeps its
+        original reason and time. Returns None when the hook no longer exists.
         """
         ...

@@ -9,6 +9,8 @@ import attrs
 __all__ = [
     "QUARANTINE_QUEUE",
     "ChargeOutcome",
+    "HookHealth",
+    "HookTarget",
     "LedgerRow",
     "Nudge",
     "PairKey",
@@ -132,3 +134,21 @@ class ChargeOutcome:
     charged: tuple[Nudge, ...] = ()
     deleted: tuple[PairKey, ...] = ()
     skipped: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class HookTarget:
+    """One enabled hook to deliver to; its URL and secret stay out of reprs and logs."""
+
+    id: str
+    endpoint_id: str
+    url: str = attrs.field(repr=False)
+    secret: str = attrs.field(repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class HookHealth:
+    """A hook's standing after a failure was booked."""
+
+    consecutive_failures: int
+    enabled: bool

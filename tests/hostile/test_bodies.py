@@ -8,8 +8,8 @@ from datetime import timedelta
 import attrs
 from aiohttp import web
 
-from adapters.http import CREATED, DeliveryPolicy, HookDispatcher, MemoryHooks
-from adapters.memory import MemoryBoard
+from adapters.http import CREATED, DeliveryPolicy, HookDispatcher
+from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import TodoRef
 from tests.http.conftest import FAST, SECRET, Received, Receiver
 from tests.support import T0, FakeClock

@@ -18,12 +18,11 @@ from adapters.http import (
     DeliveryPolicy,
     HookDispatcher,
     MalformedSecret,
-    PostgresHooks,
     UnsupportedUrl,
     parse_secret,
     safe_url,
 )
-from adapters.postgres import PostgresHost, PostgresLedger
+from adapters.postgres import PostgresHooks, PostgresHost, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock

@@ -13,8 +13,8 @@ from standardwebhooks.webhooks import Webhook
 
 from adapters.cli._json import dumps
 from adapters.cli._status import render_table
-from adapters.http import DeliveryPolicy, HookDispatcher, PostgresHooks
-from adapters.postgres import HostError, PostgresHost, PostgresLedger
+from adapters.http import DeliveryPolicy, HookDispatcher
+from adapters.postgres import HostError, PostgresHooks, PostgresHost, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from adapters.http import DeliveryPolicy, HookDispatcher, MemoryHooks
-from adapters.memory import BoardError, MemoryBoard
+from adapters.http import DeliveryPolicy, HookDispatcher
+from adapters.memory import BoardError, MemoryBoard, MemoryHooks
 from tests.support import FakeClock
 
 #: Retries in milliseconds so tests only wait for what real retries need.

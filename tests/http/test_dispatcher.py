@@ -13,16 +13,9 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from adapters.http import (
-    CREATED,
-    HookDispatcher,
-    HookHealth,
-    HookTarget,
-    MemoryHooks,
-    decode_message,
-)
-from adapters.memory import MemoryBoard
-from stall_core import Nudge, TodoRef, WakeError
+from adapters.http import CREATED, HookDispatcher, decode_message
+from adapters.memory import MemoryBoard, MemoryHooks
+from stall_core import HookHealth, HookTarget, Nudge, TodoRef, WakeError
 from tests.support import T0, FakeClock
 
 from .conftest import FAST, OTHER_SECRET, PATIENCE, SECRET, Received, Receiver

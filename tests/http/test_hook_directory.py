@@ -10,9 +10,9 @@ from typing import Protocol
 import asyncpg
 import pytest
 
-from adapters.http import HookDirectory, HookHealth, MemoryHooks, PostgresHooks
-from adapters.memory import MemoryBoard
-from adapters.postgres import PostgresHost
+from adapters.memory import MemoryBoard, MemoryHooks
+from adapters.postgres import PostgresHooks, PostgresHost
+from stall_core import HookDirectory, HookHealth
 from tests.support import T0, FakeClock
 
 from .conftest import SECRET

@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from adapters.http import CREATED, HookDispatcher, PostgresHooks
-from adapters.postgres import HostError, PostgresHost, PostgresLedger
+from adapters.http import CREATED, HookDispatcher
+from adapters.postgres import HostError, PostgresHooks, PostgresHost, PostgresLedger
 from stall_core import PacingPolicy, Sweeper, TodoRef
 from tests.support import T0, FakeClock
 

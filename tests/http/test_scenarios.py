@@ -9,8 +9,8 @@ import attrs
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from adapters.http import CREATED, HookDispatcher, MemoryHooks
-from adapters.memory import MemoryBoard
+from adapters.http import CREATED, HookDispatcher
+from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
 from tests.support import T0, FakeClock
 

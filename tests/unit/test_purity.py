@@ -114,3 +114,34 @@ def test_importing_the_core_loads_no_adapter_or_driver() -> None:
     )
 
     assert "[]" == result.stdout.strip()
+
+
+ADAPTERS = CORE.parent / "adapters"
+#: Each adapter follows one technology line; only the CLI, the composition root, wires them.
+TECHNOLOGY = {"memory": set(), "postgres": {"asyncpg"}, "http": {"aiohttp"}}
+
+
+def adapter_of(path: Path) -> str:
+    return path.relative_to(ADAPTERS).parts[0].removesuffix(".py")
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in ADAPTERS.rglob("*.py") if adapter_of(p) in TECHNOLOGY),
+    ids=lambda p: str(p.relative_to(ADAPTERS)),
+)
+def test_no_adapter_imports_another_or_another_technology(path: Path) -> None:
+    """memory, postgres and http import neither each other nor another adapter's driver."""
+    own = adapter_of(path)
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module)
+    others = {f"adapters.{name}" for name in TECHNOLOGY if name != own} | {"adapters.cli"}
+    drivers = set().union(*TECHNOLOGY.values()) - TECHNOLOGY[own]
+    crossing = {
+        m for m in modules if m.partition(".")[0] in drivers or any(m.startswith(o) for o in others)
+    }
+    assert set() == crossing

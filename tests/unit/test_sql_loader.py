@@ -83,7 +83,7 @@ def test_text_without_headers_holds_no_queries() -> None:
         ("adapters.postgres", "ledger.sql"),
         ("adapters.postgres", "host.sql"),
         ("adapters.postgres", "migrate.sql"),
-        ("adapters.http", "hooks.sql"),
+        ("adapters.postgres", "hooks.sql"),
     ],
 )
 def test_every_packaged_query_is_named_and_described(package: str, filename: str) -> None:
@@ -103,7 +103,7 @@ def test_the_ledger_queries_the_adapter_runs_exist() -> None:
 def test_the_hook_directory_queries_exist() -> None:
     """hooks.sql names the three queries the Postgres hook directory runs."""
     assert {"hooks_covering", "record_failure", "record_success"} == set(
-        queries("adapters.http", "hooks.sql")
+        queries("adapters.postgres", "hooks.sql")
     )
 
 

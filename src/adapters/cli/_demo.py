@@ -25,10 +25,11 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from adapters.http import HookDispatcher, PostgresHooks, parse_secret, sign
+from adapters.http import HookDispatcher, parse_secret, sign
 from adapters.postgres import (
     DATABASE_ERRORS,
     EmbeddedUnavailable,
+    PostgresHooks,
     PostgresHost,
     PostgresLedger,
     create_database,

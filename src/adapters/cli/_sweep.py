@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from adapters.http import DispatchStats, HookDispatcher, PostgresHooks
-from adapters.postgres import HOST_TABLES, PostgresLedger, missing_tables
+from adapters.http import DispatchStats, HookDispatcher
+from adapters.postgres import HOST_TABLES, PostgresHooks, PostgresLedger, missing_tables
 from stall_core import LedgerError, Sweeper, TickReport
 
 from ._common import CliError, add_dsn_argument, open_pool, positive_float, resolve_dsn

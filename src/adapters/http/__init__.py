@@ -2,12 +2,12 @@
 
 ``HookDispatcher`` is the ``stall_core.WakePort`` the sweep drives, and the
 one path for the host's ``created`` and ``requeued`` wakes too. It finds
-hooks through a ``HookDirectory``: ``MemoryHooks`` over the memory board, or
-``PostgresHooks`` over the host's ``notify_hooks`` table. docs/wake-contract.md
-is the consumer's side of the contract.
+hooks through a ``stall_core.HookDirectory``: ``adapters.memory.MemoryHooks``
+over the memory board, or ``adapters.postgres.PostgresHooks`` over the host's
+``notify_hooks`` table (the composition root picks one).
+docs/wake-contract.md is the consumer's side of the contract.
 """
 
-from ._directory import HookDirectory, HookHealth, HookTarget, MemoryHooks
 from ._dispatcher import DispatchStats, HookDispatcher
 from ._message import (
     CREATED,
@@ -20,7 +20,6 @@ from ._message import (
     encode_message,
 )
 from ._policy import DeliveryPolicy
-from ._postgres import PostgresHooks
 from ._signing import (
     HookRefused,
     MalformedSecret,
@@ -37,14 +36,9 @@ __all__ = [
     "STALLED",
     "DeliveryPolicy",
     "DispatchStats",
-    "HookDirectory",
     "HookDispatcher",
-    "HookHealth",
     "HookRefused",
-    "HookTarget",
     "MalformedSecret",
-    "MemoryHooks",
-    "PostgresHooks",
     "ReadyMessage",
     "ReadyMeta",
     "ReadyTodo",

@@ -34,9 +34,17 @@ from typing import Self
 import aiohttp
 import attrs
 
-from stall_core import Nudge, TodoRef, WakeError, WakePort, WakeReceipt, aware
+from stall_core import (
+    HookDirectory,
+    HookTarget,
+    Nudge,
+    TodoRef,
+    WakeError,
+    WakePort,
+    WakeReceipt,
+    aware,
+)
 
-from ._directory import HookDirectory, HookTarget
 from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
 from ._policy import DeliveryPolicy
 from ._retry import is_delivered, is_retryable, parse_retry_after, retry_delay

@@ -3,6 +3,7 @@
 from ._admin import create_database, drop_database, with_database
 from ._embedded import EmbeddedUnavailable, embedded_postgres
 from ._errors import DATABASE_ERRORS, describe
+from ._hooks import PostgresHooks
 from ._host import HostError, PostgresHost
 from ._ledger import TICK_LOCK_KEY, PostgresLedger
 from ._migrate import (
@@ -27,6 +28,7 @@ __all__ = [
     "HostError",
     "MigrationReport",
     "MissingHostTables",
+    "PostgresHooks",
     "PostgresHost",
     "PostgresLedger",
     "create_database",

@@ -3,12 +3,10 @@
 
 -- name: hooks_covering
 -- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
-SELECT id, endpoint_id, url, secret
-FROM notify_hooks
-WHERE endpoint_id = $1
-  AND enabled
-  AND (queues IS NULL OR $2 = ANY (queues))
-ORDER BY id;
+SELECT h.id, h.endpoint_id, h.url, h.secret
+  FROM notify_hooks h
+ WHERE {{covers(h, $1, $2)}}
+ ORDER BY h.id;
 
 -- name: record_success
 -- Reset a hook's consecutive failure count after a delivered message.

@@ -1,4 +1,4 @@
-"""The hook directory over the host's ``notify_hooks`` table, through an asyncpg pool.
+"""The hook directory (a core port) over the host's ``notify_hooks`` table, through asyncpg.
 
 Each verb is one statement, so two instances booking failures for the same
 hook never lose a count and disable it exactly once.
@@ -11,12 +11,11 @@ from datetime import datetime
 import asyncpg
 
 from adapters._sql import queries
-
-from ._directory import HookDirectory, HookHealth, HookTarget
+from stall_core import HookDirectory, HookHealth, HookTarget
 
 __all__ = ["PostgresHooks"]
 
-_SQL = queries("adapters.http", "hooks.sql")
+_SQL = queries("adapters.postgres", "hooks.sql")
 
 
 class PostgresHooks:
