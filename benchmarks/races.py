@@ -152,16 +152,16 @@ from typing import Any
 import asyncpg
 import attrs
 
-from adapters.postgres import (
+from adapters.postgres import migrate
+from stall_core import PacingPolicy
+from stall_testing import (
     PostgresHost,
     create_database,
     drop_database,
     embedded_postgres,
-    migrate,
     with_database,
 )
-from adapters.postgres._host import _SQL as HOST_SQL
-from stall_core import PacingPolicy
+from stall_testing._host import _SQL as HOST_SQL
 
 if __package__ in (None, ""):  # run as `python benchmarks/races.py`: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

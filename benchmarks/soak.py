@@ -68,8 +68,9 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from adapters.http import HookDispatcher
-from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresHost, PostgresLedger, migrate
+from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, migrate
 from stall_core import Nudge, TodoRef, WakeError
+from stall_testing import PostgresHost
 
 if __package__ in (None, ""):  # run as `python benchmarks/soak.py`: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -41,16 +41,10 @@ from typing import Any
 import asyncpg
 
 from adapters._sql import queries
-from adapters.postgres import (
-    PostgresLedger,
-    create_database,
-    drop_database,
-    embedded_postgres,
-    migrate,
-    with_database,
-)
+from adapters.postgres import PostgresLedger, migrate
 from adapters.postgres._ledger import charge_due_parameters
 from stall_core import PacingPolicy
+from stall_testing import create_database, drop_database, embedded_postgres, with_database
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from adapters.postgres import create_database, drop_database, embedded_postgres, with_database
+from stall_testing import create_database, drop_database, embedded_postgres, with_database
 
 
 @contextmanager

@@ -8,7 +8,6 @@ verb either applies whole or raises ``BoardError`` with nothing changed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -30,9 +29,6 @@ from stall_core import (
     PairKey,
     PairState,
     TodoRef,
-    WakeError,
-    WakePort,
-    WakeReceipt,
     aware,
     charge_row,
     plan_tick,
@@ -46,7 +42,6 @@ __all__ = [
     "Hook",
     "MemoryBoard",
     "MemoryHooks",
-    "RecordingWake",
     "Ring",
     "Todo",
 ]
@@ -463,31 +458,6 @@ def _queues(queues: Iterable[str] | None) -> tuple[str, ...] | None:
     return tuple(queues)
 
 
-@attrs.define
-class RecordingWake:
-    """A WakePort that records every nudge it is handed.
-
-    ``sent`` holds the nudges that reached a receiver. Set ``refuse`` to
-    make the transport refuse outright (``refused``), or ``reach`` to False
-    to accept nudges that then reach nobody (``lost``), as a dead receiver's.
-    """
-
-    sent: list[Nudge] = attrs.field(factory=list)
-    refused: list[Nudge] = attrs.field(factory=list)
-    lost: list[Nudge] = attrs.field(factory=list)
-    refuse: bool = False
-    reach: bool = True
-
-    async def wake(self, nudge: Nudge) -> WakeReceipt:
-        if self.refuse:
-            self.refused.append(nudge)
-            raise WakeError(f"wake refused for {nudge.endpoint_id}/{nudge.queue}")
-        (self.sent if self.reach else self.lost).append(nudge)
-        receipt: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        receipt.set_result(self.reach)
-        return receipt
-
-
 def _target(hook: Hook) -> HookTarget:
     return HookTarget(id=hook.id, endpoint_id=hook.endpoint_id, url=hook.url, secret=hook.secret)
 
@@ -519,8 +489,6 @@ class MemoryHooks:
         return HookHealth(consecutive_failures=hook.consecutive_failures, enabled=hook.enabled)
 
 
-def _conforms(
-    board: MemoryBoard, wake: RecordingWake, hooks: MemoryHooks
-) -> tuple[LedgerPort, WakePort, HookDirectory]:
+def _conforms(board: MemoryBoard, hooks: MemoryHooks) -> tuple[LedgerPort, HookDirectory]:
     """mypy checks here that the memory adapters satisfy the core's ports."""
-    return board, wake, hooks
+    return board, hooks

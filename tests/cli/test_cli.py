@@ -15,7 +15,8 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from adapters.postgres import PostgresHost, PostgresLedger
+from adapters.postgres import PostgresLedger
+from stall_testing import PostgresHost
 from tests import pg
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

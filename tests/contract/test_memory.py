@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import MemoryDriver
-from .scenarios import LedgerContract
+from stall_testing import MemoryDriver
+from stall_testing.contract import LedgerContract
 
 
 class TestMemoryLedger(LedgerContract):

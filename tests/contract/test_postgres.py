@@ -4,85 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import asyncpg
 import pytest
 
-from adapters.memory import RecordingWake, Todo
-from adapters.postgres import HostError, PostgresHost, PostgresLedger, migrate
+from adapters.postgres import PostgresLedger, migrate
 from stall_core import (
     ChargeOutcome,
     LedgerError,
     LedgerPort,
-    LedgerRow,
     Nudge,
     PacingPolicy,
-    PairKey,
     Sweeper,
 )
+from stall_testing import HostError, PostgresDriver, RecordingWake
+from stall_testing.contract import LedgerContract, stalled_queue, sweep
 from tests.support import T0, FakeClock, minutes
 
-from .driver import INERT_HOOK_SECRET, INERT_HOOK_URL
 from .pgboard import host_rows, listening
-from .scenarios import LedgerContract, stalled_queue, sweep
-
-
-class PostgresDriver(PostgresHost):
-    """The reference host verbs and PostgresLedger behind the driver interface.
-
-    The ledger decides on ``clock`` instead of the database's clock, so
-    scenarios can move time; claims are stamped with it too.
-    """
-
-    def __init__(self, pool: asyncpg.Pool, clock: FakeClock | None = None) -> None:
-        super().__init__(pool)
-        self.pool = pool
-        self._clock = clock if clock is not None else FakeClock()
-        self._ledger = PostgresLedger(pool, clock=self._clock)
-
-    @property
-    def ledger(self) -> LedgerPort:
-        return self._ledger
-
-    @property
-    def clock(self) -> FakeClock:
-        return self._clock
-
-    def hold_tick(self) -> AbstractAsyncContextManager[None]:
-        return self._ledger.hold_tick()
-
-    async def claim(  # type: ignore[override]
-        self, todo_id: str, *, owner: str, at: datetime | None = None
-    ) -> None:
-        """Claim, stamped with the ledger's clock unless ``at`` is given (the database's, live)."""
-        await super().claim(todo_id, owner=owner, at=self._clock() if at is None else at)
-
-    async def add_hook(  # type: ignore[override]
-        self,
-        hook_id: str,
-        *,
-        endpoint_id: str,
-        queues: Iterable[str] | None = None,
-        enabled: bool = True,
-    ) -> None:
-        """A hook no delivery reaches: the ledger scenarios never send."""
-        await super().add_hook(
-            hook_id,
-            endpoint_id=endpoint_id,
-            url=INERT_HOOK_URL,
-            secret=INERT_HOOK_SECRET,
-            queues=queues,
-            enabled=enabled,
-        )
-
-    async def todos(self) -> Mapping[str, Todo]:  # type: ignore[override]
-        return {key: Todo(**row) for key, row in (await super().todos()).items()}  # type: ignore[arg-type]
-
-    async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
-        return await self._ledger.ledger_rows()
 
 
 @pytest.mark.postgres

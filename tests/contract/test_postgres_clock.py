@@ -20,9 +20,9 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from adapters.memory import RecordingWake
-from adapters.postgres import PostgresHost, PostgresLedger
+from adapters.postgres import PostgresLedger
 from stall_core import LedgerError, Nudge, PacingPolicy, Sweeper, TodoRef
+from stall_testing import PostgresHost, RecordingWake
 from tests.support import T0, FakeClock
 
 from .proxy import BlackHoleProxy

@@ -24,11 +24,9 @@ from hypothesis import strategies as st
 from adapters.memory import MemoryBoard
 from adapters.postgres import PostgresLedger
 from stall_core import PacingPolicy, PairKey, Verdict
+from stall_testing import MemoryDriver, PostgresDriver
 from tests import pg
 from tests.support import T0, FakeClock
-
-from .driver import MemoryDriver
-from .test_postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 

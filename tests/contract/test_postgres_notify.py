@@ -15,14 +15,13 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from adapters.memory import RecordingWake
-from adapters.postgres import PostgresHost, PostgresLedger
+from adapters.postgres import PostgresLedger
 from stall_core import PacingPolicy, Sweeper
+from stall_testing import PostgresDriver, PostgresHost, RecordingWake
+from stall_testing.contract import stalled_queue
 from tests.support import T0, FakeClock, minutes
 
 from .pgboard import listening
-from .scenarios import stalled_queue
-from .test_postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 

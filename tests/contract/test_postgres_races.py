@@ -21,7 +21,6 @@ from contextlib import asynccontextmanager
 import asyncpg
 import pytest
 
-from adapters.memory import RecordingWake
 from adapters.postgres import PostgresLedger
 from adapters.postgres._ledger import _SQL, charge_due_parameters, charge_outcome
 from stall_core import (
@@ -33,10 +32,9 @@ from stall_core import (
     Sweeper,
     TickReport,
 )
+from stall_testing import PostgresDriver, RecordingWake
+from stall_testing.contract import stalled_queue
 from tests.support import T0, FakeClock, minutes
-
-from .scenarios import stalled_queue
-from .test_postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 

@@ -9,9 +9,7 @@ import asyncpg
 import pytest
 
 from stall_core import PacingPolicy
-
-from .driver import MemoryDriver
-from .test_postgres import PostgresDriver
+from stall_testing import MemoryDriver, PostgresDriver
 
 pytestmark = pytest.mark.postgres
 

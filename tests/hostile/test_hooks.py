@@ -22,8 +22,9 @@ from adapters.http import (
     parse_secret,
     safe_url,
 )
-from adapters.postgres import PostgresHooks, PostgresHost, PostgresLedger
+from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
+from stall_testing import PostgresHost
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock
 

@@ -14,8 +14,9 @@ from standardwebhooks.webhooks import Webhook
 from adapters.cli._json import dumps
 from adapters.cli._status import render_table
 from adapters.http import DeliveryPolicy, HookDispatcher
-from adapters.postgres import HostError, PostgresHooks, PostgresHost, PostgresLedger
+from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
+from stall_testing import HostError, PostgresHost
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock
 

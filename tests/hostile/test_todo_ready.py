@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.postgres import TODO_READY_CHANNEL, PostgresHost, parse_todo_ready
+from stall_testing import TODO_READY_CHANNEL, PostgresHost, parse_todo_ready
 from tests.support import T0
 
 ANYTHING = st.one_of(

@@ -11,8 +11,9 @@ import asyncpg
 import pytest
 
 from adapters.memory import MemoryBoard, MemoryHooks
-from adapters.postgres import PostgresHooks, PostgresHost
+from adapters.postgres import PostgresHooks
 from stall_core import HookDirectory, HookHealth
+from stall_testing import PostgresHost
 from tests.support import T0, FakeClock
 
 from .conftest import SECRET

@@ -10,8 +10,9 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from adapters.http import CREATED, HookDispatcher
-from adapters.postgres import HostError, PostgresHooks, PostgresHost, PostgresLedger
+from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import PacingPolicy, Sweeper, TodoRef
+from stall_testing import HostError, PostgresHost
 from tests.support import T0, FakeClock
 
 from .conftest import FAST, SECRET, Received, Receiver

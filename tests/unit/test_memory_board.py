@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from adapters.memory import BoardError, MemoryBoard, RecordingWake
+from adapters.memory import BoardError, MemoryBoard
 from stall_core import PacingPolicy, PairState, TodoRef, WakeError
+from stall_testing import RecordingWake
 from tests.support import T0, FakeClock, minutes
 
 POLICY = PacingPolicy()

@@ -28,7 +28,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from adapters.memory import MemoryBoard, RecordingWake, Todo
+from adapters.memory import MemoryBoard, Todo
 from stall_core import (
     QUARANTINE_QUEUE,
     Charge,
@@ -46,6 +46,7 @@ from stall_core import (
     decide,
     plan_tick,
 )
+from stall_testing import RecordingWake
 from tests.support import T0, minutes
 
 ENDPOINTS = ("a", "b", "é")

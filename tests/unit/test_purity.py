@@ -145,3 +145,13 @@ def test_no_adapter_imports_another_or_another_technology(path: Path) -> None:
         m for m in modules if m.partition(".")[0] in drivers or any(m.startswith(o) for o in others)
     }
     assert set() == crossing
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*MODULES, *(p for p in ADAPTERS.rglob("*.py") if adapter_of(p) != "cli")]),
+    ids=lambda p: str(p.relative_to(CORE.parent)),
+)
+def test_production_code_never_imports_the_test_support(path: Path) -> None:
+    """stall_core and the adapters (the CLI's demo aside) never import stall_testing."""
+    assert "stall_testing" not in imported_roots(path)

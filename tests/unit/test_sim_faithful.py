@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from adapters.memory import MemoryBoard, RecordingWake
+from adapters.memory import MemoryBoard
 from stall_core import Nudge, PacingPolicy, Sweeper
 from stall_core.sim import (
     Bursts,
@@ -21,6 +21,7 @@ from stall_core.sim import (
     SimResult,
     simulate,
 )
+from stall_testing import RecordingWake
 
 #: (time, endpoint, queue, todo, nudge number): what the faithfulness test compares.
 NudgeRow = tuple[datetime, str, str, str, int]

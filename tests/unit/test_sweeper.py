@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from adapters.memory import MemoryBoard, RecordingWake
+from adapters.memory import MemoryBoard
 from stall_core import (
     ChargeOutcome,
     LedgerError,
@@ -22,6 +22,7 @@ from stall_core import (
     WakeError,
     WakeReceipt,
 )
+from stall_testing import RecordingWake
 from tests.support import T0, FakeClock, minutes
 
 

@@ -26,20 +26,16 @@ import asyncpg
 from aiohttp import web
 
 from adapters.http import HookDispatcher, parse_secret, sign
-from adapters.postgres import (
-    DATABASE_ERRORS,
+from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, describe, migrate
+from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
+from stall_testing import (
     EmbeddedUnavailable,
-    PostgresHooks,
     PostgresHost,
-    PostgresLedger,
     create_database,
-    describe,
     drop_database,
     embedded_postgres,
-    migrate,
     with_database,
 )
-from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
 
 from ._common import CliError, open_pool
 

@@ -1,10 +1,11 @@
-"""The Postgres adapters: the nudge ledger, its migration and the reference host verbs."""
+"""The Postgres adapters: the nudge ledger, the hook directory and the migration.
 
-from ._admin import create_database, drop_database, with_database
-from ._embedded import EmbeddedUnavailable, embedded_postgres
+Test support (the reference host's verbs, throwaway databases, the embedded
+server) lives in ``stall_testing``, not here.
+"""
+
 from ._errors import DATABASE_ERRORS, describe
 from ._hooks import PostgresHooks
-from ._host import HostError, PostgresHost
 from ._ledger import TICK_LOCK_KEY, PostgresLedger
 from ._migrate import (
     CLAIMS_TABLE,
@@ -15,7 +16,6 @@ from ._migrate import (
     migrate,
     missing_tables,
 )
-from ._notify import TODO_READY_CHANNEL, parse_todo_ready
 
 __all__ = [
     "CLAIMS_TABLE",
@@ -23,20 +23,11 @@ __all__ = [
     "HOST_TABLES",
     "LEDGER_TABLE",
     "TICK_LOCK_KEY",
-    "TODO_READY_CHANNEL",
-    "EmbeddedUnavailable",
-    "HostError",
     "MigrationReport",
     "MissingHostTables",
     "PostgresHooks",
-    "PostgresHost",
     "PostgresLedger",
-    "create_database",
     "describe",
-    "drop_database",
-    "embedded_postgres",
     "migrate",
     "missing_tables",
-    "parse_todo_ready",
-    "with_database",
 ]

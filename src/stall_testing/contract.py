@@ -1,9 +1,11 @@
 """SPEC-0038 ledger scenarios, written once and run against every LedgerPort.
 
 A backend joins the suite with a three-line subclass of ``LedgerContract``
-that provides the ``driver`` fixture (see test_memory.py and
-test_postgres.py). Scenarios speak only the ``BoardDriver`` interface and
-never branch on the backend.
+that provides the ``driver`` fixture, a ``BoardDriver`` (the project's own
+tests/contract/test_memory.py and test_postgres.py do exactly that).
+Scenarios speak only the ``BoardDriver`` interface and never branch on the
+backend. The scenarios need pytest, pytest-asyncio and time-machine (the
+``test`` extra); docs/host-schema.md says how to run them against your host.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-import time_machine
-
-from adapters.memory import RecordingWake
 from stall_core import PacingPolicy, Sweeper, TickReport
-from tests.support import T0, FakeClock, minutes
 
-from .driver import BoardDriver
+from ._clock import T0, FakeClock
+from ._driver import BoardDriver
+from ._wake import RecordingWake
+
+__all__ = ["POLICY", "LedgerContract", "stalled_queue", "sweep"]
 
 POLICY = PacingPolicy()
+
+
+def minutes(n: float) -> timedelta:
+    return timedelta(minutes=n)
 
 
 async def sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickReport:
@@ -172,7 +178,7 @@ class LedgerContract:
         await stalled_queue(driver, todos=2)
         clock = FakeClock(T0 + minutes(3))
         wake = RecordingWake()
-        fired = []
+        fired: list[tuple[int, timedelta]] = []
         # Tick every minute for two days, recording when each nudge fired.
         while clock.now < T0 + timedelta(days=2):
             report = await sweep(driver, clock.now, wake)
@@ -410,6 +416,8 @@ class LedgerContract:
         for step, skew in enumerate((90, -10, 90, -10, 0, 90)):
             if step == 2:
                 await driver.claim(ids[0], owner="consumer", at=driver.clock())
+            import time_machine  # the test extra's; only this scenario needs it
+
             real = datetime.now(UTC)
             with time_machine.travel(real + timedelta(seconds=skew), tick=True):
                 report = await sweep(driver, T0 + minutes(10) + timedelta(seconds=15 * step), wake)
@@ -462,7 +470,7 @@ class LedgerContract:
         await stalled_queue(driver)
         wake = RecordingWake(refuse=True)
         clock = FakeClock(T0 + minutes(3))
-        attempts = []
+        attempts: list[tuple[int, timedelta]] = []
         while clock.now < T0 + timedelta(days=2):
             if clock.now == T0 + minutes(20):
                 wake.refuse, wake.reach = False, False  # the queue frees, the receiver is down

@@ -1,4 +1,4 @@
-"""The reference host's verbs on Postgres: switchboard's side of the board.
+"""The reference host's verbs on Postgres (test support): switchboard's side of the board.
 
 The demo, the soak and the contract suite use it to create, claim and
 complete todos the way switchboard does, including the todo_ready NOTIFY.
@@ -19,7 +19,7 @@ from stall_core import aware
 
 __all__ = ["HostError", "PostgresHost"]
 
-_SQL = queries("adapters.postgres", "host.sql")
+_SQL = queries("stall_testing", "host.sql")
 
 
 class HostError(ValueError):

@@ -1,7 +1,9 @@
-"""The board a contract scenario drives: host verbs, the ledger, and inspection.
+"""The board a contract scenario drives: host verbs, the ledger under test, its clock.
 
-Every LedgerPort gets one driver; scenarios speak only this interface, so
-they never branch on the backend.
+Every LedgerPort gets one driver; scenarios speak only ``BoardDriver``, so
+they never branch on the backend. ``HostVerbs`` is what both reference
+hosts (the memory board, awaited, and ``PostgresHost``) offer; an embedder
+whose host has its own verbs implements ``BoardDriver`` over them.
 """
 
 from __future__ import annotations
@@ -11,30 +13,22 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Protocol
 
+import asyncpg
+
 from adapters.memory import MemoryBoard, Todo
+from adapters.postgres import PostgresLedger
 from stall_core import LedgerPort, LedgerRow, PairKey
-from tests.support import FakeClock
+
+from ._clock import FakeClock
+from ._host import PostgresHost
 
 #: Where the ledger scenarios' hooks point: nothing listens, and nothing is sent.
 INERT_HOOK_URL = "http://127.0.0.1:9/hook"
 INERT_HOOK_SECRET = "whsec_" + "A" * 32
 
 
-class BoardDriver(Protocol):
-    """Async host verbs over one backend, plus the ledger under test and its clock.
-
-    ``clock`` is the ledger's time authority (the database's clock in
-    production); scenarios move it to move time.
-    """
-
-    @property
-    def ledger(self) -> LedgerPort: ...
-    @property
-    def clock(self) -> FakeClock: ...
-
-    def hold_tick(self) -> AbstractAsyncContextManager[None]:
-        """Hold the fleet's tick as another instance mid-sweep would."""
-        ...
+class HostVerbs(Protocol):
+    """The host's verbs the scenarios use, awaited; hooks point where nothing listens."""
 
     async def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> None: ...
     async def set_endpoint_state(self, endpoint_id: str, state: str) -> None: ...
@@ -66,6 +60,24 @@ class BoardDriver(Protocol):
     async def requeue(self, todo_id: str) -> None: ...
     async def ring(self, todo_id: str, *, at: datetime) -> None: ...
     async def todos(self) -> Mapping[str, Todo]: ...
+
+
+class BoardDriver(HostVerbs, Protocol):
+    """Host verbs over one backend, plus the ledger under test and its clock.
+
+    ``clock`` is the ledger's time authority (the database's clock in
+    production); scenarios move it to move time.
+    """
+
+    @property
+    def ledger(self) -> LedgerPort: ...
+    @property
+    def clock(self) -> FakeClock: ...
+
+    def hold_tick(self) -> AbstractAsyncContextManager[None]:
+        """Hold the fleet's tick as another instance mid-sweep would."""
+        ...
+
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]: ...
 
 
@@ -121,3 +133,67 @@ class MemoryDriver:
 
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         return dict(self.board.ledger)
+
+
+class PostgresDriver(PostgresHost):
+    """The reference host verbs and PostgresLedger behind the driver interface.
+
+    The ledger decides on ``clock`` instead of the database's clock, so
+    scenarios can move time; claims are stamped with it too.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, clock: FakeClock | None = None) -> None:
+        super().__init__(pool)
+        self.pool = pool
+        self._clock = clock if clock is not None else FakeClock()
+        self._ledger = PostgresLedger(pool, clock=self._clock)
+
+    @property
+    def ledger(self) -> LedgerPort:
+        return self._ledger
+
+    @property
+    def clock(self) -> FakeClock:
+        return self._clock
+
+    def hold_tick(self) -> AbstractAsyncContextManager[None]:
+        return self._ledger.hold_tick()
+
+    async def claim(  # type: ignore[override]
+        self, todo_id: str, *, owner: str, at: datetime | None = None
+    ) -> None:
+        """Claim, stamped with the ledger's clock unless ``at`` is given (the database's, live)."""
+        await super().claim(todo_id, owner=owner, at=self._clock() if at is None else at)
+
+    async def add_hook(  # type: ignore[override]
+        self,
+        hook_id: str,
+        *,
+        endpoint_id: str,
+        queues: Iterable[str] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        """A hook no delivery reaches: the ledger scenarios never send."""
+        await super().add_hook(
+            hook_id,
+            endpoint_id=endpoint_id,
+            url=INERT_HOOK_URL,
+            secret=INERT_HOOK_SECRET,
+            queues=queues,
+            enabled=enabled,
+        )
+
+    async def todos(self) -> Mapping[str, Todo]:  # type: ignore[override]
+        return {key: Todo(**row) for key, row in (await super().todos()).items()}  # type: ignore[arg-type]
+
+    async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
+        return await self._ledger.ledger_rows()
+
+
+def _conforms(postgres: PostgresDriver) -> BoardDriver:
+    """mypy checks here that the Postgres host satisfies the driver the scenarios speak.
+
+    MemoryDriver forwards to the board's verbs at run time, which mypy cannot
+    follow; the contract suite runs every scenario through it.
+    """
+    return postgres

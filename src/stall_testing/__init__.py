@@ -1,0 +1,56 @@
+"""Test support for stall-nudge, not product: what a test of the sweep (ours or yours) needs.
+
+- ``FakeClock`` and ``T0``: the one test clock, a ledger's time authority
+  moved by hand (``MemoryBoard(clock=...)``, ``PostgresLedger(pool, clock=...)``).
+- ``RecordingWake``: a wake port that records what reached a receiver.
+- ``PostgresHost``: the reference host's verbs on the reference schema
+  (``stall-nudge migrate --host-schema``), as switchboard makes them.
+- ``HostVerbs`` / ``BoardDriver``: the verbs both reference hosts offer, and
+  the board the contract scenarios drive; ``MemoryDriver`` and
+  ``PostgresDriver`` implement it.
+- ``stall_testing.contract.LedgerContract``: the SPEC-0038 scenarios, run
+  against any driver (docs/host-schema.md, "Running the contract suite").
+- ``create_database``, ``drop_database``, ``with_database``,
+  ``embedded_postgres``: throwaway databases and a throwaway server.
+- ``parse_todo_ready``: a tolerant reader of the ``todo_ready`` payload, for
+  a host's LISTEN loop and its tests.
+
+Production code (``stall_core``, ``adapters``) never imports this package;
+only the CLI's demo does, to play the reported case on a reference host.
+"""
+
+from ._clock import T0, FakeClock
+from ._databases import create_database, drop_database, with_database
+from ._driver import (
+    INERT_HOOK_SECRET,
+    INERT_HOOK_URL,
+    BoardDriver,
+    HostVerbs,
+    MemoryDriver,
+    PostgresDriver,
+)
+from ._embedded import EmbeddedUnavailable, embedded_postgres
+from ._host import HostError, PostgresHost
+from ._notify import TODO_READY_CHANNEL, parse_todo_ready
+from ._wake import RecordingWake
+
+__all__ = [
+    "INERT_HOOK_SECRET",
+    "INERT_HOOK_URL",
+    "T0",
+    "TODO_READY_CHANNEL",
+    "BoardDriver",
+    "EmbeddedUnavailable",
+    "FakeClock",
+    "HostError",
+    "HostVerbs",
+    "MemoryDriver",
+    "PostgresDriver",
+    "PostgresHost",
+    "RecordingWake",
+    "create_database",
+    "drop_database",
+    "embedded_postgres",
+    "parse_todo_ready",
+    "with_database",
+]
