@@ -66,9 +66,15 @@ def _edit(sql: str, pattern: str, replacement: str, *, count: int = 1) -> str:
 def _ignore_claims(sql: str) -> str:
     """The charge never reads the claim log: no progress, and a stamp of ``now`` alone."""
     sql = _edit(
-        sql, r"\n\s*OR EXISTS \(SELECT 1 FROM stall_nudge_claims c\n.*?\)( AS fresh)", r"\1"
+        sql,
+        r"\n\s*OR EXISTS \(SELECT 1 FROM stall_nudge_claims progress_c\n.*?queue\)\)( AS fresh)",
+        r")\1",
     )
-    return _edit(sql, r"\(SELECT max\(k\.claimed_at\) FROM stall_nudge_claims k\n.*?\)\)", "NULL)")
+    return _edit(
+        sql,
+        r"\(SELECT max\(claim_c\.claimed_at\) FROM stall_nudge_claims claim_c\n.*?queue\)",
+        "NULL",
+    )
 
 
 #: fault name -> how it edits charge_due
