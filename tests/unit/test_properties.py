@@ -339,9 +339,12 @@ class BoardMachine(RuleBasedStateMachine):
         """Log a claim at ``now`` in the model: unabsorbed until a tick absorbs it.
 
         Made after every charge so far (even one at this same instant), it is
-        progress for a pair with a row; a pair with no row has it absorbed.
+        progress for a pair with a row; a pair with no row has it absorbed. A
+        claim is a change of claimed_at (as the Postgres trigger logs it): a
+        requeued todo claimed again at its old instant logs nothing.
         """
-        self.claims.setdefault((todo.endpoint_id, todo.queue), []).append(self.now)
+        if todo.claimed_at != self.now:
+            self.claims.setdefault((todo.endpoint_id, todo.queue), []).append(self.now)
 
     def starts_over(self, key: PairKey) -> bool:
         """The model's progress rule: no row, or a claim no tick has absorbed yet."""
@@ -358,9 +361,10 @@ class BoardMachine(RuleBasedStateMachine):
 
     @rule(endpoint=st.sampled_from(ENDPOINTS), queue=st.sampled_from(QUEUES))
     def claim_next(self, endpoint: str, queue: str) -> None:
+        before = dict(self.board.todos)
         todo = self.board.claim_next(endpoint, queue, owner="one-shot")
         if todo is not None:
-            self.claimed_now(todo)
+            self.claimed_now(before[todo.id])
 
     @precondition(lambda self: bool(self.in_state("claimed")))
     @rule(pick=st.integers(0, 10_000), requeue=st.booleans())
