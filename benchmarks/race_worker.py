@@ -46,10 +46,10 @@ from typing import Any
 
 import asyncpg
 
-from adapters.memory import RecordingWake
 from adapters.postgres import PostgresLedger
 from adapters.postgres._ledger import _SQL, TICK_LOCK_KEY, charge_due_parameters, charge_outcome
 from stall_core import ChargeOutcome, LedgerPort, Nudge, PacingPolicy, Sweeper, WakeReceipt
+from stall_testing import RecordingWake
 
 #: The sweepers' connections carry this name (pg_stat_activity, logs).
 SWEEPER_APP = "stall-races-sweeper"

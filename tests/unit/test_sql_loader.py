@@ -81,7 +81,7 @@ def test_text_without_headers_holds_no_queries() -> None:
     ("package", "filename"),
     [
         ("adapters.postgres", "ledger.sql"),
-        ("adapters.postgres", "host.sql"),
+        ("stall_testing", "host.sql"),
         ("adapters.postgres", "migrate.sql"),
         ("adapters.postgres", "hooks.sql"),
     ],
