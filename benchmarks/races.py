@@ -51,7 +51,7 @@ like everything else, and the rows the shift added are removed.
 Judging, exactly (no slack window, no retries)
 ----------------------------------------------
 The judge replays every trial with its own statement of the ledger rule
-(``expect``, written from SPEC-0038 and DESIGN D1-D5, D8, D15, not from the
+(``expect``, written from SPEC-0038 and the design notes, not from the
 library), in database time. Sweeps of one round are ordered by their
 decision instant ``now``: the tick lock serialises them, so that is commit
 order, and each sees its predecessors' commits. A host statement is visible
@@ -292,7 +292,7 @@ DELETE: Outcome = ("delete",)
 
 
 def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
-    """The wait after the last attempt before nudge ``number`` (D1; a refunded nudge 1: step 1)."""
+    """The wait after the last attempt before nudge ``number`` (a refunded nudge 1: the first step)."""
     return policy.backoff[min(max(number - 2, 0), len(policy.backoff) - 1)]
 
 
@@ -303,10 +303,10 @@ def expect(
 
     ``log`` is the pair's progress log as the sweep sees it: the claims
     visible to it that no earlier sweep absorbed. No gated pending work:
-    delete the row (D5). A candidate (D3, D8) with no row, or with a row and
+    delete the row. A candidate with no row, or with a row and
     a claim in the log (progress: a claim after the last nudge in commit
-    order, D4), is charged nudge 1; otherwise nudge n+1 once its backoff has
-    passed, up to the cap (D1). A charge stamps ``now``, or the latest claim
+    order), is charged nudge 1; otherwise nudge n+1 once its backoff has
+    passed, up to the cap. A charge stamps ``now``, or the latest claim
     in the log if later.
     """
     pending = sorted(
@@ -1386,7 +1386,7 @@ class Coordinator:
 
 
 def _check_todos(lane: Lane, log: RoundLog, todos: Mapping[str, Any]) -> None:
-    """Every todo is as the host left it: a sweep never changes a todo (D11)."""
+    """Every todo is as the host left it: a sweep never changes a todo."""
     expected = lane_facts_after(lane)
     for stmt in log.statements:
         expected = apply_effect(expected, stmt.effect)

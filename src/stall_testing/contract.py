@@ -89,7 +89,7 @@ class LedgerContract:
         wake = RecordingWake()
 
         await sweep(driver, T0 + timedelta(seconds=30), wake)
-        # D3: the threshold is strict, so a todo exactly two minutes old is still fresh.
+        # The threshold is strict, so a todo exactly two minutes old is still fresh.
         await sweep(driver, T0 + minutes(2), wake)
 
         assert [] == wake.sent
