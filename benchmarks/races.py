@@ -292,8 +292,8 @@ DELETE: Outcome = ("delete",)
 
 
 def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
-    """The wait after the last attempt before nudge ``number`` (a refunded nudge 1: the first step)."""
-    return policy.backoff[min(max(number - 2, 0), len(policy.backoff) - 1)]
+    """The wait after the last attempt before nudge ``number``: the core's rule."""
+    return policy.delay_before(number)
 
 
 def expect(

@@ -55,7 +55,7 @@ KINDS = ("verified", "unverified", "operator")
 
 
 def d6_key(nudge: Nudge) -> tuple[int, datetime, str, str]:
-    """The D6 order: effective count, oldest pending todo, endpoint_id, queue."""
+    """The charge order: effective count, oldest pending todo, endpoint_id, queue."""
     return (nudge.number - 1, nudge.todo.created_at, nudge.endpoint_id, nudge.queue)
 
 
@@ -138,7 +138,7 @@ def boards(
 def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
     board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
 ) -> None:
-    """Charges are exactly the first tick_limit Charge decisions in D6 order, held_back the rest.
+    """Charges are the first tick_limit Charge decisions in charge order, held_back the rest.
 
     Each is stamped with ``charge_stamp``: now, or the pair's unabsorbed claim if that is later.
     """
@@ -235,7 +235,7 @@ class Before:
     gated: dict[PairKey, list[Todo]]
     #: Candidate pairs (stalled, active, reachable, not quarantine) -> oldest gated created_at.
     eligible: dict[PairKey, datetime]
-    #: Candidates due now -> their D6 sort key.
+    #: Candidates due now -> their charge-order sort key.
     due: dict[PairKey, tuple[int, datetime, str, str]]
     #: Ledger rows whose pair has no gate-passing, non-quarantine pending todo.
     drained: set[PairKey]
