@@ -42,6 +42,7 @@ from ._values import (
     PairState,
     TodoRef,
     aware,
+    positive_int,
 )
 from .sim import (
     Bursts,
@@ -103,6 +104,7 @@ __all__ = [
     "next_due_at",
     "pair_status",
     "plan_tick",
+    "positive_int",
     "refunded_row",
     "simulate",
     "starts_over",

@@ -25,6 +25,8 @@ from datetime import timedelta
 
 import attrs
 
+from ._values import positive_int
+
 __all__ = ["PacingPolicy"]
 
 
@@ -61,9 +63,7 @@ class PacingPolicy:
                     f"={self.backoff[i - 1]}"
                 )
         for name in ("cap", "tick_limit"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(name, getattr(self, name))
 
     def delay_before(self, nudge: int) -> timedelta:
         """The wait after the pair's last attempt before nudge ``nudge`` may fire.
@@ -72,6 +72,5 @@ class PacingPolicy:
         that reached no receiver): a pair with no ledger row, or one that made
         progress, is nudged at once.
         """
-        if isinstance(nudge, bool) or not isinstance(nudge, int) or nudge < 1:
-            raise ValueError(f"nudge must be an integer >= 1, got {nudge!r}")
+        positive_int("nudge", nudge)
         return self.backoff[min(max(nudge - 2, 0), len(self.backoff) - 1)]

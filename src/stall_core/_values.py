@@ -17,6 +17,7 @@ __all__ = [
     "PairState",
     "TodoRef",
     "aware",
+    "positive_int",
 ]
 
 #: Held deliveries live here; they never count as pending work (SPEC-0038).
@@ -36,6 +37,13 @@ def aware(name: str, value: datetime) -> datetime:
         raise TypeError(f"{name} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{name} must be timezone-aware, got naive {value.isoformat()}")
+    return value
+
+
+def positive_int(name: str, value: object) -> int:
+    """Return ``value`` if it is an integer >= 1 (not a bool), else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return value
 
 

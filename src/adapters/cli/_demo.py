@@ -30,6 +30,7 @@ from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, de
 from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
 from stall_testing import (
     EmbeddedUnavailable,
+    FakeClock,
     PostgresHost,
     create_database,
     drop_database,
@@ -66,14 +67,12 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_demo(args.dsn))
 
 
-class VirtualClock:
-    """The demo's accelerated time: it moves only when the demo says so."""
+class VirtualClock(FakeClock):
+    """The demo's accelerated time (the test clock, started now): it moves when the demo says."""
 
     def __init__(self) -> None:
-        self.start = self.now = datetime.now(UTC).replace(microsecond=0)
-
-    def __call__(self) -> datetime:
-        return self.now
+        super().__init__(datetime.now(UTC).replace(microsecond=0))
+        self.start = self.now
 
     def offset(self) -> str:
         seconds = int((self.now - self.start).total_seconds())

@@ -43,6 +43,7 @@ from stall_core import (
     WakePort,
     WakeReceipt,
     aware,
+    positive_int,
 )
 
 from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
@@ -130,9 +131,8 @@ class HookDispatcher:
         queue_size: int = 1000,
         workers: int = 32,
     ) -> None:
-        for name, value in (("queue_size", queue_size), ("workers", workers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        positive_int("queue_size", queue_size)
+        positive_int("workers", workers)
         self._hooks = hooks
         self._policy = policy if policy is not None else DeliveryPolicy()
         self._clock = clock

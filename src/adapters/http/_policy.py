@@ -19,6 +19,8 @@ from datetime import timedelta
 
 import attrs
 
+from stall_core import positive_int
+
 __all__ = ["DeliveryPolicy"]
 
 
@@ -50,9 +52,7 @@ class DeliveryPolicy:
         if self.timeout == timedelta(0):
             raise ValueError("timeout must be positive")
         for name in ("disable_after", "max_response_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(name, getattr(self, name))
 
     @property
     def attempts(self) -> int:
