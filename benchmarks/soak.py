@@ -14,7 +14,9 @@ Real parts only, on a compressed clock (policy in seconds, not minutes):
   consumer that claims ONE todo (``PostgresHost.claim_next``, stamped with the
   database's clock), records the claim, and completes it (during the load, one
   in twenty hands it back with ``requeue`` instead, so a later claim
-  overwrites its ``claimed_at``: the soak keeps every claim it made);
+  overwrites its ``claimed_at``: the soak keeps every claim it made; one in
+  ten claims inside a transaction held open around the claim, so its claim
+  commits after sweeps that read a later time; one in ten claims two todos);
 - a workload generator: inbound webhooks of 1-3 todos on 2,000 pairs over
   time, one ``created`` wake per webhook (so the rest is the sweep's to
   surface), some unverified, some in quarantine, operator todos; endpoints
@@ -27,10 +29,16 @@ redirecting at random, a dispatcher queue full to dropping, the ledger table
 dropped and restored by ``migrate``, one sweeper SIGKILLed and restarted.
 
 Every instant the checks compare is on the database's clock, the ledger's
-time authority: charges, drains, claims, ledger drops and fault windows.
-Beside the workers' journals, a trigger records every write to the ledger
-table (``soak_ledger_audit``), so a charge whose tick died after its commit
+time authority: charges, drains, claims and fault windows. Beside the
+workers' journals, a trigger records every write to the ledger table
+(``soak_ledger_audit``), so a charge whose tick died after its commit
 (journaled by nobody, woken by nobody) is judged too; the two must agree.
+Another records every row inserted into and deleted from the claim log
+(``soak_claim_audit``, each row with an identity this database alone adds),
+both with the writing transaction's id and one sequence's number, so the
+checker knows exactly which claims each tick absorbed or compacted, in
+commit order, with no timestamp in the judgement; the ledger's drops draw a
+number from that sequence too.
 
 Then a settle phase (no faults, every endpoint active, every hook enabled)
 and the invariants (``benchmarks.soak_check``). The last line is exactly::
@@ -79,6 +87,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/soak.py`: the reposit
 from benchmarks.soak_check import (
     ChargeRecord,
     ClaimRecord,
+    ClaimWrite,
     Findings,
     LedgerWrite,
     MessageRecord,
@@ -103,6 +112,15 @@ RECOVERY_S = 15.0
 CHAOS = (("500", 0.08), ("hang", 0.05), ("reset", 0.05), ("redirect", 0.04))
 #: During the load, a consumer hands its todo back (requeue) instead of completing it.
 REQUEUE_ODDS = 0.05
+#: During the load, a consumer claims inside a transaction held open before and after the
+#: claim (seconds, at random in this range each side): its claimed_at (the transaction's
+#: start) is earlier than the sweeps that run before it commits, as a host claiming inside
+#: a longer transaction would. The claim is progress at the first charge after its commit.
+HOLD_ODDS = 0.10
+HOLD_S = (0.1, 1.0)
+#: During the load, a consumer claims two todos of its pair, not one: a pair that is not
+#: charged meanwhile then holds two claims, and the tick compacts them.
+BATCH_ODDS = 0.10
 DB_ERRORS = DATABASE_ERRORS
 
 
@@ -135,9 +153,10 @@ class SoakResult:
     ok_ticks: int
     wakes: int
     charges: int
-    #: extra messages per charge plus every charge the ledger's rule did not allow
+    #: extra messages per charge plus every violation of the checker's rules (the
+    #: charges the ledger's rule did not allow, and the claim log's disagreements)
     duplicates: int
-    #: resets explained only by a claim an earlier reset consumed (part of duplicates)
+    #: claims absorbed a second time (part of duplicates)
     double_resets: int
     lost_todos: int
     faults: int
@@ -241,9 +260,14 @@ BEGIN
 END $$;
 CREATE TRIGGER soak_audit_todos AFTER INSERT OR UPDATE OR DELETE ON todos
     FOR EACH ROW EXECUTE FUNCTION soak_audit_todos();
+-- One sequence orders both histories below (and the ledger's drops): every ledger write
+-- and every claim deletion happens behind the tick lock, so their order is commit order.
+CREATE SEQUENCE soak_audit_seq;
 CREATE TABLE soak_ledger_audit (
-    seq bigserial PRIMARY KEY, op text NOT NULL, endpoint_id text NOT NULL, queue text NOT NULL,
+    seq bigint PRIMARY KEY DEFAULT nextval('soak_audit_seq'), op text NOT NULL,
+    endpoint_id text NOT NULL, queue text NOT NULL,
     old_nudges int, old_last_nudged_at timestamptz, new_nudges int, new_last_nudged_at timestamptz,
+    xid bigint NOT NULL DEFAULT txid_current(),
     xact_start timestamptz NOT NULL DEFAULT now(),
     at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE FUNCTION soak_audit_ledger() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -254,6 +278,27 @@ BEGIN
             OLD.nudges, OLD.last_nudged_at, NEW.nudges, NEW.last_nudged_at);
     RETURN NULL;
 END $$;
+-- The claim log's own history: each row gets an identity (a column only the soak's
+-- database has; the library names its columns), and every write is recorded in the
+-- writer's transaction with its id, so the checker knows which tick absorbed which claim.
+CREATE SEQUENCE soak_claim_id;
+ALTER TABLE stall_nudge_claims
+    ADD COLUMN soak_id bigint NOT NULL DEFAULT nextval('soak_claim_id');
+CREATE TABLE soak_claim_audit (
+    seq bigint PRIMARY KEY DEFAULT nextval('soak_audit_seq'), op text NOT NULL,
+    claim_id bigint NOT NULL, endpoint_id text NOT NULL, queue text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    xid bigint NOT NULL DEFAULT txid_current(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION soak_audit_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO soak_claim_audit (op, claim_id, endpoint_id, queue, claimed_at)
+    VALUES (TG_OP, COALESCE(NEW.soak_id, OLD.soak_id), COALESCE(NEW.endpoint_id, OLD.endpoint_id),
+            COALESCE(NEW.queue, OLD.queue), COALESCE(NEW.claimed_at, OLD.claimed_at));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER soak_audit_claims AFTER INSERT OR UPDATE OR DELETE ON stall_nudge_claims
+    FOR EACH ROW EXECUTE FUNCTION soak_audit_claims();
 """
 #: The ledger's own history: every row write, in the writer's transaction. Installed on
 #: the ledger table at setup and again whenever ``migrate`` re-creates it, so a charge
@@ -365,13 +410,19 @@ class Receiver:
         return web.Response(status=204)
 
 
+class _GaveUp(Exception):
+    """A consumer could not claim through a database outage."""
+
+
 class Consumers:
     """One-shot consumers: each wake claims ONE todo of its pair, records the claim, completes it.
 
     Claims are stamped by the database (``at`` omitted). While ``requeue_odds``
     is above 0 some consumers hand their todo back instead; its next claim
-    overwrites ``todos.claimed_at``, so ``claims`` keeps every one of them
-    with an instant it had surely committed by (read after the claim returned).
+    overwrites ``todos.claimed_at``, so ``claims`` keeps every one of them: the
+    claim log must have logged each (``unlogged_claim`` otherwise). While
+    ``hold_odds`` is above 0 some claim in a transaction held open around the
+    claim (a late commit); while ``batch_odds`` is, some claim two todos.
     """
 
     def __init__(self, host: PostgresHost, pool: asyncpg.Pool, rng: random.Random) -> None:
@@ -380,6 +431,10 @@ class Consumers:
         self._rng = rng
         self._tasks: set[asyncio.Task[None]] = set()
         self.requeue_odds = 0.0
+        self.hold_odds = 0.0
+        self.batch_odds = 0.0
+        self.held = 0
+        self.batched = 0
         self.claims: list[ClaimRecord] = []
         self.claimed_ids: set[tuple[str, datetime]] = set()
         self.claimed = 0
@@ -393,22 +448,50 @@ class Consumers:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, endpoint_id: str, queue: str) -> None:
-        claimed: str | None = None
-        for _ in range(20):  # a consumer rides out a short database outage, then gives up
+        hold = self._rng.random() < self.hold_odds
+        batch = 2 if self._rng.random() < self.batch_odds else 1
+        todos: list[str] = []
+        for _ in range(batch):
             try:
-                claimed = await self._host.claim_next(endpoint_id, queue, owner="soak-consumer")
+                claimed = await self._claim(endpoint_id, queue, hold=hold)
+            except _GaveUp:
+                self.gave_up += 1
                 break
+            if claimed is None:
+                self.empty += not todos
+                break
+            todos.append(claimed)
+        self.held += hold and bool(todos)
+        self.batched += len(todos) > 1
+        for claimed in todos:
+            await self._finish(claimed, endpoint_id, queue)
+
+    async def _claim(self, endpoint_id: str, queue: str, *, hold: bool) -> str | None:
+        """Claim the pair's oldest pending todo; None when none. Rides out a short outage."""
+        for _ in range(20):
+            try:
+                if not hold:
+                    return await self._host.claim_next(endpoint_id, queue, owner="soak-consumer")
+                async with self._pool.acquire() as conn, conn.transaction():
+                    # now(), which stamps the claim, is this transaction's start; its log
+                    # row becomes visible at the commit, after the second pause.
+                    await asyncio.sleep(self._rng.uniform(*HOLD_S))
+                    claimed = await PostgresHost(conn).claim_next(
+                        endpoint_id, queue, owner="soak-consumer"
+                    )
+                    await asyncio.sleep(self._rng.uniform(*HOLD_S))
+                    return claimed
             except DB_ERRORS:
                 await asyncio.sleep(0.5)
-        else:
-            self.gave_up += 1
-            return
-        if claimed is None:
-            self.empty += 1
-            return
+        raise _GaveUp
+
+    async def _finish(self, claimed: str, endpoint_id: str, queue: str) -> None:
+        """Record the claim, then complete the todo (or, at ``requeue_odds``, hand it back)."""
         self.claimed += 1
-        await self._record(claimed, endpoint_id, queue)
-        requeue = self._rng.random() < self.requeue_odds
+        recorded = await self._record(claimed, endpoint_id, queue)
+        # An unrecorded claim must stay the todo's claimed_at (the final table is its only
+        # record), so its todo is completed, never handed back to be claimed over.
+        requeue = recorded and self._rng.random() < self.requeue_odds
         for _ in range(120):
             try:
                 if requeue:
@@ -420,29 +503,22 @@ class Consumers:
             except DB_ERRORS:
                 await asyncio.sleep(0.5)
 
-    async def _record(self, todo_id: str, endpoint_id: str, queue: str) -> None:
+    async def _record(self, todo_id: str, endpoint_id: str, queue: str) -> bool:
         """Record the claim's stamp; the todo is ours until we complete or requeue it."""
         for _ in range(240):
             try:
-                row = await self._pool.fetchrow(
-                    "SELECT claimed_at, clock_timestamp() AS seen_by FROM todos WHERE id = $1",
-                    todo_id,
+                claimed_at = await self._pool.fetchval(
+                    "SELECT claimed_at FROM todos WHERE id = $1", todo_id
                 )
                 break
             except DB_ERRORS:
                 await asyncio.sleep(0.25)
         else:
-            return  # unrecorded: the final todos table still holds this claim
-        assert row is not None  # the claim is ours, the todo exists
-        self.claimed_ids.add((todo_id, row["claimed_at"]))
-        self.claims.append(
-            ClaimRecord(
-                endpoint_id=endpoint_id,
-                queue=queue,
-                claimed_at=row["claimed_at"],
-                seen_by=row["seen_by"],
-            )
-        )
+            return False  # unrecorded: the final todos table still holds this claim
+        assert claimed_at is not None  # the claim is ours, the todo exists
+        self.claimed_ids.add((todo_id, claimed_at))
+        self.claims.append(ClaimRecord(endpoint_id=endpoint_id, queue=queue, claimed_at=claimed_at))
+        return True
 
     async def settle(self) -> None:
         for _ in range(200):
@@ -464,7 +540,8 @@ class Soak:
         self.chaos = Chaos(random.Random(seed + 1))
         self.faults: list[FaultWindow] = []
         self.fault_counts: Counter[str] = Counter()
-        self.ledger_resets: list[datetime] = []
+        #: the histories' sequence numbers drawn as the ledger table was dropped
+        self.ledger_resets: list[int] = []
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self.todo_seq = 0
         self.rejected_inbound = 0
@@ -684,10 +761,10 @@ class Soak:
         """Drop the ledger table, wait, restore it with ``migrate``: sweeps fail meanwhile.
 
         The drop and the restore each run while this soak holds the fleet's tick
-        lock, so the epoch boundary is exact: every charge in the old table
-        committed before the drop (its stamp is before the boundary), and every
-        charge in the restored one read its instant after the restore, which
-        also re-installs the ledger's audit trigger before any charge.
+        lock, so the epoch boundary is exact: the drop's transaction draws a number
+        from the histories' sequence, every write to the old table committed with a
+        smaller one, and every write to the restored one (each after the restore,
+        which also re-installs the ledger's audit trigger) draws a larger one.
         """
         assert self.pool is not None, "setup() sets the pool"
         ledger = PostgresLedger(self.pool)
@@ -695,9 +772,9 @@ class Soak:
         conn = await self._admin()
         try:
             await conn.execute("SET lock_timeout = '5s'")
-            async with ledger.hold_tick():
+            async with ledger.hold_tick(), conn.transaction():
                 await conn.execute("DROP TABLE queue_stall_nudges")
-                boundary: datetime = await conn.fetchval("SELECT clock_timestamp()")
+                boundary: int = await conn.fetchval("SELECT nextval('soak_audit_seq')")
             self.ledger_resets.append(boundary)
             self.say("fault: ledger table dropped")
             await asyncio.sleep(pause)
@@ -864,7 +941,7 @@ async def _soak(
         try:
             async with (
                 _pool(soak.dsn, "soak-host", 6) as host_pool,
-                _pool(soak.dsn, "soak-consumer", 10) as consumer_pool,
+                _pool(soak.dsn, "soak-consumer", 16) as consumer_pool,
             ):
                 await soak.setup(host_pool, receiver)
                 host = PostgresHost(host_pool)
@@ -872,6 +949,8 @@ async def _soak(
                     PostgresHost(consumer_pool), consumer_pool, random.Random(seed + 2)
                 )
                 consumers.requeue_odds = REQUEUE_ODDS
+                consumers.hold_odds = HOLD_ODDS
+                consumers.batch_odds = BATCH_ODDS
                 say(
                     f"soak: {len(soak.endpoints) * len(QUEUES)} pairs, {WORKERS} sweeper "
                     f"processes, load for {seconds:.0f}s, database {soak.dsn}"
@@ -890,7 +969,8 @@ async def _soak(
                         soak.inject(server, t0),
                     )
                     soak.chaos.on = False
-                    consumers.requeue_odds = 0.0  # from here on, every claim completes
+                    # From here on, every claim completes, at once, one per wake.
+                    consumers.requeue_odds = consumers.hold_odds = consumers.batch_odds = 0.0
                     await soak.heal(host_pool)
                     say("load over: settling with healthy receivers, every endpoint active")
                     pending = await _settle(host_pool, settle)
@@ -972,16 +1052,26 @@ def _keep_records(
     workdir: Path,
     claims: list[ClaimRecord],
     messages: list[MessageRecord],
-    ledger_resets: list[datetime],
+    ledger_resets: list[int],
     history: list[LedgerWrite],
+    claim_log: list[ClaimWrite],
+    claims_left: list[int],
 ) -> None:
     """What only this process saw, beside the workers' journals, so a run can be re-checked."""
     with (workdir / "soak-records.jsonl").open("w", encoding="utf-8") as stream:
-        for name, records in (("claim", claims), ("message", messages), ("write", history)):
+        named: tuple[tuple[str, list[Any]], ...] = (
+            ("claim", claims),
+            ("message", messages),
+            ("write", history),
+            ("claim_write", claim_log),
+        )
+        for name, records in named:
             for record in records:
                 stream.write(json.dumps({"e": name, **attrs.asdict(record)}, default=str) + "\n")
-        for at in ledger_resets:
-            stream.write(json.dumps({"e": "ledger_reset", "at": at.isoformat()}) + "\n")
+        for seq in ledger_resets:
+            stream.write(json.dumps({"e": "ledger_reset", "seq": seq}) + "\n")
+        for claim_id in claims_left:
+            stream.write(json.dumps({"e": "claim_left", "claim_id": claim_id}) + "\n")
 
 
 async def _collect(
@@ -1040,14 +1130,39 @@ async def _collect(
             queue=r["queue"],
             old=None if r["old_nudges"] is None else (r["old_nudges"], r["old_last_nudged_at"]),
             new=None if r["new_nudges"] is None else (r["new_nudges"], r["new_last_nudged_at"]),
+            xid=r["xid"],
             xact_start=r["xact_start"],
             at=r["at"],
         )
         for r in await pool.fetch("SELECT * FROM soak_ledger_audit ORDER BY seq")
     ]
-    _keep_records(soak.workdir, claims, receiver.messages, soak.ledger_resets, history)
+    claim_log = [
+        ClaimWrite(
+            seq=r["seq"],
+            op=r["op"],
+            claim_id=r["claim_id"],
+            endpoint_id=r["endpoint_id"],
+            queue=r["queue"],
+            claimed_at=r["claimed_at"],
+            xid=r["xid"],
+            at=r["at"],
+        )
+        for r in await pool.fetch("SELECT * FROM soak_claim_audit ORDER BY seq")
+    ]
+    claims_left = [r["soak_id"] for r in await pool.fetch("SELECT soak_id FROM stall_nudge_claims")]
+    _keep_records(
+        soak.workdir,
+        claims,
+        receiver.messages,
+        soak.ledger_resets,
+        history,
+        claim_log,
+        claims_left,
+    )
     findings = check(
         ledger=history,
+        claim_log=claim_log,
+        claims_left=claims_left,
         charges=charges,
         refunds=refunds,
         messages=receiver.messages,
@@ -1090,6 +1205,8 @@ async def _collect(
         "refunds_unknown": sum(1 for r in refunds if r.refunded is None),
         "consumer_claims": consumers.claimed,
         "consumer_requeues": consumers.requeued,
+        "consumer_held_claims": consumers.held,
+        "consumer_batches": consumers.batched,
         "claims_recorded": len(consumers.claims),
         "claims_unrecorded": unrecorded,
         "consumer_empty_wakes": consumers.empty,
@@ -1099,7 +1216,7 @@ async def _collect(
         "pacing_violations": findings.pacing_violations,
         "violations": dict(findings.violations),
         "double_resets": findings.double_resets,
-        "unseen_claims": findings.unseen_claims,
+        "claim_log": dict(findings.claims),
         "judged": dict(findings.judged),
         "examples": list(findings.examples),
     }

@@ -3,55 +3,77 @@
 Inputs are the sweepers' journals (every charge each one got back from
 ``charge_due`` with the instant its tick decided at, every refund and its
 compare-and-set result, every drained row), the ledger's own history (every
-row write, recorded by a trigger on the ledger table), the receiver's log
-(every request, its ``webhook-id`` and ``meta``), every claim the consumers
-made (its ``claimed_at`` and an instant by which it had certainly committed)
-and the instants the ledger table was dropped. ``tests/soak/test_check.py``
-feeds each check a planted violation, so a zero in the soak's last line
-means "looked and found none".
+row write, recorded by a trigger on the ledger table with its transaction
+id), the claim log's own history (every row inserted into and deleted from
+``stall_nudge_claims``, with the row's identity and the transaction id,
+recorded by a trigger on that table), the rows the claim log still holds at
+the end, the receiver's log (every request, its ``webhook-id`` and ``meta``),
+every claim the host made (the consumers' records and the final ``todos``)
+and the audit sequence numbers drawn while the ledger table was dropped.
+``tests/soak/test_check.py`` feeds each check a planted violation, so a zero
+in the soak's last line means "looked and found none".
 
-The ledger's history is what is judged: a tick whose connection died after
-its commit charged pairs no sweeper acknowledged (nor journaled, nor woke),
-and the next charge of such a pair is only legal after that one. The
-journals must agree with the history: a journaled charge or refund the
-history lacks, or a history write no sweep makes, is a ``phantom_write``.
+The histories are what is judged: a tick whose connection died after its
+commit charged pairs no sweeper acknowledged (nor journaled, nor woke), and
+the next charge of such a pair is only legal after that one. The journals
+must agree with the ledger's history, and the host's claims with the claim
+log: a journaled charge or refund the history lacks, or a history write no
+sweep makes, is a ``phantom_write``; a claim the log never recorded is an
+``unlogged_claim``.
 
 Theory of operation
 -------------------
-Each pair's history is replayed in time order on the database's clock, the
-one clock every recorded instant is on. The replay keeps the row the ledger
-must hold (``charge_row`` after a charge, ``refunded_row`` after a refund
-whose compare-and-set succeeded, nothing after a drain or a ledger drop) and
-judges every charge against it with no slack:
+Both histories draw their sequence numbers from one sequence, and every
+ledger write and every claim deletion happens behind the fleet's tick lock
+(a tick's charging statement, a refund, the ledger's drop), so their order
+is the order those transactions committed in. (A claim's log row is written
+by the claiming transaction, outside the lock: its number only says it was
+written before any tick that deletes it.) A tick's ledger writes and the
+claim rows it deleted carry the same transaction id: the claims it absorbed
+(of a pair it charged or drained, or of a pair with no ledger row) or
+compacted (all but the latest claim of a pair that keeps its row).
 
-- with no row, only nudge 1 is legal;
-- nudge 1 is a reset, legal when a claim lies in (stamp, charged_at]; one
-  claim explains at most one reset, since the reset's stamp covers it (a
-  reset whose latest claim already explained one is a ``double_reset``);
-- otherwise the charge is the row's count + 1, not past the cap, at or after
-  ``next_due_at`` (stamp + ``delay_before(count + 1)``; a refunded nudge N
-  leaves the row at N - 1 with its stamp, so its retry is nudge N again one
-  step later), with no claim in (stamp, charged_at] the charge can be proven
-  to have seen (such a claim makes it a missed reset);
-- its stamp is the tick's instant, or a claim it absorbed that is later;
-- no two charges of a pair share a stamp, and a successful refund names a
-  recorded charge.
+Each pair's history is replayed in that order. The replay keeps the row the
+ledger must hold (``charge_row`` after a charge, ``refunded_row`` after a
+refund, nothing after a drain or a ledger drop) and the pair's unabsorbed
+claims (logged, not yet deleted), and judges every charge against them with
+no slack; progress is what the charge's own transaction absorbed, never a
+comparison of timestamps:
+
+- with no row, only nudge 1 is legal (it may absorb claims);
+- on a live row, a charge that absorbed a claim nobody had absorbed before
+  is a reset: only nudge 1 is legal (``missed_reset`` otherwise);
+- on a live row, a charge that absorbed none is the row's count + 1, not
+  past the cap, at or after ``next_due_at`` (a refunded nudge N leaves the
+  row at N - 1 with its stamp, so its retry is nudge N again one step
+  later); nudge 1 there otherwise is a ``reset_without_claim``;
+- a claim is absorbed at most once (a ``double_reset`` otherwise);
+- a compaction keeps the pair's latest claim, so after it the pair still
+  holds a claim logged before it and at or after every one it removed, and
+  every later tick sees that claim: the pair's next absorption (its next
+  charge, its drain, or a tick that finds it with no row) takes one of those
+  claims (``compacted_last_claim`` otherwise);
+- every logged claim is absorbed once or still in the log at the end
+  (``lost_claim`` otherwise);
+- a charge's stamp is ``charge_stamp`` of the latest claim it absorbed at
+  its tick's instant (``bad_stamp`` otherwise);
+- no two charges of a pair share a stamp, and a refund's compare-and-set
+  matches the row the ledger holds (``unmatched_refund`` otherwise).
 
 Each charge goes out as at most one message (one ``webhook-id``; retries
 reuse it): every further one is a duplicate, and a stalled message naming
 no recorded charge is unattributed.
 
-A claim is proven seen when it had committed before the tick read its
-instant (``ClaimRecord.seen_by``), or when the charge absorbed it. A claim
-that committed after the charge's snapshot is never progress, yet its
-``claimed_at`` may be older than the stamp (docs/reliability.md, "Known
-limits"); such claims are counted in ``unseen_claims``, never forgiven
-otherwise.
+What the log cannot say is whether a claim still unabsorbed at a charge had
+committed before that charge looked (its log row may be written long before
+its commit), so a charge that absorbed nothing is never blamed for a claim it
+may not have seen; only after a compaction is one proven seen by every later
+tick. A charge that did see a claim absorbs it, so a missed reset shows as a
+step that absorbed one.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -62,8 +84,10 @@ from stall_core import (
     LedgerRow,
     Nudge,
     PacingPolicy,
+    PairState,
     TodoRef,
     charge_row,
+    charge_stamp,
     next_due_at,
     refunded_row,
 )
@@ -72,6 +96,7 @@ __all__ = [
     "VIOLATIONS",
     "ChargeRecord",
     "ClaimRecord",
+    "ClaimWrite",
     "Findings",
     "LedgerWrite",
     "MessageRecord",
@@ -83,18 +108,21 @@ PairKey = tuple[str, str]
 #: The identity of one charge: its pair, number and stamp (what a refund compares).
 ChargeId = tuple[str, str, int, datetime]
 
-#: Every way a charge can break the ledger's rule; each count must be 0.
+#: Every way the records can break the ledger's rule; each count must be 0.
 VIOLATIONS = (
-    "duplicate_charges",  # the pair charged twice with one stamp
-    "reset_without_claim",  # nudge 1 on a live row, no claim since its stamp
-    "double_reset",  # ... where the latest claim had already explained a reset
-    "missed_reset",  # a step although a claim it saw came after the stamp
+    "duplicate_charges",  # the pair charged twice with one stamp, or one charge journaled twice
+    "reset_without_claim",  # nudge 1 on a live row whose transaction absorbed no claim
+    "double_reset",  # a transaction absorbed a claim an earlier one had absorbed
+    "missed_reset",  # a charge on a live row absorbed a claim, yet was not nudge 1
+    "compacted_last_claim",  # a compaction removed the pair's last unabsorbed claim
+    "lost_claim",  # a logged claim neither absorbed nor left in the log at the end
+    "unlogged_claim",  # a claim the host made that the claim log never recorded
     "early",  # nudge count + 1 before its due
     "over_cap",  # a step past the cap
     "out_of_sequence",  # any other number
-    "bad_stamp",  # a stamp that is neither the tick's instant nor a later claim
-    "unmatched_refund",  # a refund that succeeded for a charge nobody recorded
-    "phantom_write",  # the journals and the ledger's own history disagree
+    "bad_stamp",  # a stamp other than charge_stamp(latest absorbed claim, tick's instant)
+    "unmatched_refund",  # a refund whose compare-and-set matched a row the ledger did not hold
+    "phantom_write",  # the journals, the host's claims and the two histories disagree
 )
 
 
@@ -147,12 +175,11 @@ class RefundRecord:
 
 @attrs.frozen(kw_only=True)
 class ClaimRecord:
-    """One claim: its ``claimed_at``, and an instant it had surely committed by (None: unknown)."""
+    """One claim the host made: its pair and ``claimed_at`` (the claim log must hold it)."""
 
     endpoint_id: str
     queue: str
     claimed_at: datetime
-    seen_by: datetime | None = None
 
     @property
     def key(self) -> PairKey:
@@ -163,8 +190,9 @@ class ClaimRecord:
 class LedgerWrite:
     """One row write the ledger table's audit trigger recorded: (nudges, stamp) before and after.
 
-    ``op`` is INSERT, UPDATE or DELETE; ``xact_start`` is its transaction's
-    start and ``at`` the instant of the write, both on the database's clock.
+    ``op`` is INSERT, UPDATE or DELETE; ``xid`` is the writing transaction's
+    id, ``xact_start`` its start and ``at`` the instant of the write, both on
+    the database's clock; ``seq`` orders it among both histories' writes.
     """
 
     seq: int
@@ -173,7 +201,32 @@ class LedgerWrite:
     queue: str
     old: tuple[int, datetime] | None
     new: tuple[int, datetime] | None
+    xid: int
     xact_start: datetime
+    at: datetime
+
+    @property
+    def key(self) -> PairKey:
+        return (self.endpoint_id, self.queue)
+
+
+@attrs.frozen(kw_only=True)
+class ClaimWrite:
+    """One row write the claim log's audit trigger recorded.
+
+    ``op`` is INSERT (a claim logged, in the claiming transaction) or DELETE
+    (absorbed or compacted by the tick whose transaction is ``xid``);
+    ``claim_id`` identifies the log's row, ``seq`` orders it among both
+    histories' writes.
+    """
+
+    seq: int
+    op: str
+    claim_id: int
+    endpoint_id: str
+    queue: str
+    claimed_at: datetime
+    xid: int
     at: datetime
 
     @property
@@ -202,20 +255,25 @@ class Findings:
     wakes: int
     #: refunds whose compare-and-set succeeded
     refunds: int
-    #: extra messages for one charge, plus every charge the rules did not allow
+    #: extra messages for one charge, plus every violation of the rules
     duplicates: int
     extra_messages: int
-    #: charges the rules did not allow, by kind (every key of VIOLATIONS)
+    #: the rules' violations, by kind (every key of VIOLATIONS)
     violations: Mapping[str, int]
     #: stalled messages whose (endpoint, queue, sent_at) matches no recorded charge
     unattributed: int
-    #: the most counted charges of one pair between two of its claims (or drains, epochs)
+    #: the most counted charges of one pair between two resets (or drains, epochs)
     max_between_claims: int
-    #: claims after a stamp that the next charge cannot be proven to have seen
-    unseen_claims: int
-    #: the legal charges by the rule that allowed them: first (no row), reset (a claim),
-    #: step (count + 1 at its due) and retry (a refunded number again, one step later)
+    #: the legal charges by the rule that allowed them: first (no row), reset (it
+    #: absorbed a claim), step (count + 1 at its due) and retry (a refunded number
+    #: again, one step later)
     judged: Mapping[str, int] = attrs.field(factory=dict)
+    #: the claim log's rows: logged, absorbed (by a charge, a drain or a tick that
+    #: found no row), compacted, and left in the log at the end; "late": claims a
+    #: charge or drain of a live row absorbed that are stamped at or before the row's
+    #: stamp (they committed after the charge that wrote the row looked); and
+    #: "late_resets": resets whose every absorbed claim is late
+    claims: Mapping[str, int] = attrs.field(factory=dict)
     #: charges only the ledger's history knows: committed, never acknowledged nor woken
     unacknowledged: int = 0
     examples: tuple[str, ...] = ()
@@ -235,65 +293,42 @@ class Findings:
 
 def check(
     *,
+    ledger: Iterable[LedgerWrite],
+    claim_log: Iterable[ClaimWrite],
+    claims_left: Iterable[int],
     charges: Iterable[ChargeRecord],
     messages: Iterable[MessageRecord],
     claims: Iterable[ClaimRecord],
     drains: Mapping[PairKey, Sequence[datetime]],
-    ledger_resets: Sequence[datetime],
+    ledger_resets: Sequence[int],
     policy: PacingPolicy,
     refunds: Iterable[RefundRecord] = (),
-    ledger: Iterable[LedgerWrite] | None = None,
 ) -> Findings:
     """Run every invariant over one soak's records.
 
-    ``ledger_resets`` are the instants the ledger table was dropped: every
-    row is gone there, so every pair starts over, as after a drain. With
-    ``ledger`` (its history), the charges, refunds and drains judged are the
-    history's, checked against the journals; without it, the journals'.
+    ``ledger`` and ``claim_log`` are the two histories (their ``seq`` drawn
+    from one sequence), ``claims_left`` the ids of the claim log's rows at
+    the end, ``claims`` every claim the host made, and ``ledger_resets`` the
+    sequence numbers drawn while the ledger table was dropped (under the tick
+    lock): every row is gone there, so every pair starts over, as after a
+    drain. The journals' ``charges``, ``refunds`` and ``drains`` are checked
+    against the ledger's history, which is what is judged.
     """
     tally = _Tally()
-    charges, refunds = list(charges), list(refunds)
+    charges = list(charges)
     acknowledged = {c.id for c in charges}
-    unacknowledged = 0
-    if ledger is not None:
-        charges, refunds, drains = _from_history(ledger, charges, refunds, drains, tally)
-        unacknowledged = sum(1 for c in charges if not c.acknowledged)
-    by_pair: dict[PairKey, list[ChargeRecord]] = defaultdict(list)
-    for charge in charges:
-        by_pair[charge.key].append(charge)
-    claims_by_pair: dict[PairKey, list[ClaimRecord]] = defaultdict(list)
-    for claim in claims:
-        claims_by_pair[claim.key].append(claim)
-    refunds_by_charge: dict[ChargeId, list[RefundRecord]] = defaultdict(list)
-    for refund in refunds:
-        refunds_by_charge[refund.id].append(refund)
-
-    charge_ids = {c.id for cs in by_pair.values() for c in cs}
-    for charge_id, records in refunds_by_charge.items():
-        if charge_id not in charge_ids and any(r.refunded for r in records):
-            tally.flag("unmatched_refund", f"refund of {charge_id} matches no recorded charge")
-
+    writes = _from_history(ledger, charges, list(refunds), drains, tally)
+    log = sorted(claim_log, key=lambda c: c.seq)
+    left = _check_log(log, claims, claims_left, tally)
     # A wake follows its journal line, so only an acknowledged charge has messages.
     extra, woken, unattributed = _messages(messages, acknowledged, tally)
-
     worst = 0
-    resets = sorted(ledger_resets)
-    for key in sorted(by_pair.keys() | drains.keys()):
-        worst = max(
-            worst,
-            _replay(
-                key,
-                by_pair.get(key, []),
-                sorted(claims_by_pair.get(key, []), key=lambda c: c.claimed_at),
-                [*drains.get(key, ()), *resets],
-                refunds_by_charge,
-                policy,
-                tally,
-            ),
-        )
+    for key, events in sorted(_events(writes, log, ledger_resets, tally).items()):
+        worst = max(worst, _replay(key, events, policy, tally))
     violations = {kind: tally.counts[kind] for kind in VIOLATIONS}
+    charged = [w.charge for w in writes if w.kind == "charge" and w.charge is not None]
     return Findings(
-        charges=len(charge_ids),
+        charges=len(charged),
         wakes=len(woken),
         refunds=tally.refunds,
         duplicates=extra + sum(violations.values()),
@@ -301,9 +336,16 @@ def check(
         violations=violations,
         unattributed=len(unattributed),
         max_between_claims=worst,
-        unseen_claims=tally.unseen,
         judged=dict(tally.judged),
-        unacknowledged=unacknowledged,
+        claims={
+            "logged": sum(1 for c in log if c.op == "INSERT"),
+            "absorbed": tally.claims["absorbed"],
+            "compacted": tally.claims["compacted"],
+            "left": left,
+            "late": tally.claims["late"],
+            "late_resets": tally.claims["late_resets"],
+        },
+        unacknowledged=sum(1 for c in charged if not c.acknowledged),
         examples=tuple(tally.examples[:10]),
     )
 
@@ -312,13 +354,23 @@ def check(
 class _Tally:
     counts: Counter[str] = attrs.Factory(Counter)
     judged: Counter[str] = attrs.Factory(Counter)
+    claims: Counter[str] = attrs.Factory(Counter)
     examples: list[str] = attrs.Factory(list)
     refunds: int = 0
-    unseen: int = 0
 
     def flag(self, kind: str, example: str) -> None:
         self.counts[kind] += 1
         self.examples.append(f"{kind}: {example}")
+
+
+@attrs.frozen
+class _Write:
+    """A ledger write, classified: a charge (``charge`` the one written), a refund
+    (``charge`` the one refunded) or a drain."""
+
+    write: LedgerWrite
+    kind: str
+    charge: ChargeRecord | None = None
 
 
 def _from_history(
@@ -327,7 +379,7 @@ def _from_history(
     refunds: Sequence[RefundRecord],
     drains: Mapping[PairKey, Sequence[datetime]],
     tally: _Tally,
-) -> tuple[list[ChargeRecord], list[RefundRecord], dict[PairKey, list[datetime]]]:
+) -> list[_Write]:
     """The charges, refunds and drains of the ledger's history, checked against the journals."""
     journaled: dict[ChargeId, ChargeRecord] = {}
     for charge in charges:
@@ -337,38 +389,38 @@ def _from_history(
     asked: dict[ChargeId, list[RefundRecord]] = defaultdict(list)
     for refund in refunds:
         asked[refund.id].append(refund)
+    writes: list[_Write] = []
     written: dict[ChargeId, ChargeRecord] = {}
-    refunded: list[RefundRecord] = []
-    deleted: dict[PairKey, list[datetime]] = defaultdict(list)
+    refunded: set[ChargeId] = set()
+    deleted: Counter[PairKey] = Counter()
     for w in sorted(ledger, key=lambda w: w.seq):
-        if w.op == "DELETE":
-            deleted[w.key].append(w.at)
+        if w.op == "DELETE" and w.old is not None and w.new is None:
+            deleted[w.key] += 1
+            writes.append(_Write(w, "drain"))
         elif w.new is not None and (w.old is None or w.old[1] != w.new[1]):
             charge_id = (*w.key, *w.new)
             written[charge_id] = journaled.get(charge_id) or _unacknowledged(w, w.new)
+            writes.append(_Write(w, "charge", written[charge_id]))
         elif w.old is not None and w.new == (w.old[0] - 1, w.old[1]):
             charge_id = (*w.key, *w.old)
-            by = asked.get(charge_id, [])
+            refunded.add(charge_id)
             charge = written.get(charge_id) or journaled.get(charge_id) or _unacknowledged(w, w.old)
-            refunded.append(
-                RefundRecord(worker=by[0].worker if by else None, nudge=charge.nudge, refunded=True)
-            )
+            writes.append(_Write(w, "refund", charge))
         else:
             tally.flag("phantom_write", f"{w.key}: history write {w.old} -> {w.new} (#{w.seq})")
-    done = {r.id for r in refunded}
     for charge_id, charge in journaled.items():
         if charge_id not in written:
             tally.flag("phantom_write", f"{charge.key}: journaled {_show(charge)} never written")
     for charge_id, records in asked.items():
         outcomes = {r.refunded for r in records}
-        if (True in outcomes) != (charge_id in done) and outcomes != {None}:
+        if (True in outcomes) != (charge_id in refunded) and outcomes != {None}:
             tally.flag(
                 "phantom_write", f"refund of {charge_id} journaled {outcomes}, history differs"
             )
     for key, at in drains.items():
-        if len(at) > len(deleted.get(key, ())):
+        if len(at) > deleted[key]:
             tally.flag("phantom_write", f"{key}: {len(at)} drains journaled, fewer written")
-    return list(written.values()), refunded, deleted
+    return writes
 
 
 def _unacknowledged(write: LedgerWrite, row: tuple[int, datetime]) -> ChargeRecord:
@@ -382,6 +434,56 @@ def _unacknowledged(write: LedgerWrite, row: tuple[int, datetime]) -> ChargeReco
         charged_at=stamp,
     )
     return ChargeRecord(worker=None, now=write.xact_start, nudge=nudge)
+
+
+def _check_log(
+    log: Sequence[ClaimWrite],
+    claims: Iterable[ClaimRecord],
+    claims_left: Iterable[int],
+    tally: _Tally,
+) -> int:
+    """The claim log against itself, its final rows and the host's claims; returns rows left.
+
+    Every logged claim is deleted or still in the log at the end, never both;
+    the log is only ever inserted into (once per row) and deleted from (after
+    the insert); and it logged exactly the claims the host made. A row
+    deleted twice is the replay's (``double_reset``).
+    """
+    inserted: dict[int, ClaimWrite] = {}
+    deleted: set[int] = set()
+    for c in log:
+        if c.op == "INSERT":
+            if c.claim_id in inserted:
+                tally.flag("phantom_write", f"{c.key}: claim #{c.claim_id} logged twice")
+            inserted[c.claim_id] = c
+        elif c.op == "DELETE":
+            if c.claim_id not in inserted:
+                tally.flag("phantom_write", f"{c.key}: claim #{c.claim_id} deleted, never logged")
+            deleted.add(c.claim_id)
+        else:
+            tally.flag("phantom_write", f"{c.key}: claim #{c.claim_id} written by {c.op}")
+    left = set(claims_left)
+    for claim_id, c in inserted.items():
+        if claim_id in deleted and claim_id in left:
+            tally.flag("phantom_write", f"{c.key}: claim #{claim_id} deleted, yet left in the log")
+        elif claim_id not in deleted and claim_id not in left:
+            tally.flag(
+                "lost_claim",
+                f"{c.key}: claim #{claim_id} at {c.claimed_at.isoformat()} "
+                "neither absorbed nor left in the log",
+            )
+    for claim_id in sorted(left - inserted.keys()):
+        tally.flag("phantom_write", f"claim #{claim_id} left in the log, never logged")
+    made = Counter((c.key, c.claimed_at) for c in claims)
+    logged = Counter((c.key, c.claimed_at) for c in inserted.values())
+    for (key, at), missing in sorted((made - logged).items()):
+        for _ in range(missing):
+            tally.flag("unlogged_claim", f"{key}: the claim at {at.isoformat()} was never logged")
+    for (key, at), extra in sorted((logged - made).items()):
+        tally.flag(
+            "phantom_write", f"{key}: {extra} logged claim(s) at {at.isoformat()} never made"
+        )
+    return len(left)
 
 
 def _messages(
@@ -410,106 +512,244 @@ def _messages(
     return extra, woken, unattributed
 
 
-#: Event kinds in the order they apply at one instant: a boundary or a claim first.
-_STARTS_OVER, _CLAIM, _CHARGE = 0, 1, 2
+#: A pair's events: the ledger dropped, a claim logged, one transaction's writes.
+_DROPPED, _LOGGED, _TRANSACTION = 0, 1, 2
 
 
-def _replay(
-    key: PairKey,
-    charges: Sequence[ChargeRecord],
-    claims: Sequence[ClaimRecord],
-    starts_over: Sequence[datetime],
-    refunds: Mapping[ChargeId, Sequence[RefundRecord]],
-    policy: PacingPolicy,
+@attrs.frozen
+class _Event:
+    """One step of a pair's history, at ``seq``.
+
+    A transaction holds the pair's ledger write (if any) and the pair's claim
+    rows it deleted; a logged claim holds its INSERT.
+    """
+
+    seq: int
+    kind: int
+    write: _Write | None = None
+    claims: tuple[ClaimWrite, ...] = ()
+
+
+def _events(
+    writes: Sequence[_Write],
+    log: Sequence[ClaimWrite],
+    ledger_resets: Sequence[int],
     tally: _Tally,
-) -> int:
-    """Replay one pair's ledger row through its charges; return its most counted charges."""
-    claim_times = [c.claimed_at for c in claims]
-    events: list[tuple[datetime, int, int]] = [(at, _STARTS_OVER, 0) for at in starts_over]
-    events += [(c.claimed_at, _CLAIM, i) for i, c in enumerate(claims)]
-    events += [(c.charged_at, _CHARGE, i) for i, c in enumerate(charges)]
-    events.sort()
-    # The rows the ledger may hold: one, or two while a refund's outcome is unknown
-    # (the charge's own row, then the refunded one).
-    rows: tuple[LedgerRow | None, ...] = (None,)
-    explained: set[datetime] = set()  # claims that explained a reset
+) -> dict[PairKey, list[_Event]]:
+    """Each pair's history in commit order: its writes grouped by transaction."""
+    by_xact: dict[tuple[PairKey, int], tuple[list[_Write], list[ClaimWrite]]] = defaultdict(
+        lambda: ([], [])
+    )
+    events: dict[PairKey, list[_Event]] = defaultdict(list)
+    for w in writes:
+        by_xact[w.write.key, w.write.xid][0].append(w)
+    for c in log:
+        if c.op == "INSERT":
+            events[c.key].append(_Event(c.seq, _LOGGED, claims=(c,)))
+        elif c.op == "DELETE":
+            by_xact[c.key, c.xid][1].append(c)
+    for (key, xid), (ledger_writes, deletions) in by_xact.items():
+        for w in ledger_writes[1:]:
+            tally.flag(
+                "phantom_write", f"{key}: transaction {xid} wrote the row again (#{w.write.seq})"
+            )
+        seq = min([w.write.seq for w in ledger_writes[:1]] + [c.seq for c in deletions])
+        first = ledger_writes[0] if ledger_writes else None
+        events[key].append(_Event(seq, _TRANSACTION, write=first, claims=tuple(deletions)))
+    for pair_events in events.values():
+        pair_events += [_Event(seq, _DROPPED) for seq in ledger_resets]
+        pair_events.sort(key=lambda e: (e.seq, e.kind))
+    return events
+
+
+@attrs.define
+class _Pair:
+    """What the replay of one pair holds between two events."""
+
+    key: PairKey
+    #: the row the ledger holds
+    row: LedgerRow | None = None
+    #: logged claims no transaction deleted yet, by id
+    unabsorbed: dict[int, datetime] = attrs.Factory(dict)
+    #: claims a transaction deleted
+    absorbed: set[int] = attrs.Factory(set)
+    #: after a compaction: the claims the one it kept is among (those logged before it,
+    #: still unabsorbed, at or after every claim it and earlier ones removed); the
+    #: pair's next absorption must take one of them, and every tick after the
+    #: compaction sees the one kept
+    kept: frozenset[int] | None = None
+    #: the latest claim the compactions since the last absorption removed
+    removed_up_to: datetime | None = None
     last: ChargeRecord | None = None
-    row_before = 0  # the number of the charge that wrote the row
-    counted = worst = 0  # charges that count toward the cap since the last claim
-    for _, kind, index in events:
-        if kind == _STARTS_OVER:
-            rows, counted = (None,), 0
+    #: the number of the charge that wrote the row
+    row_before: int = 0
+    #: charges that count toward the cap since the last reset (or drain, epoch)
+    counted: int = 0
+
+    def take(
+        self, deletions: Sequence[ClaimWrite], tally: _Tally
+    ) -> tuple[list[ClaimWrite], list[ClaimWrite]]:
+        """Delete ``deletions`` from the log; return those nobody had absorbed, and the others."""
+        fresh = [c for c in deletions if c.claim_id in self.unabsorbed]
+        again = [c for c in deletions if c.claim_id in self.absorbed]
+        for c in fresh:
+            del self.unabsorbed[c.claim_id]
+            self.absorbed.add(c.claim_id)
+        if again:
+            tally.flag(
+                "double_reset",
+                f"{self.key}: claim #{again[0].claim_id} at {again[0].claimed_at.isoformat()} "
+                f"absorbed again by transaction {again[0].xid}",
+            )
+        return fresh, again
+
+    def absorb(self, fresh: Sequence[ClaimWrite], by: str, tally: _Tally) -> None:
+        """An absorption: it must take the claim the last compaction kept."""
+        if self.row is not None:
+            # Stamped at or before the row's stamp: the claim committed after the charge
+            # that wrote the row looked (its transaction began before that charge read the
+            # time), so it is progress now, for this charge or drain.
+            stamp = self.row.last_nudged_at
+            tally.claims["late"] += sum(1 for c in fresh if c.claimed_at <= stamp)
+        if self.kept is not None and not self.kept & {c.claim_id for c in fresh}:
+            tally.flag(
+                "compacted_last_claim",
+                f"{self.key}: {by} absorbed none of the claims {sorted(self.kept)}, "
+                "one of which a compaction kept",
+            )
+        self.kept = self.removed_up_to = None
+        tally.claims["absorbed"] += len(fresh)
+
+    def compact(self, fresh: Sequence[ClaimWrite], tally: _Tally) -> None:
+        """A compaction keeps the pair's latest claim: one at or after every one it removed."""
+        if not fresh:
+            return  # it deleted only claims absorbed before: a double reset, flagged
+        tally.claims["compacted"] += len(fresh)
+        removed = max(c.claimed_at for c in fresh)
+        if self.removed_up_to is not None:
+            removed = max(removed, self.removed_up_to)
+        kept = frozenset(i for i, at in self.unabsorbed.items() if at >= removed)
+        if kept:
+            self.kept, self.removed_up_to = kept, removed
+            return
+        tally.flag(
+            "compacted_last_claim",
+            f"{self.key}: a compaction (transaction {fresh[0].xid}) left no claim at or "
+            f"after {removed.isoformat()}",
+        )
+        self.kept = self.removed_up_to = None
+
+    def follow(self, write: LedgerWrite, tally: _Tally) -> None:
+        """The row before ``write`` must be the replay's; the replay follows the history."""
+        if write.old == _tuple(self.row):
+            return
+        tally.flag(
+            "phantom_write",
+            f"{self.key}: history #{write.seq} found {write.old}, "
+            f"the replay holds {_tuple(self.row)}",
+        )
+        self.row = _row(self.key, write.old)
+
+
+def _replay(key: PairKey, events: Sequence[_Event], policy: PacingPolicy, tally: _Tally) -> int:
+    """Replay one pair's history; return its most counted charges between resets."""
+    pair = _Pair(key)
+    worst = 0
+    for event in events:
+        if event.kind == _DROPPED:
+            pair.row, pair.counted = None, 0
             continue
-        if kind == _CLAIM:
-            counted = 0
+        if event.kind == _LOGGED:
+            (claim,) = event.claims
+            pair.unabsorbed[claim.claim_id] = claim.claimed_at
             continue
-        cur = charges[index]
-        if last is not None and last.charged_at == cur.charged_at:
-            tally.flag("duplicate_charges", f"{key}: {_show(cur)} repeats {_show(last)}")
-            continue
-        last = cur
-        _check_stamp(key, cur, claim_times, tally)
-        verdicts = [_judge(row, cur, claims, explained, policy) for row in rows]
-        legal = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        if legal == [1]:
-            counted -= 1  # only the refunded row allows this charge: that refund happened
-        row = rows[legal[0] if legal else 0]
-        window = _window(row, cur, claims)
-        if not legal:
-            found, why = verdicts[0] or ("", "")
-            tally.flag(found, f"{key}: {_show(cur)} {why}")
-        elif row is None:
-            tally.judged["first"] += 1
-        elif cur.number == 1 and window:
-            tally.judged["reset"] += 1
-            explained.update(c.claimed_at for c in window)  # a reset consumes its claims
+        fresh, again = pair.take(event.claims, tally)
+        w = event.write
+        if w is None:  # a tick that neither charged nor drained the pair
+            if pair.row is None:
+                pair.absorb(fresh, f"a tick with no row (transaction {event.claims[0].xid})", tally)
+            else:
+                pair.compact(fresh, tally)
+        elif w.kind == "drain":
+            pair.follow(w.write, tally)
+            pair.absorb(fresh, f"the drain #{w.write.seq}", tally)
+            pair.row, pair.counted = None, 0
+        elif w.kind == "refund":
+            _refund(pair, w, fresh, tally)
         else:
-            tally.judged["retry" if row.nudges < row_before else "step"] += 1
-            tally.unseen += len(window)  # a step over claims it cannot have seen
-        row_before = cur.number
-        rows = _after(cur, refunds.get(cur.id, ()), tally)
-        counted += 1
-        if rows[0] is not None and rows[0].nudges < cur.number:
-            counted -= 1  # refunded: it does not count toward the cap
-        worst = max(worst, counted)
+            _charge(pair, w, event.claims, fresh, bool(again), policy, tally)
+            worst = max(worst, pair.counted)
+    if pair.kept is not None and not pair.kept & pair.unabsorbed.keys():
+        tally.flag(
+            "compacted_last_claim",
+            f"{key}: none of the claims {sorted(pair.kept)} a compaction kept one of is left",
+        )
     return worst
 
 
-def _after(
-    cur: ChargeRecord, refunds: Sequence[RefundRecord], tally: _Tally
-) -> tuple[LedgerRow | None, ...]:
-    """The rows possible after ``cur``'s charge and its refund (if any)."""
-    row = charge_row(cur.nudge)
-    outcomes = {r.refunded for r in refunds}
-    if True in outcomes:
-        tally.refunds += 1
-        return (refunded_row(row, cur.nudge),)
-    if None in outcomes:
-        return (row, refunded_row(row, cur.nudge))
-    return (row,)
+def _refund(pair: _Pair, w: _Write, fresh: Sequence[ClaimWrite], tally: _Tally) -> None:
+    """A refund's compare-and-set must match the row the ledger holds (its charge's)."""
+    assert w.charge is not None  # a refund names the charge it refunds
+    if fresh:
+        tally.flag("phantom_write", f"{pair.key}: refund #{w.write.seq} absorbed claims")
+    refunded = refunded_row(pair.row, w.charge.nudge)
+    if refunded is None:
+        tally.flag(
+            "unmatched_refund",
+            f"{pair.key}: refund of {_show(w.charge)}, the row is {_tuple(pair.row)}",
+        )
+        pair.row = _row(pair.key, w.write.new)
+        return
+    tally.refunds += 1
+    pair.row = refunded
+    pair.counted -= 1  # the refunded charge (the row's) does not count toward the cap
 
 
-def _window(
-    row: LedgerRow | None, cur: ChargeRecord, claims: Sequence[ClaimRecord]
-) -> list[ClaimRecord]:
-    """The claims after the row's stamp, up to the charge's stamp: progress for this charge."""
-    if row is None:
-        return []
-    return [c for c in claims if row.last_nudged_at < c.claimed_at <= cur.charged_at]
-
-
-def _seen(claim: ClaimRecord, cur: ChargeRecord) -> bool:
-    """True when ``cur`` surely saw ``claim``: committed before its tick's instant, or absorbed."""
-    committed_before = claim.seen_by is not None and claim.seen_by <= cur.now
-    absorbed = cur.now < cur.charged_at == claim.claimed_at
-    return committed_before or absorbed
+def _charge(
+    pair: _Pair,
+    w: _Write,
+    deletions: Sequence[ClaimWrite],
+    fresh: Sequence[ClaimWrite],
+    again: bool,
+    policy: PacingPolicy,
+    tally: _Tally,
+) -> None:
+    """Judge one charge against the row and the claims its transaction absorbed."""
+    cur = w.charge
+    assert cur is not None  # a charge write carries its charge
+    if pair.last is not None and pair.last.charged_at == cur.charged_at:
+        tally.flag("duplicate_charges", f"{pair.key}: {_show(cur)} repeats {_show(pair.last)}")
+        return
+    pair.last = cur
+    pair.follow(w.write, tally)
+    _check_stamp(pair.key, cur, w.write, deletions, tally)
+    row = pair.row
+    verdict = _judge(row, cur, fresh, policy)
+    if verdict is not None:
+        found, why = verdict
+        if not (again and found == "reset_without_claim"):  # flagged: a double reset
+            tally.flag(found, f"{pair.key}: {_show(cur)} {why}")
+    elif row is None:
+        tally.judged["first"] += 1
+    elif fresh:
+        tally.judged["reset"] += 1
+        # Every claim it absorbed is stamped at or before the row's stamp: a reset that
+        # timestamps alone ("a claim after the last nudge") would call unexplained.
+        tally.claims["late_resets"] += all(c.claimed_at <= row.last_nudged_at for c in fresh)
+    else:
+        tally.judged["retry" if row.nudges < pair.row_before else "step"] += 1
+    pair.absorb(fresh, _show(cur), tally)
+    if row is None or fresh:
+        pair.counted = 0
+    pair.row_before = cur.number
+    pair.row = charge_row(cur.nudge)
+    pair.counted += 1
 
 
 def _judge(
     row: LedgerRow | None,
     cur: ChargeRecord,
-    claims: Sequence[ClaimRecord],
-    explained: set[datetime],
+    fresh: Sequence[ClaimWrite],
     policy: PacingPolicy,
 ) -> tuple[str, str] | None:
     """Why the ledger holding ``row`` must not have written ``cur``; None when it was legal."""
@@ -517,14 +757,13 @@ def _judge(
         if cur.number == 1:
             return None
         return ("out_of_sequence", "on a pair with no ledger row")
-    window = _window(row, cur, claims)
-    if cur.number == 1 and window:
-        return None  # progress: a reset
-    seen = [c for c in window if _seen(c, cur)]
-    if seen:
+    if fresh:
+        if cur.number == 1:
+            return None  # progress: a reset
         return (
             "missed_reset",
-            f"after {_show_row(row)}, though it saw the claim at {seen[0].claimed_at.isoformat()}",
+            f"after {_show_row(row)}, though it absorbed the claim at "
+            f"{fresh[0].claimed_at.isoformat()}",
         )
     if cur.number == row.nudges + 1:
         due = next_due_at(row, policy)
@@ -534,27 +773,49 @@ def _judge(
             return ("early", f"after {_show_row(row)}, before its due {due.isoformat()}")
         return None
     if cur.number == 1:
-        before = [c.claimed_at for c in claims if c.claimed_at <= cur.charged_at]
-        if before and before[-1] in explained:
-            return (
-                "double_reset",
-                f"after {_show_row(row)}: its only claim, at {before[-1].isoformat()}, "
-                "already explained a reset",
-            )
-        return ("reset_without_claim", f"after {_show_row(row)} with no claim since")
+        return ("reset_without_claim", f"after {_show_row(row)}: it absorbed no claim")
     return ("out_of_sequence", f"after {_show_row(row)}")
 
 
 def _check_stamp(
-    key: PairKey, cur: ChargeRecord, claim_times: Sequence[datetime], tally: _Tally
+    key: PairKey,
+    cur: ChargeRecord,
+    write: LedgerWrite,
+    absorbed: Sequence[ClaimWrite],
+    tally: _Tally,
 ) -> None:
-    """A charge stamps the tick's instant, or the pair's latest claim when that is later."""
-    if cur.charged_at == cur.now or (not cur.acknowledged and cur.charged_at >= cur.now):
-        return  # an unacknowledged charge's instant is only known not to precede ``now``
-    i = bisect.bisect_left(claim_times, cur.charged_at)
-    if cur.charged_at > cur.now and i < len(claim_times) and claim_times[i] == cur.charged_at:
+    """A charge stamps ``charge_stamp`` of the latest claim it absorbed, at its tick's instant.
+
+    An unacknowledged charge's instant is unknown, but its tick read it in the
+    writing transaction before the write: between ``xact_start`` and ``at``.
+    """
+    state = PairState(
+        endpoint_id=key[0],
+        queue=key[1],
+        oldest=None,
+        endpoint_active=True,
+        has_receiver=True,
+        unabsorbed_claim_at=max((c.claimed_at for c in absorbed), default=None),
+    )
+    stamp = cur.charged_at
+    if cur.acknowledged:
+        if stamp == charge_stamp(state, cur.now):
+            return
+    elif (write.xact_start <= stamp <= write.at and charge_stamp(state, stamp) == stamp) or (
+        charge_stamp(state, write.xact_start) == stamp
+    ):
         return
     tally.flag("bad_stamp", f"{key}: {_show(cur)} decided at {cur.now.isoformat()}")
+
+
+def _tuple(row: LedgerRow | None) -> tuple[int, datetime] | None:
+    return None if row is None else (row.nudges, row.last_nudged_at)
+
+
+def _row(key: PairKey, values: tuple[int, datetime] | None) -> LedgerRow | None:
+    if values is None:
+        return None
+    return LedgerRow(endpoint_id=key[0], queue=key[1], nudges=values[0], last_nudged_at=values[1])
 
 
 def _show(charge: ChargeRecord) -> str:

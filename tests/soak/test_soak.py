@@ -36,5 +36,12 @@ def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
     # The record is exact: refunds happened and were replayed, requeued claims were kept.
     assert result.details["refunds_applied"] > 0
     assert result.details["consumer_requeues"] > 0
+    # Claims committed late (held transactions) and two claims on one wake were made.
+    assert result.details["consumer_held_claims"] > 0
+    assert result.details["consumer_batches"] > 0
+    # The claim log was audited row by row: each logged claim absorbed, compacted or left.
+    log = result.details["claim_log"]
+    assert log["logged"] > 0
+    assert log["logged"] == log["absorbed"] + log["compacted"] + log["left"], log
     assert result.ok
     assert result.line().startswith("soak: ticks=")
