@@ -156,15 +156,7 @@ class PostgresLedger:
         """Every ledger row, keyed by pair."""
         with as_ledger_error("reading the ledger failed"):
             rows = await self._pool.fetch(_SQL["ledger_rows"])
-        return {
-            (r["endpoint_id"], r["queue"]): LedgerRow(
-                endpoint_id=r["endpoint_id"],
-                queue=r["queue"],
-                nudges=r["nudges"],
-                last_nudged_at=r["last_nudged_at"],
-            )
-            for r in rows
-        }
+        return {(r["endpoint_id"], r["queue"]): _ledger_row(r) for r in rows}
 
     async def status(self, *, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
         """Every pair with pending work or a ledger row, judged by the sweep's own decision.
@@ -190,14 +182,7 @@ class PostgresLedger:
                     has_receiver=r["has_receiver"],
                     unabsorbed_claim_at=r["unabsorbed_claim_at"],
                 ),
-                None
-                if r["nudges"] is None
-                else LedgerRow(
-                    endpoint_id=r["endpoint_id"],
-                    queue=r["queue"],
-                    nudges=r["nudges"],
-                    last_nudged_at=r["last_nudged_at"],
-                ),
+                None if r["nudges"] is None else _ledger_row(r),
                 pending_gated=r["gated"],
                 pending_ungated=r["ungated"],
                 now=now,
@@ -205,6 +190,15 @@ class PostgresLedger:
             )
             for r in rows
         ]
+
+
+def _ledger_row(r: asyncpg.Record) -> LedgerRow:
+    return LedgerRow(
+        endpoint_id=r["endpoint_id"],
+        queue=r["queue"],
+        nudges=r["nudges"],
+        last_nudged_at=r["last_nudged_at"],
+    )
 
 
 def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
