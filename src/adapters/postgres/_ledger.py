@@ -47,8 +47,8 @@ class PostgresLedger:
     Safe with any number of instances on one database. Each tick takes the
     fleet's transaction-level tick lock (an instance that misses it skips),
     reads the time after it, and charges in one statement whose snapshot
-    therefore sees every earlier sweep's commit. The statement's ON CONFLICT
-    clause still re-checks the due predicate on the locked row, for older
+    therefore sees every earlier sweep's commit. The statement still
+    compare-and-sets each row it charges on the row as locked, for older
     builds that sweep without the lock during a deploy.
 
     The database's clock is the time authority: the threshold, the backoff
