@@ -291,3 +291,87 @@ def test_bad_parameters_are_refused(build: object, message: str) -> None:
     """Impossible scenarios raise ValueError naming the parameter."""
     with pytest.raises(ValueError, match=message):
         build()  # type: ignore[operator]
+
+
+def test_nudges_and_consumer_starts_are_sampled_over_time() -> None:
+    """The cumulative nudge and start series share the backlog's instants and end at the totals."""
+    scenario = backlog_only(
+        pairs=3, duration=timedelta(days=1), consumer=Consumer(kind=ConsumerKind.DEAD)
+    )
+
+    result = run(scenario)
+    nudges = [n for _, n in result.nudges_over_time]
+    started = [n for _, n in result.started_over_time]
+
+    assert [t for t, _ in result.backlog] == [t for t, _ in result.nudges_over_time]
+    assert [t for t, _ in result.backlog] == [t for t, _ in result.started_over_time]
+    assert (15, 18) == (nudges[-1], started[-1])  # a dead consumer starts on every wake
+    assert (15, 18) == (result.nudges, result.consumers_started)
+    assert sorted(nudges) == nudges
+    assert sorted(started) == started
+
+
+def test_a_busy_consumer_is_not_started_again() -> None:
+    """Wakes absorbed by a running consumer do not count as starts."""
+    result = run(backlog_only(backlog=3))
+
+    assert 3 == result.creation_wakes
+    assert 3 == result.consumers_started  # the first creation wake, then two nudges
+
+
+#: (policy, todos, nudges, lost, claims, pending, capped, max started, held-back ticks,
+#: charged ticks, wait p50, p99, max) from the simulator before its rewrite as a package.
+BEFORE_THE_REWRITE = [
+    ("default", 16919, 1881, 1840, 16917, 2, 0, 2, 0, 1838, 1.0, 281.200064, 1634.218518),
+    (
+        "edge-only",
+        16919,
+        0,
+        1685,
+        15192,
+        1727,
+        0,
+        0,
+        0,
+        0,
+        27550.731271,
+        89315.352416,
+        116110.966232,
+    ),
+    ("fixed-5m", 16919, 1881, 1840, 16917, 2, 0, 2, 0, 1839, 1.0, 323.778461, 734.218518),
+]
+
+
+def test_results_are_those_of_the_simulator_before_its_rewrite() -> None:
+    """100 pairs, a week, 10% of wakes lost (docs/pacing.md, question 3): numbers as before."""
+    scenario = Scenario(pairs=100, duration=timedelta(days=7), wake_loss=0.1)
+    policies = [SimPolicy.default(), SimPolicy.edge_only(), SimPolicy.fixed(timedelta(minutes=5))]
+
+    results = [
+        simulate(
+            scenario,
+            policy,
+            workload=random.Random("1:workload"),
+            chance=random.Random("1:chance"),
+        )
+        for policy in policies
+    ]
+
+    assert BEFORE_THE_REWRITE == [
+        (
+            r.policy,
+            r.todos,
+            r.nudges,
+            r.wakes_lost,
+            r.claims,
+            r.pending,
+            r.capped_pairs,
+            r.max_started_in_tick,
+            r.held_back_ticks,
+            r.charged_ticks,
+            r.wait.p50,
+            r.wait.p99,
+            r.wait.max,
+        )
+        for r in results
+    ]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.cli import CliError, main
-from adapters.cli._simulate import parse_duration, parse_policy
+from adapters.cli._simulate import _settled_at, parse_duration, parse_policy
 
 SMALL = ["simulate", "--pairs", "6", "--days", "0.25", "--backlog", "2", "--seed", "3"]
 
@@ -77,7 +77,7 @@ def test_bad_options_are_one_line_errors(
 
 
 def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--plot draws backlog and wait distribution into a PNG file."""
+    """--plot draws nudges, consumer starts, backlog and wait distribution into a PNG file."""
     pytest.importorskip("matplotlib")
     target = tmp_path / "sim.png"
 
@@ -86,6 +86,27 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert 0 == status
     assert b"\x89PNG" == target.read_bytes()[:4]
     assert f"plot written to {target}" in capsys.readouterr().out
+
+
+def test_plot_draws_a_run_where_nothing_is_claimed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead consumer's plot (no claim, a constant backlog) is drawn without error."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "dead.png"
+
+    status = main([*SMALL, "--consumer", "dead", "--rate", "0", "--plot", str(target)])
+
+    assert 0 == status
+    assert b"\x89PNG" == target.read_bytes()[:4]
+    capsys.readouterr()
+
+
+def test_settled_at_is_where_a_series_stops_changing() -> None:
+    """A plot zooms to the first sample from which every series keeps its final value."""
+    series = ((0.0, 5), (10.0, 3), (20.0, 1), (30.0, 1), (40.0, 1))
+
+    assert (20.0, 0.0) == (_settled_at(series), _settled_at(((0.0, 1), (10.0, 1))))
 
 
 def test_console_script_refuses_a_bad_option() -> None:

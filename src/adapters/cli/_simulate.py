@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import attrs
+
 from stall_core import PacingPolicy
 from stall_core.sim import (
     Bursts,
@@ -79,13 +81,19 @@ def register(subparsers: Any) -> None:
     )
     add("--seed", default="1", help="random seed (default 1)")
     add("--json", action="store_true", help="print the results as JSON")
-    add("--plot", metavar="FILE.png", help="draw backlog and wait distribution (needs matplotlib)")
+    add(
+        "--plot",
+        metavar="FILE.png",
+        help="draw nudges, consumer starts, backlog and waits over time (needs matplotlib)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the scenario and policies from ``args``, simulate each, report."""
     scenario = _scenario(args)
+    if args.plot:  # a plot may zoom in on the first minutes of a long run: sample finely
+        scenario = attrs.evolve(scenario, samples=_PLOT_SAMPLES)
     customs = dict(parse_policy(spec) for spec in args.policy)
     policies = [_named_policy(name, customs) for name in _names(args.compare)]
     seed = _number("--seed", args.seed, int)
@@ -276,6 +284,7 @@ _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (
     ("  creation wakes", lambda r: f"{r.creation_wakes:,}"),
     ("  nudges", lambda r: f"{r.nudges:,}"),
     ("  lost", lambda r: f"{r.wakes_lost:,}"),
+    ("consumers started", lambda r: f"{r.consumers_started:,}"),
     ("claims", lambda r: f"{r.claims:,}"),
     ("wakes per claim", lambda r: "-" if r.wakes_per_claim is None else f"{r.wakes_per_claim:.2f}"),
     ("wait p50", lambda r: _human(r.wait.p50)),
@@ -358,6 +367,7 @@ def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dic
                 "creation_wakes": r.creation_wakes,
                 "nudges": r.nudges,
                 "wakes_lost": r.wakes_lost,
+                "consumers_started": r.consumers_started,
                 "claims": r.claims,
                 "wakes_per_claim": r.wakes_per_claim,
                 "wait_s": {
@@ -380,7 +390,17 @@ def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dic
     }
 
 
+_Series = tuple[tuple[float, int], ...]
+
+#: Samples of each series over the run when plotting.
+_PLOT_SAMPLES = 4_000
+
+#: Dashes per policy: policies often coincide, so they differ by dash as well as colour.
+_DASHES = ("-", "--", ":", "-.")
+
+
 def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
+    """Draw what the policies differ on: nudges, consumer starts, backlog and waits."""
     try:
         import matplotlib
 
@@ -390,35 +410,46 @@ def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
         raise CliError(
             "--plot needs matplotlib: pip install 'stall-nudge[plot]'", status=1
         ) from None
-    fig, (backlog, waits) = plt.subplots(1, 2, figsize=(12, 4.5))
-    hours = scenario.duration.total_seconds() >= 3 * 3_600
-    scale, unit = (3_600.0, "hours") if hours else (60.0, "minutes")
-    styles = ("-", "--", ":", "-.")  # policies often overlap: tell them apart by dash too
-    for i, r in enumerate(results):
-        style = styles[i % len(styles)]
-        backlog.plot(
-            [t / scale for t, _ in r.backlog],
-            [n for _, n in r.backlog],
-            style,
-            label=r.policy,
-        )
-        if r.wait_percentiles:
-            floor = 0.1  # log axis: show sub-tenth-second waits at 0.1 s
-            xs = [max(w, floor) for w in r.wait_percentiles]
-            waits.step(xs, range(len(xs)), style, where="post", label=r.policy)
-    backlog.set(title="Pending todos", xlabel=f"simulated {unit}", ylabel="todos")
-    waits.set(
-        title="Wait from creation to claim (claimed todos)",
-        xlabel="seconds (log)",
-        ylabel="percentile",
-        xscale="log",
+    fig, ((nudges, starts), (backlog, waits)) = plt.subplots(2, 2, figsize=(12, 8.5))
+    run_s = scenario.duration.total_seconds()
+    settled_s = max(
+        _settled_at(series)
+        for r in results
+        for series in (r.nudges_over_time, r.started_over_time, r.backlog)
     )
-    for ax in (backlog, waits):
+    # When every series is flat long before the end, show the part that moves.
+    shown_s = min(run_s, settled_s * 1.15) if settled_s < run_s / 2 else run_s
+    scale, unit = (3_600.0, "hours") if shown_s >= 3 * 3_600 else (60.0, "minutes")
+    xlabel = f"simulated {unit}"
+    if shown_s < run_s:
+        xlabel += f" (nothing changes after {_human(settled_s)}; the run lasts {_human(run_s)})"
+    panels: tuple[tuple[Any, str, str, Callable[[SimResult], _Series]], ...] = (
+        (nudges, "Nudges sent (cumulative)", "nudges", lambda r: r.nudges_over_time),
+        (
+            starts,
+            "Consumers started by a wake (cumulative)",
+            "starts",
+            lambda r: r.started_over_time,
+        ),
+        (backlog, "Pending todos", "todos", lambda r: r.backlog),
+    )
+    for ax, title, what, series in panels:
+        for i, r in enumerate(results):
+            points = series(r)
+            ax.plot(
+                [t / scale for t, _ in points],
+                [n for _, n in points],
+                _DASHES[i % len(_DASHES)],
+                label=f"{r.policy} ({points[-1][1]:,} at the end)",
+            )
+        _count_axis(ax, [max(n for _, n in series(r)) for r in results], what)
+        ax.set(title=title, xlabel=xlabel)
+        ax.set_xlim(0, shown_s / scale)
+    _wait_panel(waits, results)
+    for ax in (nudges, starts, backlog, waits):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend()
-        else:
-            ax.text(0.5, 0.5, "no todo claimed", ha="center", transform=ax.transAxes)
+            ax.legend(fontsize=8)
     fig.suptitle(_describe(scenario, seed=0).rsplit(", seed", 1)[0], fontsize=8, wrap=True)
     fig.tight_layout()
     try:
@@ -427,3 +458,68 @@ def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
         raise CliError(f"--plot: cannot write {path!r}: {exc.strerror or exc}", status=1) from None
     finally:
         plt.close(fig)
+
+
+def _settled_at(series: _Series) -> float:
+    """The first sample instant (seconds) from which ``series`` no longer changes."""
+    last = series[-1][1]
+    settled = series[-1][0]
+    for at, value in reversed(series):
+        if value != last:
+            break
+        settled = at
+    return settled
+
+
+def _count_axis(ax: Any, values: Sequence[int], what: str) -> None:
+    """A count axis from 0; logarithmic above 10 when the policies differ 100-fold or more.
+
+    From 0, a constant count reads as what it is (a dead consumer's 10
+    pending todos), not as a flat line on a degenerate axis; the log scale
+    keeps a capped policy's few nudges visible next to an uncapped one's
+    thousands.
+    """
+    top = max(values, default=0)
+    smallest = min((v for v in values if v > 0), default=0)
+    if smallest and top >= 100 * smallest:
+        ax.set_yscale("symlog", linthresh=10)
+        ax.set_ylim(0, top * 2)
+        ax.set_ylabel(f"{what} (log above 10)")
+    else:
+        ax.set_ylim(0, max(1, top) * 1.1)
+        ax.set_ylabel(what)
+
+
+def _wait_panel(ax: Any, results: Sequence[SimResult]) -> None:
+    """The creation-to-claim wait of claimed todos as a CDF on a log time axis."""
+    floor = 0.1  # log axis: sub-tenth-second waits are drawn at 0.1 s
+    for i, r in enumerate(results):
+        if r.wait_percentiles:
+            xs = [max(w, floor) for w in r.wait_percentiles]
+            ax.step(
+                xs,
+                range(len(xs)),
+                _DASHES[i % len(_DASHES)],
+                where="post",
+                label=f"{r.policy} ({r.claims:,} claimed, {r.pending:,} pending)",
+            )
+    ax.set(
+        title="Wait from creation to claim (claimed todos)",
+        xlabel="seconds (log)",
+        ylabel="% of claimed todos (cumulative)",
+        ylim=(0, 101),
+    )
+    if ax.get_legend_handles_labels()[0]:
+        ax.set_xscale("log")
+    else:
+        pending = ", ".join(f"{r.policy}: {r.pending:,}" for r in results)
+        ax.text(
+            0.5,
+            0.5,
+            f"No todo was claimed under any policy.\nStill pending at the end: {pending}.",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_xticks([])
+        ax.set_yticks([])

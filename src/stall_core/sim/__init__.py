@@ -1,0 +1,77 @@
+"""The pacing simulator: what-if runs of a nudge policy on the sweep's own decisions.
+
+Theory of operation
+-------------------
+A run is a board of ``pairs`` (endpoint, queue) pairs, each with one
+consumer, over ``duration`` of virtual time. Instants are whole microseconds
+since ``start``; the sweep runs only on reaper ticks (``start + k * tick``).
+
+The host does two things, as typed events (``_events``): an ``Arrival``
+creates todos and sends each one's creation wake to the pair's notify hook,
+if one covers it; a started consumer's ``ConsumerClaims`` claims. A wake
+reaching a running consumer is absorbed (the one-shot shape of the spec's
+reported case); one reaching an idle consumer starts it, and ``latency``
+later it claims one todo (one-shot), up to ``batch`` (batch), one with
+probability ``claim_probability`` (flaky) or none (dead: it exits at once).
+It stays busy ``service`` per claimed todo. A claim takes the pair's oldest
+pending todo, verified or not, as the host's claim verb does.
+
+``wake_loss`` loses that share of wakes, creation wakes and nudges alike,
+past the receiver: its hook answered and the consumer never ran. Such a
+nudge counts toward the cap. In production a nudge that reaches no receiver
+at all is refunded and does not count; the simulator does not model that
+case (its receivers always answer).
+
+The sweep is the core's: every charge is decided by ``plan_tick`` on the
+``PairState`` a ledger would read (progress is a claim after the row's
+charge that no charge has absorbed yet), and the row it leaves is
+``charge_row``'s with ``charge_stamp``'s instant. To stay fast the run does
+not decide every pair on every tick (``_run``): a pair is looked at only on
+the first tick where ``decide`` would charge or drain it, and due pairs
+wait behind the tick limit in ``plan_tick``'s order (``_sweep``). Those
+restatements live in ``_rules``, each pinned to the core by
+tests/unit/test_sim_rules.py; every charging tick checks that ``plan_tick``
+charged exactly the pairs and numbers they chose, and
+tests/unit/test_sim_faithful.py replays runs on the real ``Sweeper``.
+
+Randomness comes from two generators the caller seeds (``random.Random``
+satisfies ``RandomSource``): ``workload`` draws the layout and arrivals
+only, so every policy sees the same todos; ``chance`` draws wake losses and
+flaky claims. Like the rest of ``stall_core`` this package reads no clock
+and draws no randomness of its own.
+
+Modules: ``_scenario`` (what is asked), ``_events`` (host events and the
+trace), ``_board`` (one pair's state), ``_rules`` (the restated rules),
+``_sweep`` (the agenda and the held-back pairs), ``_run`` (the loop),
+``_result`` (counts, samples and the result).
+"""
+
+from ._events import Claimed, Created
+from ._result import SimResult, WaitStats
+from ._run import simulate
+from ._scenario import (
+    UNCAPPED,
+    Bursts,
+    Consumer,
+    ConsumerKind,
+    Poisson,
+    RandomSource,
+    Scenario,
+    SimPolicy,
+)
+
+__all__ = [
+    "UNCAPPED",
+    "Bursts",
+    "Claimed",
+    "Consumer",
+    "ConsumerKind",
+    "Created",
+    "Poisson",
+    "RandomSource",
+    "Scenario",
+    "SimPolicy",
+    "SimResult",
+    "WaitStats",
+    "simulate",
+]
