@@ -54,17 +54,29 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE TRIGGER stall_nudge_log_claim
-    AFTER UPDATE OF claimed_at ON todos
-    FOR EACH ROW
-    WHEN (NEW.claimed_at IS NOT NULL AND NEW.claimed_at IS DISTINCT FROM OLD.claimed_at)
-    EXECUTE FUNCTION stall_nudge_log_claim();
-
-CREATE OR REPLACE TRIGGER stall_nudge_log_claimed_insert
-    AFTER INSERT ON todos
-    FOR EACH ROW
-    WHEN (NEW.claimed_at IS NOT NULL)
-    EXECUTE FUNCTION stall_nudge_log_claim();
+-- Created only when missing: CREATE (OR REPLACE) TRIGGER locks out the host's
+-- writes to todos while it runs, and migrate may run on a busy host.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_claim') THEN
+        CREATE TRIGGER stall_nudge_log_claim
+            AFTER UPDATE OF claimed_at ON todos
+            FOR EACH ROW
+            WHEN (NEW.claimed_at IS NOT NULL AND NEW.claimed_at IS DISTINCT FROM OLD.claimed_at)
+            EXECUTE FUNCTION stall_nudge_log_claim();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'todos'::regclass
+                      AND tgname = 'stall_nudge_log_claimed_insert') THEN
+        CREATE TRIGGER stall_nudge_log_claimed_insert
+            AFTER INSERT ON todos
+            FOR EACH ROW
+            WHEN (NEW.claimed_at IS NOT NULL)
+            EXECUTE FUNCTION stall_nudge_log_claim();
+    END IF;
+END
+$$;
 
 -- Pending todos in pair order, oldest first: the skip-scan over pairs walks
 -- it, and its first entry per pair is that pair's oldest pending todo.
