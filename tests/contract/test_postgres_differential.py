@@ -6,14 +6,22 @@ the two ledgers must hold identical rows and every sweep must charge the
 same nudges (pair, todo, number, title) and delete the same rows. Before
 each sweep, Postgres' `status` is asked too: the sweep must charge exactly
 the pairs it calls due, the first tick_limit of them in charge order, and
-no other. Each example starts from empty tables in one database cloned for
-the test.
+no other. Postgres runs once judging only what changed (one full pass, the
+first tick) and once with a full pass whenever the clock moved. A "late"
+todo is created in a transaction that commits only after the next sweep.
+
+A second test writes behind the triggers' back (what they cannot see), and
+holds Postgres to its own `status`: a tick never charges a pair `status`
+does not call due, and a full pass, or any tick with nothing hidden since
+the last one, charges exactly what `status` calls due. Each example starts
+from empty tables in one database cloned for the test.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -23,7 +31,7 @@ from hypothesis import strategies as st
 
 from adapters.memory import MemoryBoard
 from adapters.postgres import PostgresLedger
-from stall_core import PacingPolicy, PairKey, Verdict
+from stall_core import PacingPolicy, PairKey, Verdict, full_pass_due
 from stall_testing import MemoryDriver, PostgresDriver
 from tests import pg
 from tests.support import T0, FakeClock
@@ -76,19 +84,39 @@ ARGS: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
     "advance": st.tuples(STEP),
     "tick": st.tuples(STEP),
     "sweep": st.just(()),
+    # Created in a transaction that commits only after the next sweep.
+    "late": st.tuples(
+        st.sampled_from(ENDPOINTS),
+        st.sampled_from(QUEUES),
+        st.sampled_from(GATES),
+        st.sampled_from([timedelta(0), *BOUNDARIES[2:5], timedelta(minutes=10)]),
+    ),
     # Jump to one of the instants the schedule turns on (or a microsecond off it), then sweep.
     "edge": st.tuples(st.integers(min_value=0, max_value=50), st.sampled_from([-US, US * 0, US])),
 }
 #: How often each verb is drawn: mostly work, time and sweeps; now and then a config change.
 WEIGHTS = {"create": 4, "claim": 2, "complete": 1, "requeue": 1, "endpoint": 1}
 WEIGHTS |= {"hook_enabled": 1, "hook_queues": 1, "advance": 2, "tick": 4, "edge": 3, "sweep": 2}
-OPS = st.lists(
-    st.sampled_from([kind for kind, weight in WEIGHTS.items() for _ in range(weight)]).flatmap(
-        lambda kind: ARGS[kind].map(lambda args: (kind, *args))
-    ),
-    min_size=20,
-    max_size=80,
-)
+WEIGHTS |= {"late": 1}
+
+
+def histories(
+    weights: dict[str, int], args: dict[str, st.SearchStrategy[tuple[object, ...]]]
+) -> st.SearchStrategy[list[tuple[object, ...]]]:
+    """Lists of ops drawn with ``weights``, each with its arguments from ``args``."""
+    return st.lists(
+        st.sampled_from([kind for kind, weight in weights.items() for _ in range(weight)]).flatmap(
+            lambda kind: args[kind].map(lambda drawn: (kind, *drawn))
+        ),
+        min_size=20,
+        max_size=80,
+    )
+
+
+OPS = histories(WEIGHTS, ARGS)
+#: The same Postgres judged incrementally (one full pass, the first tick) and fully.
+INCREMENTAL = timedelta(days=100_000)
+FULL = US
 
 
 async def setup(driver: MemoryDriver | PostgresDriver) -> None:
@@ -147,7 +175,7 @@ Verb = Callable[[Driver], Awaitable[None]]
 def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: str) -> Verb | None:
     """The host verb ``op`` stands for on the board as it is now; None when it has no target."""
     kind, *args = op
-    if kind == "create":
+    if kind in ("create", "late"):
         endpoint, queue, gate, age = args
         assert isinstance(age, timedelta)
         delivery = None if gate == "none" else f"{gate}-{endpoint}"
@@ -184,40 +212,65 @@ def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: 
     raise AssertionError(f"unknown op {op!r}")
 
 
-async def replay(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> None:
+RESET = (
+    "DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims;"
+    " DELETE FROM notify_hooks; DELETE FROM todos; DELETE FROM deliveries;"
+    " DELETE FROM endpoints; DELETE FROM stall_nudge_changes; DELETE FROM stall_nudge_held;"
+    " DELETE FROM stall_nudge_sweeps"
+)
+
+
+async def replay(
+    pool: asyncpg.Pool, late_pool: asyncpg.Pool, ops: list[tuple[object, ...]], interval: timedelta
+) -> None:
     """Apply ``ops`` to a fresh memory board and to Postgres, comparing after every step."""
-    await pool.execute(
-        "DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims;"
-        " DELETE FROM notify_hooks; DELETE FROM todos; DELETE FROM deliveries;"
-        " DELETE FROM endpoints"
-    )
+    await pool.execute(RESET)
     clock = FakeClock(T0)
     memory_driver = MemoryDriver(clock)
     board = memory_driver.board
-    backends: tuple[Driver, Driver] = (memory_driver, PostgresDriver(pool, clock))
+    backends: tuple[Driver, Driver] = (
+        memory_driver,
+        PostgresDriver(pool, clock, full_pass_interval=interval),
+    )
     for driver in backends:
         await setup(driver)
     now = T0
     numbers: list[int] = []
     deleted = 0
-    for step, op in enumerate(ops):
-        note(f"step {step}, now = T0 + {now - T0}: {op!r}")
-        now = moved(op, board, now)
-        clock.set(now)
-        if op[0] in SWEEPS:
-            due = await due_by_status(PostgresLedger(pool, clock=clock))
-            memory, postgres = [await d.ledger.charge_due(policy=POLICY) for d in backends]
-            assert memory == postgres, f"step {step}: the sweeps differ"
-            assert due[: POLICY.tick_limit] == [n.key for n in postgres.charged], (
-                f"step {step}: status called {due} due"
-            )
-            numbers.extend(n.number for n in memory.charged)
-            deleted += len(memory.deleted)
-        elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
-            for driver in backends:
-                await verb(driver)
-        memory_rows, postgres_rows = [await d.ledger_rows() for d in backends]
-        assert memory_rows == postgres_rows, f"step {step}: the ledger rows differ"
+    late: list[Verb] = []
+    async with late_pool.acquire() as late_conn:
+        for step, op in enumerate(ops):
+            note(f"step {step}, now = T0 + {now - T0}: {op!r}")
+            now = moved(op, board, now)
+            clock.set(now)
+            if op[0] in SWEEPS:
+                due = await due_by_status(PostgresLedger(pool, clock=clock))
+                memory, postgres = [await d.ledger.charge_due(policy=POLICY) for d in backends]
+                assert memory == postgres, f"step {step}: the sweeps differ"
+                assert due[: POLICY.tick_limit] == [n.key for n in postgres.charged], (
+                    f"step {step}: status called {due} due"
+                )
+                numbers.extend(n.number for n in memory.charged)
+                deleted += len(memory.deleted)
+                if late:
+                    await late_conn.execute("COMMIT")
+                    for verb in late:
+                        await verb(memory_driver)
+                    late.clear()
+            elif op[0] == "late":
+                verb = resolve(op, board, now, f"t{step}")
+                assert verb is not None
+                if not late:
+                    await late_conn.execute("BEGIN")
+                await verb(PostgresDriver(late_conn))  # type: ignore[arg-type]
+                late.append(verb)
+            elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
+                for driver in backends:
+                    await verb(driver)
+            memory_rows, postgres_rows = [await d.ledger_rows() for d in backends]
+            assert memory_rows == postgres_rows, f"step {step}: the ledger rows differ"
+        if late:
+            await late_conn.execute("ROLLBACK")
     event(f"highest nudge number charged: {max(numbers, default=0)}")
     event("some ledger row drained" if deleted else "no ledger row drained")
 
@@ -233,25 +286,133 @@ async def due_by_status(ledger: PostgresLedger) -> list[PairKey]:
     return [(endpoint_id, queue) for *_, endpoint_id, queue in sorted(due)]
 
 
+@pytest.mark.parametrize("interval", [INCREMENTAL, FULL], ids=["changed", "full"])
 def test_memory_and_postgres_agree_on_every_wake_and_ledger_row(
-    pg_server: str, pg_template: str
+    pg_server: str, pg_template: str, interval: timedelta
 ) -> None:
     """Random host verbs, clock moves and sweeps: both ledgers wake and record identically."""
+    with databases(pg_server, pg_template) as (runner, pool, late_pool):
+
+        @settings(max_examples=60, deadline=None)
+        @given(ops=OPS)
+        def agree(ops: list[tuple[object, ...]]) -> None:
+            runner.run(replay(pool, late_pool, ops, interval))
+
+        agree()
+
+
+#: Writes the triggers cannot see (they run with session_replication_role = replica,
+#: as a logical-replication apply or a restore does): a stalled todo, a hook toggled.
+HIDDEN: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
+    "hidden_create": st.tuples(
+        st.sampled_from(ENDPOINTS), st.sampled_from(QUEUES), st.sampled_from(GATES)
+    ),
+    "hidden_hook": st.tuples(st.sampled_from(HOOKS)),
+}
+#: How often the full pass runs in the hidden-writes test, on the test clock.
+HIDDEN_INTERVAL = timedelta(minutes=30)
+
+
+async def hidden(
+    conn: asyncpg.Connection, op: tuple[object, ...], now: datetime, name: str
+) -> None:
+    """Apply a hidden write with the triggers off for this transaction."""
+    kind, *args = op
+    async with conn.transaction():
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        if kind == "hidden_create":
+            endpoint, queue, gate = args
+            delivery = None if gate == "none" else f"{gate}-{endpoint}"
+            await conn.execute(
+                "INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
+                " VALUES ($1, $2, $3, $4, 'pending', $5, $6)",
+                name,
+                endpoint,
+                queue,
+                delivery,
+                f"hidden {name}",
+                now - timedelta(minutes=10),
+            )
+        else:
+            (hook,) = args
+            await conn.execute("UPDATE notify_hooks SET enabled = NOT enabled WHERE id = $1", hook)
+
+
+async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tuple[int, int]:
+    """Apply ``ops`` to Postgres, holding every sweep to ``status``; return (full, exact) ticks."""
+    await pool.execute(RESET)
+    clock = FakeClock(T0)
+    memory_driver = MemoryDriver(clock)  # only to resolve ops against a board of the same shape
+    board = memory_driver.board
+    postgres = PostgresDriver(pool, clock, full_pass_interval=HIDDEN_INTERVAL)
+    for driver in (memory_driver, postgres):
+        await setup(driver)
+    now = T0
+    full_passes = exact = 0
+    hidden_since_full_pass = False
+    for step, op in enumerate(ops):
+        note(f"step {step}, now = T0 + {now - T0}: {op!r}")
+        now = moved(op, board, now)
+        clock.set(now)
+        if op[0] in SWEEPS:
+            due = await due_by_status(PostgresLedger(pool, clock=clock))
+            last = await pool.fetchval("SELECT full_pass_at FROM stall_nudge_sweeps")
+            full = full_pass_due(last, now, HIDDEN_INTERVAL)
+            outcome = await postgres.ledger.charge_due(policy=POLICY)
+            charged = [n.key for n in outcome.charged]
+            assert set(charged) <= set(due), f"step {step}: charged {charged}, due {due}"
+            assert len(charged) <= POLICY.tick_limit
+            if full or not hidden_since_full_pass:
+                assert due[: POLICY.tick_limit] == charged, f"step {step}: status said {due}"
+                exact += 1
+            if full:
+                full_passes += 1
+                hidden_since_full_pass = False
+            # The memory board follows the charges, so ops resolve against the same todos.
+            await memory_driver.ledger.charge_due(policy=POLICY)
+        elif op[0] in HIDDEN:
+            async with pool.acquire() as conn:
+                await hidden(conn, op, now, f"t{step}")
+            hidden_since_full_pass = True
+        elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
+            await verb(postgres)
+            await verb(memory_driver)
+    return full_passes, exact
+
+
+def test_writes_the_triggers_miss_are_late_never_wrong(pg_server: str, pg_template: str) -> None:
+    """Hidden writes: no tick charges what status calls not due; the next full pass is exact."""
+    weights = {k: v for k, v in WEIGHTS.items() if k != "late"} | dict.fromkeys(HIDDEN, 2)
+    ops = histories(weights, ARGS | HIDDEN)
+    with databases(pg_server, pg_template) as (runner, pool, _):
+
+        @settings(max_examples=60, deadline=None)
+        @given(ops=ops)
+        def late_never_wrong(ops: list[tuple[object, ...]]) -> None:
+            full_passes, exact = runner.run(replay_hidden(pool, ops))
+            event(f"full passes: {min(full_passes, 3)}{'+' if full_passes > 3 else ''}")
+            event("some tick held to status exactly" if exact else "no tick exact")
+
+        late_never_wrong()
+
+
+@contextmanager
+def databases(
+    pg_server: str, pg_template: str
+) -> Iterator[tuple[asyncio.Runner, asyncpg.Pool, asyncpg.Pool]]:
+    """One cloned database for the whole test, a pool for the board and one for late commits."""
     name = pg.unique_name("stall_diff")
     with asyncio.Runner() as runner:
         runner.run(pg.create_database(pg_server, name, template=pg_template))
         try:
-            pool = runner.run(open_pool(pg.with_database(pg_server, name)))
-
-            @settings(max_examples=60, deadline=None)
-            @given(ops=OPS)
-            def agree(ops: list[tuple[object, ...]]) -> None:
-                runner.run(replay(pool, ops))
-
+            dsn = pg.with_database(pg_server, name)
+            pool = runner.run(open_pool(dsn))
+            late_pool = runner.run(open_pool(dsn))
             try:
-                agree()
+                yield runner, pool, late_pool
             finally:
                 runner.run(pool.close())
+                runner.run(late_pool.close())
         finally:
             runner.run(pg.drop_database(pg_server, name))
 

@@ -21,7 +21,14 @@ OWN_INDEXES = (
     "stall_nudge_todos_claimed",
     "stall_nudge_deliveries_unverified",
     "stall_nudge_hooks_endpoint",
+    "stall_nudge_changes_due",
+    "stall_nudge_held_order",
+    "stall_nudge_ledger_due",
 )
+#: What the tick reads besides the ledger and the claim log.
+TICK_TABLES = ("stall_nudge_changes", "stall_nudge_held", "stall_nudge_sweeps")
+#: Everything a first migration of an empty database creates, in the order it reports.
+EVERYTHING = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *TICK_TABLES, *OWN_INDEXES)
 
 
 @pytest.fixture(name="empty_dsn")
@@ -61,7 +68,7 @@ async def test_migrate_twice_creates_everything_once(empty_dsn: str) -> None:
         second = await migrate(conn, host_schema=True)
         third = await migrate(conn)
 
-        assert (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *OWN_INDEXES) == first.created
+        assert EVERYTHING == first.created
         assert ((), ()) == (second.created, third.created)
         assert after_first == await relations(conn)
     finally:
@@ -106,7 +113,7 @@ async def test_concurrent_migrations_neither_race_nor_fail(empty_dsn: str) -> No
         reports = await asyncio.gather(*(migrate(c, host_schema=True) for c in conns))
 
         created = sorted(name for report in reports for name in report.created)
-        assert sorted((*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *OWN_INDEXES)) == created
+        assert sorted(EVERYTHING) == created
     finally:
         for conn in conns:
             await conn.close()

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import attrs
+import pytest
 
 from stall_core import (
+    FULL_PASS_INTERVAL,
     LedgerRow,
     Nudge,
     PacingPolicy,
@@ -23,6 +25,7 @@ from stall_core import (
     Wait,
     charge_row,
     decide,
+    full_pass_due,
     plan_tick,
 )
 from tests.support import T0, minutes
@@ -235,3 +238,37 @@ def test_consumer_woken_each_time_claims_one_and_drains_the_queue() -> None:
         at for at, _ in loop.fired
     ]
     assert {} == loop.rows
+
+
+def test_the_first_tick_is_a_full_pass() -> None:
+    """With no full pass on record, a tick judges every pair."""
+    assert full_pass_due(None, T0)
+
+
+def test_a_full_pass_comes_round_once_per_interval() -> None:
+    """Within the interval a tick judges what changed; at its end, every pair again."""
+    interval = timedelta(minutes=5)
+    assert [False, False, True, True] == [
+        full_pass_due(T0, at, interval)
+        for at in (T0, T0 + interval - timedelta(microseconds=1), T0 + interval, T0 + interval * 9)
+    ]
+
+
+def test_a_clock_that_went_back_asks_for_a_full_pass() -> None:
+    """A full pass is never wrong: a last pass in the future does not silence the next ones."""
+    assert full_pass_due(T0, T0 - timedelta(microseconds=1))
+
+
+def test_the_default_full_pass_interval_is_five_minutes() -> None:
+    """The issue's bound on how late a change the triggers miss is judged."""
+    assert timedelta(minutes=5) == FULL_PASS_INTERVAL
+    assert not full_pass_due(T0, T0 + timedelta(minutes=4, seconds=59))
+    assert full_pass_due(T0, T0 + timedelta(minutes=5))
+
+
+def test_a_full_pass_interval_must_be_positive_and_instants_aware() -> None:
+    """Bad arguments name what is wrong."""
+    with pytest.raises(ValueError, match="full-pass interval must be positive"):
+        full_pass_due(T0, T0, timedelta(0))
+    with pytest.raises(ValueError, match="now"):
+        full_pass_due(T0, T0.replace(tzinfo=None))

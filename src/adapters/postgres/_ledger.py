@@ -13,6 +13,7 @@ import asyncpg
 
 from adapters._sql import queries
 from stall_core import (
+    FULL_PASS_INTERVAL,
     QUARANTINE_QUEUE,
     ChargeOutcome,
     Clock,
@@ -25,6 +26,7 @@ from stall_core import (
     PairStatus,
     TodoRef,
     aware,
+    full_pass_due,
     pair_status,
 )
 
@@ -57,16 +59,30 @@ class PostgresLedger:
     tests and the demo, which move time by hand. Every call is bounded by
     ``timeout`` seconds, on the client (a black-holed server) and on the
     server (statement and lock timeouts).
+
+    A tick judges only the pairs that changed since the ticks before it
+    (``charge_changed``); every ``full_pass_interval`` one tick of the fleet
+    judges every pair (``charge_due``), which bounds how late a change the
+    triggers cannot see is nudged. Only tests and simulations pass another
+    interval than the core's ``FULL_PASS_INTERVAL``.
     """
 
     def __init__(
-        self, pool: asyncpg.Pool, *, clock: Clock | None = None, timeout: float = 30.0
+        self,
+        pool: asyncpg.Pool,
+        *,
+        clock: Clock | None = None,
+        timeout: float = 30.0,
+        full_pass_interval: timedelta = FULL_PASS_INTERVAL,
     ) -> None:
         if not 0 < timeout < float("inf"):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not full_pass_interval > timedelta(0):
+            raise ValueError(f"full_pass_interval must be positive, got {full_pass_interval!r}")
         self._pool = pool
         self._clock = clock
         self._timeout = timeout
+        self._full_pass_interval = full_pass_interval
 
     @property
     def timeout(self) -> float:
@@ -80,7 +96,9 @@ class PostgresLedger:
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
             if not lock["got"]:
                 return ChargeOutcome(now=now, skipped=True)
-            rows = await conn.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
+            full = full_pass_due(lock["full_pass_at"], now, self._full_pass_interval)
+            statement = _SQL["charge_due" if full else "charge_changed"]
+            rows = await conn.fetch(statement, *charge_due_parameters(now, policy))
         return charge_outcome(rows, now)
 
     async def refund(self, nudge: Nudge) -> bool:
@@ -219,7 +237,7 @@ def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
 
 
 def charge_due_parameters(now: datetime, policy: PacingPolicy) -> tuple[object, ...]:
-    """$1..$6 of ledger.sql's charge_due: every number from the policy, none written twice.
+    """$1..$6 of charge_due and charge_changed: every number from the policy, none written twice.
 
     Durations go as whole microseconds: an interval with a days field would be
     added as calendar days in the session time zone.

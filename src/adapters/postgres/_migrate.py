@@ -20,6 +20,8 @@ __all__ = [
 LEDGER_TABLE = "queue_stall_nudges"
 #: The progress log: claims not yet absorbed by a charge (filled by a trigger on todos).
 CLAIMS_TABLE = "stall_nudge_claims"
+#: What a tick reads besides the ledger and the claims: changes, held-back pairs, full passes.
+TICK_TABLES = ("stall_nudge_changes", "stall_nudge_held", "stall_nudge_sweeps")
 HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
 _OWN_INDEXES = (
     "stall_nudge_claims_pair",
@@ -27,6 +29,9 @@ _OWN_INDEXES = (
     "stall_nudge_todos_claimed",
     "stall_nudge_deliveries_unverified",
     "stall_nudge_hooks_endpoint",
+    "stall_nudge_changes_due",
+    "stall_nudge_held_order",
+    "stall_nudge_ledger_due",
 )
 
 
@@ -51,7 +56,7 @@ async def _existing(conn: asyncpg.Connection, names: tuple[str, ...]) -> set[str
 
 async def missing_tables(conn: asyncpg.Connection) -> list[str]:
     """The host tables and our own tables that this database lacks, in that order."""
-    wanted = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE)
+    wanted = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *TICK_TABLES)
     present = await _existing(conn, wanted)
     return [t for t in wanted if t not in present]
 
@@ -62,7 +67,7 @@ async def migrate(conn: asyncpg.Connection, *, host_schema: bool = False) -> Mig
     Idempotent, and all-or-nothing: it runs in one transaction under an
     advisory lock, so concurrent migrations neither race nor half-apply.
     """
-    names = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *_OWN_INDEXES)
+    names = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *TICK_TABLES, *_OWN_INDEXES)
     async with conn.transaction():
         await conn.execute(_SQL["lock"])
         before = await _existing(conn, names)

@@ -9,9 +9,13 @@
 -- The subquery (OFFSET 0 keeps it apart) runs first, so the clock is read after the lock is
 -- held: a sweep's "now" is never earlier than the commit of the sweep before it.
 -- Transaction-level only, so it works behind a transaction-pooling PgBouncer.
-SELECT l.got, clock_timestamp() AS now
+-- It also marks the transaction as a sweep's (its drains need no change logged) and
+-- reads when the fleet last ran a full pass.
+SELECT l.got, clock_timestamp() AS now,
+       (SELECT s.full_pass_at FROM stall_nudge_sweeps s) AS full_pass_at
   FROM (SELECT set_config('statement_timeout', $2, true),
                set_config('lock_timeout', $2, true),
+               set_config('stall_nudge.sweeping', 'on', true),
                pg_try_advisory_xact_lock($1) AS got
         OFFSET 0) l;
 
@@ -31,12 +35,13 @@ UPDATE queue_stall_nudges
 RETURNING nudges;
 
 -- name: charge_due
--- Decide, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
+-- The full pass: judge every pair, charge (at most tick_limit, least-nudged first) and delete drained rows, in one statement.
 -- $1 now, $2 threshold (µs), $3 backoff (µs[]), $4 cap, $5 tick_limit, $6 quarantine queue name.
 -- Durations arrive as microseconds so no interval carries a days field: PostgreSQL
 -- would add those as calendar days in the session time zone (25 h across DST).
 --
--- Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
+-- The safety net under charge_changed, run at a bounded interval: it needs no record
+-- of what changed. Cost follows pairs, not todos: one index descent per (endpoint_id, queue) with
 -- pending work (the skip scan), whose first entry is already that pair's oldest
 -- pending todo; then only cheap work per pair (the head's delivery, the ledger
 -- row, and the claim log only for pairs that have a ledger row). See
@@ -79,14 +84,17 @@ work AS (
     UNION ALL
     SELECT g.endpoint_id, g.queue, o.id, o.created_at
       FROM gated g
-     CROSS JOIN LATERAL (
-            SELECT t.id, t.created_at
-              FROM todos t
-             WHERE t.endpoint_id = g.endpoint_id AND t.queue = g.queue
-               AND {{is_work(t, $6)}}
-             ORDER BY t.created_at, t.id COLLATE "C"
-             LIMIT 1) o
+     CROSS JOIN LATERAL ({{oldest_work(g.endpoint_id, g.queue, $6)}}) o
      WHERE NOT g.passes
+),
+judged AS (
+    -- A full pass judges every held pair again.
+    SELECT h.endpoint_id, h.queue FROM stall_nudge_held h
+),
+swept AS (
+    -- The fleet's last full pass is now.
+    INSERT INTO stall_nudge_sweeps AS s (full_pass_at) VALUES ($1)
+    ON CONFLICT (singleton) DO UPDATE SET full_pass_at = EXCLUDED.full_pass_at
 ),
 stale AS (
     -- Ledger rows whose pair has no gate-passing pending todo left. NOT IN (a hashed
@@ -96,94 +104,64 @@ stale AS (
       FROM queue_stall_nudges n
      WHERE (n.endpoint_id, n.queue) NOT IN (SELECT w.endpoint_id, w.queue FROM work w)
 ),
-drained AS (
-    -- Matching nudges and last_nudged_at re-checks the locked row: a row another
-    -- sweeper charged since our snapshot is not deleted.
-    DELETE FROM queue_stall_nudges n
-     USING stale s
-     WHERE n.endpoint_id = s.endpoint_id AND n.queue = s.queue
-       AND n.nudges = s.nudges AND n.last_nudged_at = s.last_nudged_at
-    RETURNING n.endpoint_id, n.queue
+{{charge_judged()}}
+
+-- name: charge_changed
+-- The usual tick: judge only the pairs that changed, charge and delete drained rows, in one statement.
+-- $1..$6 as charge_due. The pairs judged: those with an unabsorbed claim, with a
+-- change past the threshold (stall_nudge_changes), with a ledger row whose backoff
+-- ended, and the best tick_limit of the pairs an earlier tick held back. Each is
+-- judged on the current rows, by the same rules as the full pass. A steady board
+-- (every pair capped, nothing new) costs a few empty index probes.
+WITH reconfigured AS (
+    -- Endpoints whose state, hooks or deliveries' verification changed.
+    SELECT DISTINCT x.endpoint_id FROM stall_nudge_changes x
+     WHERE x.queue IS NULL AND {{stalled(x.look_after, $1, $2)}}
 ),
-candidate AS MATERIALIZED (
-    -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
-    -- Those cheap tests come first; the progress probe runs once, only for pairs with
-    -- a ledger row. "fresh": nudge 1 is due at once (no row, or progress). Otherwise
-    -- the row's count stands, 0 only for a refunded first nudge.
-    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, p.fresh,
-           CASE WHEN p.fresh THEN 0 ELSE r.nudges END AS spent,
-           r.nudges AS row_nudges, r.last_nudged_at
-      FROM work w
-      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
-     CROSS JOIN LATERAL (SELECT {{starts_over(r)}} AS fresh) p
-     WHERE {{stalled(w.created_at, $1, $2)}}
-       AND {{endpoint_active(w.endpoint_id)}}
-       AND {{has_receiver(w.endpoint_id, w.queue)}}
+changed AS (
+    SELECT c.endpoint_id, c.queue FROM stall_nudge_claims c
+    UNION
+    SELECT x.endpoint_id, x.queue FROM stall_nudge_changes x
+     WHERE x.queue IS NOT NULL AND {{stalled(x.look_after, $1, $2)}}
+    UNION
+    -- Every pair of a reconfigured endpoint: its pending todos' queues, its ledger rows.
+    SELECT t.endpoint_id, t.queue FROM todos t
+     WHERE t.state = 'pending' AND t.endpoint_id IN (SELECT e.endpoint_id FROM reconfigured e)
+    UNION
+    SELECT n.endpoint_id, n.queue FROM queue_stall_nudges n
+     WHERE n.endpoint_id IN (SELECT e.endpoint_id FROM reconfigured e)
+    UNION
+    SELECT r.endpoint_id, r.queue
+      FROM generate_series(0, $4 - 1) AS s (nudges)
+     CROSS JOIN LATERAL (
+            SELECT r.endpoint_id, r.queue FROM queue_stall_nudges r
+             WHERE r.nudges = s.nudges
+               AND {{backoff_ended(s.nudges, r.last_nudged_at, $1, $3)}}) r
 ),
-due AS (
-    -- The best tick_limit due pairs, in charge order; the inner ORDER BY ... LIMIT is a
-    -- top-N sort, so a storm of due pairs is never sorted whole. The stamp is now, or
-    -- the latest claim this charge absorbs if later, so every absorbed claim is at or
-    -- before it.
-    SELECT c.*,
-           GREATEST($1::timestamptz, {{unabsorbed_claim_at(c.endpoint_id, c.queue)}}) AS stamp,
-           row_number() OVER (ORDER BY {{charge_order(c.spent, c.created_at, c.endpoint_id, c.queue)}}) AS rank
-      FROM (SELECT c.*
-              FROM candidate c
-             WHERE c.fresh OR {{backoff_over(c.spent, c.last_nudged_at, $1, $3, $4)}}
-             ORDER BY {{charge_order(c.spent, c.created_at, c.endpoint_id, c.queue)}}
-             LIMIT $5) c
+walked AS (
+    -- Held pairs change only through what "changed" lists (a claim, a change), so
+    -- the rest keep their order: the best tick_limit of them are all a tick can charge.
+    SELECT h.endpoint_id, h.queue
+      FROM stall_nudge_held h
+     WHERE (h.endpoint_id, h.queue) NOT IN (SELECT c.endpoint_id, c.queue FROM changed c)
+     ORDER BY h.created_at, h.endpoint_id COLLATE "C", h.queue COLLATE "C"
+     LIMIT $5
 ),
-inserted AS (
-    -- A pair with no row in this snapshot gets nudge 1. A row that appeared since (an
-    -- older build sweeping without the tick lock, during a deploy) is a conflict:
-    -- nothing is charged for the pair this tick.
-    INSERT INTO queue_stall_nudges AS n (endpoint_id, queue, nudges, last_nudged_at)
-    SELECT d.endpoint_id, d.queue, d.spent + 1, d.stamp
-      FROM due d
-     WHERE d.row_nudges IS NULL
-    ON CONFLICT (endpoint_id, queue) DO NOTHING
-    RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+judged AS (
+    SELECT * FROM changed UNION ALL SELECT * FROM walked
 ),
-advanced AS (
-    -- Compare-and-set on the row as locked: it must still be the row this snapshot
-    -- decided on (same count and stamp). Behind the tick lock (refunds take it too) it
-    -- always is; a row an older build charged or deleted since is left alone.
-    UPDATE queue_stall_nudges n
-       SET nudges = d.spent + 1, last_nudged_at = d.stamp
-      FROM due d
-     WHERE d.endpoint_id = n.endpoint_id AND d.queue = n.queue
-       AND d.row_nudges = n.nudges AND d.last_nudged_at = n.last_nudged_at
-    RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+work AS (
+    SELECT j.endpoint_id, j.queue, o.id AS todo_id, o.created_at
+      FROM judged j
+     CROSS JOIN LATERAL ({{oldest_work(j.endpoint_id, j.queue, $6)}}) o
 ),
-charged AS (
-    SELECT * FROM inserted UNION ALL SELECT * FROM advanced
+stale AS (
+    SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+      FROM queue_stall_nudges n
+      JOIN judged j ON j.endpoint_id = n.endpoint_id AND j.queue = n.queue
+     WHERE (n.endpoint_id, n.queue) NOT IN (SELECT w.endpoint_id, w.queue FROM work w)
 ),
-absorbed AS (
-    -- Claims are progress once: this tick absorbs every claim it sees of a pair it
-    -- charged or drained, or of a pair with no ledger row (its next nudge is a first
-    -- one anyway). A claim that commits after this snapshot stays for the next tick.
-    -- Of a pair that keeps its claims, only the latest matters ("is there one", and
-    -- the stamp a charge takes): the others go, so the log stays one row per pair.
-    DELETE FROM stall_nudge_claims c
-     WHERE EXISTS (SELECT 1 FROM charged x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
-        OR EXISTS (SELECT 1 FROM drained x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
-        OR NOT EXISTS (SELECT 1 FROM queue_stall_nudges n
-                        WHERE n.endpoint_id = c.endpoint_id AND n.queue = c.queue)
-        OR EXISTS (SELECT 1 FROM stall_nudge_claims k
-                    WHERE k.endpoint_id = c.endpoint_id AND k.queue = c.queue
-                      AND (k.claimed_at, k.ctid) > (c.claimed_at, c.ctid))
-)
--- The title is read for the (at most tick_limit) charged todos only.
-SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at,
-       d.todo_id, d.created_at, t.title, d.rank
-  FROM charged c
-  JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
-  JOIN todos t ON t.id = d.todo_id
-UNION ALL
-SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL
-  FROM drained x
-ORDER BY 1, 9;
+{{charge_judged()}}
 
 -- name: now
 -- The database's clock, the time authority every decision is measured on.

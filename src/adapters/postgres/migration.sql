@@ -78,6 +78,168 @@ BEGIN
 END
 $$;
 
+-- What changed since the last tick, so a tick looks at those pairs only (the full
+-- pass, at a bounded interval, looks at every pair). One row per event, appended in
+-- the host's own transaction, so it is visible exactly when the change is: a pending
+-- todo created, requeued or moved into a pair (stamped with its created_at: the tick
+-- looks once it is past the threshold), and a pair that lost a pending todo other
+-- than by a claim, or lost its ledger row outside a sweep ('-infinity': look at once);
+-- and, with queue NULL (every queue of the endpoint), an endpoint whose state, notify
+-- hooks or deliveries' verification changed. Claims are in stall_nudge_claims. A
+-- tick deletes the rows it has looked at.
+CREATE TABLE IF NOT EXISTS stall_nudge_changes (
+    endpoint_id text NOT NULL,
+    queue       text NULL,
+    look_after  timestamptz NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS stall_nudge_changes_due
+    ON stall_nudge_changes (look_after);
+
+-- Pairs a tick found due but held back for the tick limit, with their oldest work:
+-- the next tick walks them in charge order and stops after tick_limit, so a storm
+-- of due pairs is not judged again whole on every tick.
+CREATE TABLE IF NOT EXISTS stall_nudge_held (
+    endpoint_id text NOT NULL,
+    queue       text NOT NULL,
+    todo_id     text NOT NULL,
+    created_at  timestamptz NOT NULL,
+    PRIMARY KEY (endpoint_id, queue)
+);
+
+CREATE INDEX IF NOT EXISTS stall_nudge_held_order
+    ON stall_nudge_held (created_at, endpoint_id COLLATE "C", queue COLLATE "C");
+
+-- When the fleet last ran a full pass (one row).
+CREATE TABLE IF NOT EXISTS stall_nudge_sweeps (
+    singleton    boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    full_pass_at timestamptz NOT NULL
+);
+
+-- Ledger rows by count and stamp: "whose backoff has ended" is one range scan per count.
+CREATE INDEX IF NOT EXISTS stall_nudge_ledger_due
+    ON queue_stall_nudges (nudges, last_nudged_at);
+
+CREATE OR REPLACE FUNCTION stall_nudge_log_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.state = 'pending' THEN
+        INSERT INTO stall_nudge_changes (endpoint_id, queue, look_after)
+        VALUES (OLD.endpoint_id, OLD.queue, '-infinity');
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.state = 'pending' THEN
+        INSERT INTO stall_nudge_changes (endpoint_id, queue, look_after)
+        VALUES (NEW.endpoint_id, NEW.queue, NEW.created_at);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- An endpoint's configuration changed (its state, a hook, a delivery's verification):
+-- every queue of it is judged at the next tick. TG_ARGV[0] names the endpoint column.
+-- These tables are written rarely; the host's hot writes (a delivery received, a
+-- hook's failure count) do not fire it.
+CREATE OR REPLACE FUNCTION stall_nudge_log_endpoint_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        INSERT INTO stall_nudge_changes (endpoint_id, queue, look_after)
+        VALUES (to_jsonb(OLD) ->> TG_ARGV[0], NULL, '-infinity');
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        INSERT INTO stall_nudge_changes (endpoint_id, queue, look_after)
+        VALUES (to_jsonb(NEW) ->> TG_ARGV[0], NULL, '-infinity');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- A ledger row deleted outside a sweep (by hand, or by an older build): its pair's
+-- next nudge is a first one, so the next tick looks at it. A sweep's own deletions
+-- are drains, which need no second look; it marks its transaction to skip this.
+CREATE OR REPLACE FUNCTION stall_nudge_log_ledger_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(current_setting('stall_nudge.sweeping', true), '') <> 'on' THEN
+        INSERT INTO stall_nudge_changes (endpoint_id, queue, look_after)
+        SELECT gone.endpoint_id, gone.queue, '-infinity' FROM gone;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Each trigger's WHEN keeps the host's common writes free of it: a claim (logged as
+-- a claim), a completion and any write that leaves the pending set alone.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_created') THEN
+        CREATE TRIGGER stall_nudge_log_created
+            AFTER INSERT ON todos
+            FOR EACH ROW
+            WHEN (NEW.state = 'pending')
+            EXECUTE FUNCTION stall_nudge_log_change();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_moved') THEN
+        CREATE TRIGGER stall_nudge_log_moved
+            AFTER UPDATE OF state, endpoint_id, queue, created_at, delivery_id ON todos
+            FOR EACH ROW
+            WHEN ((OLD.state = 'pending' OR NEW.state = 'pending')
+                  AND (OLD.state, OLD.endpoint_id, OLD.queue, OLD.created_at, OLD.delivery_id)
+                      IS DISTINCT FROM
+                      (NEW.state, NEW.endpoint_id, NEW.queue, NEW.created_at, NEW.delivery_id)
+                  AND NOT (OLD.state = 'pending' AND NEW.state <> 'pending'
+                           AND NEW.claimed_at IS DISTINCT FROM OLD.claimed_at
+                           AND NEW.endpoint_id = OLD.endpoint_id AND NEW.queue = OLD.queue))
+            EXECUTE FUNCTION stall_nudge_log_change();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_deleted') THEN
+        CREATE TRIGGER stall_nudge_log_deleted
+            AFTER DELETE ON todos
+            FOR EACH ROW
+            WHEN (OLD.state = 'pending')
+            EXECUTE FUNCTION stall_nudge_log_change();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'endpoints'::regclass
+                      AND tgname = 'stall_nudge_log_endpoint_state') THEN
+        CREATE TRIGGER stall_nudge_log_endpoint_state
+            AFTER UPDATE OF state ON endpoints
+            FOR EACH ROW
+            WHEN (OLD.state IS DISTINCT FROM NEW.state)
+            EXECUTE FUNCTION stall_nudge_log_endpoint_change('id');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'notify_hooks'::regclass
+                      AND tgname = 'stall_nudge_log_hook') THEN
+        CREATE TRIGGER stall_nudge_log_hook
+            AFTER INSERT OR DELETE OR UPDATE OF enabled, queues, endpoint_id ON notify_hooks
+            FOR EACH ROW
+            EXECUTE FUNCTION stall_nudge_log_endpoint_change('endpoint_id');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'deliveries'::regclass
+                      AND tgname = 'stall_nudge_log_verified') THEN
+        CREATE TRIGGER stall_nudge_log_verified
+            AFTER UPDATE OF verified ON deliveries
+            FOR EACH ROW
+            WHEN (OLD.verified IS DISTINCT FROM NEW.verified)
+            EXECUTE FUNCTION stall_nudge_log_endpoint_change('endpoint_id');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'queue_stall_nudges'::regclass
+                      AND tgname = 'stall_nudge_log_ledger_delete') THEN
+        CREATE TRIGGER stall_nudge_log_ledger_delete
+            AFTER DELETE ON queue_stall_nudges
+            REFERENCING OLD TABLE AS gone
+            FOR EACH STATEMENT
+            EXECUTE FUNCTION stall_nudge_log_ledger_delete();
+    END IF;
+END
+$$;
+
 -- Pending todos in pair order, oldest first: the skip-scan over pairs walks
 -- it, and its first entry per pair is that pair's oldest pending todo.
 -- id sorts by code point so ties break as the pure core breaks them.

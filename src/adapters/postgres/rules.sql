@@ -47,16 +47,157 @@ EXISTS (SELECT 1 FROM notify_hooks receiver_h
              WHERE progress_c.endpoint_id = {row}.endpoint_id
                AND progress_c.queue = {row}.queue))
 
+-- rule: backoff_step(nudges, backoff_us)
+-- The wait after nudge number nudges (a refunded first nudge, 0, waits the first step;
+-- past the end of the schedule its last step repeats).
+(({backoff_us}::bigint[])[LEAST(GREATEST({nudges}, 1), cardinality({backoff_us}::bigint[]))]
+ * interval '1 microsecond')
+
+-- rule: backoff_ended(nudges, last_nudged_at, now, backoff_us)
+-- The step after the last attempt is over. Written as a bound on last_nudged_at so a
+-- probe per count is a range scan of stall_nudge_ledger_due.
+({last_nudged_at} <= {now}::timestamptz - {{backoff_step({nudges}, {backoff_us})}})
+
 -- rule: backoff_over(nudges, last_nudged_at, now, backoff_us, cap)
--- Without progress, nudge nudges + 1 may fire: below the cap, and the step after the
--- last attempt is over (a refunded first nudge, 0, waits the first step; past the end
--- of the schedule its last step repeats).
-({nudges} < {cap}
- AND {now}::timestamptz >= {last_nudged_at}
-     + ({backoff_us}::bigint[])[LEAST(GREATEST({nudges}, 1), cardinality({backoff_us}::bigint[]))]
-       * interval '1 microsecond')
+-- Without progress, nudge nudges + 1 may fire: below the cap, and its backoff ended.
+({nudges} < {cap} AND {{backoff_ended({nudges}, {last_nudged_at}, {now}, {backoff_us})}})
+
+-- rule: oldest_work(endpoint_id, queue, quarantine)
+-- The pair's oldest pending todo that is work (ties by id in "C" order, as the core
+-- breaks them): one descent of stall_nudge_todos_pending.
+SELECT work_t.id, work_t.created_at
+  FROM todos work_t
+ WHERE work_t.endpoint_id = {endpoint_id} AND work_t.queue = {queue}
+   AND {{is_work(work_t, {quarantine})}}
+ ORDER BY work_t.created_at, work_t.id COLLATE "C"
+ LIMIT 1
 
 -- rule: charge_order(spent, created_at, endpoint_id, queue)
 -- Which due pairs a tick charges first: least nudged, then oldest work, then endpoint
 -- and queue by code point (the order of the core's plan_tick).
 {spent}, {created_at}, {endpoint_id} COLLATE "C", {queue} COLLATE "C"
+
+-- rule: charge_judged()
+-- How a tick acts on its judgement, the same for the full pass and the usual tick.
+-- It follows the CTEs "work" (each judged pair's oldest work: todo_id, created_at),
+-- "stale" (judged ledger rows whose pair has no work) and "judged" (the pairs whose
+-- held-back entry this tick decides), and uses the charge's parameters $1..$6.
+drained AS (
+    -- Matching nudges and last_nudged_at re-checks the locked row: a row another
+    -- sweeper charged since our snapshot is not deleted.
+    DELETE FROM queue_stall_nudges n
+     USING stale s
+     WHERE n.endpoint_id = s.endpoint_id AND n.queue = s.queue
+       AND n.nudges = s.nudges AND n.last_nudged_at = s.last_nudged_at
+    RETURNING n.endpoint_id, n.queue
+),
+candidate AS MATERIALIZED (
+    -- Stalled: past the threshold, endpoint active, an enabled hook covering the queue.
+    -- Those cheap tests come first; the progress probe runs once, only for pairs with
+    -- a ledger row. "fresh": nudge 1 is due at once (no row, or progress). Otherwise
+    -- the row's count stands, 0 only for a refunded first nudge.
+    SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, p.fresh,
+           CASE WHEN p.fresh THEN 0 ELSE r.nudges END AS spent,
+           r.nudges AS row_nudges, r.last_nudged_at
+      FROM work w
+      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+     CROSS JOIN LATERAL (SELECT {{starts_over(r)}} AS fresh) p
+     WHERE {{stalled(w.created_at, $1, $2)}}
+       AND {{endpoint_active(w.endpoint_id)}}
+       AND {{has_receiver(w.endpoint_id, w.queue)}}
+),
+ranked AS (
+    -- Every due pair, ranked in charge order.
+    SELECT c.*,
+           row_number() OVER (ORDER BY {{charge_order(c.spent, c.created_at, c.endpoint_id, c.queue)}}) AS rank
+      FROM candidate c
+     WHERE c.fresh OR {{backoff_over(c.spent, c.last_nudged_at, $1, $3, $4)}}
+),
+due AS (
+    -- The best tick_limit. The stamp is now, or the latest claim this charge absorbs
+    -- if later, so every absorbed claim is at or before it.
+    SELECT r.*, GREATEST($1::timestamptz, {{unabsorbed_claim_at(r.endpoint_id, r.queue)}}) AS stamp
+      FROM ranked r
+     WHERE r.rank <= $5
+),
+inserted AS (
+    -- A pair with no row in this snapshot gets nudge 1. A row that appeared since (an
+    -- older build sweeping without the tick lock, during a deploy) is a conflict:
+    -- nothing is charged for the pair this tick.
+    INSERT INTO queue_stall_nudges AS n (endpoint_id, queue, nudges, last_nudged_at)
+    SELECT d.endpoint_id, d.queue, d.spent + 1, d.stamp
+      FROM due d
+     WHERE d.row_nudges IS NULL
+    ON CONFLICT (endpoint_id, queue) DO NOTHING
+    RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+),
+advanced AS (
+    -- Compare-and-set on the row as locked: it must still be the row this snapshot
+    -- decided on (same count and stamp). Behind the tick lock (refunds take it too) it
+    -- always is; a row an older build charged or deleted since is left alone.
+    UPDATE queue_stall_nudges n
+       SET nudges = d.spent + 1, last_nudged_at = d.stamp
+      FROM due d
+     WHERE d.endpoint_id = n.endpoint_id AND d.queue = n.queue
+       AND d.row_nudges = n.nudges AND d.last_nudged_at = n.last_nudged_at
+    RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+),
+charged AS (
+    SELECT * FROM inserted UNION ALL SELECT * FROM advanced
+),
+absorbed AS (
+    -- Claims are progress once: this tick absorbs every claim it sees of a pair it
+    -- charged or drained, or of a pair with no ledger row (its next nudge is a first
+    -- one anyway). A claim that commits after this snapshot stays for the next tick.
+    -- Of a pair that keeps its claims, only the latest matters ("is there one", and
+    -- the stamp a charge takes): the others go, so the log stays one row per pair.
+    DELETE FROM stall_nudge_claims c
+     WHERE EXISTS (SELECT 1 FROM charged x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
+        OR EXISTS (SELECT 1 FROM drained x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
+        OR NOT EXISTS (SELECT 1 FROM queue_stall_nudges n
+                        WHERE n.endpoint_id = c.endpoint_id AND n.queue = c.queue)
+        OR EXISTS (SELECT 1 FROM stall_nudge_claims k
+                    WHERE k.endpoint_id = c.endpoint_id AND k.queue = c.queue
+                      AND (k.claimed_at, k.ctid) > (c.claimed_at, c.ctid))
+),
+held_back AS (
+    -- Due pairs with no ledger row that the tick limit held back: the next tick walks
+    -- them in charge order. (A held-back pair with a row is judged again anyway: its
+    -- claim or its ended backoff stays.) An entry that already says the same is kept.
+    SELECT r.endpoint_id, r.queue, r.todo_id, r.created_at
+      FROM ranked r
+     WHERE r.rank > $5 AND r.row_nudges IS NULL
+),
+held AS (
+    INSERT INTO stall_nudge_held AS h (endpoint_id, queue, todo_id, created_at)
+    SELECT b.endpoint_id, b.queue, b.todo_id, b.created_at
+      FROM held_back b
+     WHERE NOT EXISTS (SELECT 1 FROM stall_nudge_held k
+                        WHERE k.endpoint_id = b.endpoint_id AND k.queue = b.queue
+                          AND k.todo_id = b.todo_id AND k.created_at = b.created_at)
+    ON CONFLICT (endpoint_id, queue)
+    DO UPDATE SET todo_id = EXCLUDED.todo_id, created_at = EXCLUDED.created_at
+),
+released AS (
+    -- Judged pairs that are no longer held back (charged, or not due) leave.
+    DELETE FROM stall_nudge_held h
+     USING judged j
+     WHERE h.endpoint_id = j.endpoint_id AND h.queue = j.queue
+       AND NOT EXISTS (SELECT 1 FROM held_back b
+                        WHERE b.endpoint_id = h.endpoint_id AND b.queue = h.queue)
+),
+looked AS (
+    -- Every change past the threshold has had its pair judged (by "changed", or by
+    -- the full pass): done with. Changes still within it wait for their time.
+    DELETE FROM stall_nudge_changes x WHERE {{stalled(x.look_after, $1, $2)}}
+)
+-- The title is read for the (at most tick_limit) charged todos only.
+SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at,
+       d.todo_id, d.created_at, t.title, d.rank
+  FROM charged c
+  JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
+  JOIN todos t ON t.id = d.todo_id
+UNION ALL
+SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL
+  FROM drained x
+ORDER BY 1, 9
