@@ -290,6 +290,7 @@ async def explain(pool: asyncpg.Pool, name: str) -> str:
         tx = conn.transaction()
         await tx.start()
         try:
+            await conn.execute("SET LOCAL jit = off")  # as the tick's own transaction runs
             rows = await conn.fetch(
                 "EXPLAIN (ANALYZE, BUFFERS) " + LEDGER_SQL[name], *policy_args()
             )

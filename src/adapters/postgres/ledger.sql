@@ -9,13 +9,16 @@
 -- The subquery (OFFSET 0 keeps it apart) runs first, so the clock is read after the lock is
 -- held: a sweep's "now" is never earlier than the commit of the sweep before it.
 -- Transaction-level only, so it works behind a transaction-pooling PgBouncer.
--- It also marks the transaction as a sweep's (its drains need no change logged) and
--- reads when the fleet last ran a full pass.
+-- It also marks the transaction as a sweep's (its drains need no change logged), turns
+-- JIT off (compiling a statement of a few index probes costs far more than running
+-- it: the planner's row estimates for the change logs are guesses), and reads when
+-- the fleet last ran a full pass.
 SELECT l.got, clock_timestamp() AS now,
        (SELECT s.full_pass_at FROM stall_nudge_sweeps s) AS full_pass_at
   FROM (SELECT set_config('statement_timeout', $2, true),
                set_config('lock_timeout', $2, true),
                set_config('stall_nudge.sweeping', 'on', true),
+               set_config('jit', 'off', true),
                pg_try_advisory_xact_lock($1) AS got
         OFFSET 0) l;
 

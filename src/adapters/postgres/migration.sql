@@ -269,3 +269,7 @@ CREATE INDEX IF NOT EXISTS stall_nudge_deliveries_unverified
 CREATE INDEX IF NOT EXISTS stall_nudge_hooks_endpoint
     ON notify_hooks (endpoint_id)
     WHERE enabled;
+
+-- A migration may have just restored a dropped table, which no trigger saw: the
+-- fleet's next tick is a full pass, judging every pair.
+DELETE FROM stall_nudge_sweeps;
