@@ -79,9 +79,17 @@ def _ignore_claims(sql: str) -> str:
 
 #: fault name -> how it edits charge_due
 FAULT_SQL: dict[str, Callable[[str], str]] = {
-    # No tick lock, and no compare-and-set on the row as locked.
+    # No tick lock, and no compare-and-set on the row as locked (neither on its columns
+    # nor on its ctid, which a concurrent update also changes).
     "no-lock": lambda sql: _edit(
-        sql, r"\n       AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at", ""
+        _edit(
+            sql,
+            r"\n       AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at",
+            "",
+        ),
+        r"n\.ctid = ANY \(ARRAY\(SELECT k\.row_ctid FROM due k WHERE k\.row_ctid IS NOT NULL\)\)"
+        r"\n       AND ",
+        "",
     ),
     # The tick never absorbs the claims it sees, so a claim counts again at the next charge.
     "double-count": lambda sql: _edit(

@@ -90,6 +90,12 @@ work AS (
      CROSS JOIN LATERAL ({{oldest_work(g.endpoint_id, g.queue, $6)}}) o
      WHERE NOT g.passes
 ),
+work_rows AS (
+    -- Each pair's work with its ledger row, if any.
+    SELECT w.*, r.ctid AS row_ctid, r.nudges AS row_nudges, r.last_nudged_at
+      FROM work w
+      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+),
 judged AS (
     -- A full pass judges every held pair again.
     SELECT h.endpoint_id, h.queue FROM stall_nudge_held h
@@ -103,7 +109,7 @@ stale AS (
     -- Ledger rows whose pair has no gate-passing pending todo left. NOT IN (a hashed
     -- subplan; no column here is ever NULL) keeps this linear whatever the planner
     -- guesses about the size of "work".
-    SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
+    SELECT n.ctid AS row_ctid, n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
       FROM queue_stall_nudges n
      WHERE (n.endpoint_id, n.queue) NOT IN (SELECT w.endpoint_id, w.queue FROM work w)
 ),
@@ -128,11 +134,15 @@ changed AS (
      WHERE x.queue IS NOT NULL AND {{stalled(x.look_after, $1, $2)}}
     UNION
     -- Every pair of a reconfigured endpoint: its pending todos' queues, its ledger rows.
-    SELECT t.endpoint_id, t.queue FROM todos t
-     WHERE t.state = 'pending' AND t.endpoint_id IN (SELECT e.endpoint_id FROM reconfigured e)
+    SELECT e.endpoint_id, q.queue
+      FROM reconfigured e
+     CROSS JOIN LATERAL (SELECT DISTINCT t.queue FROM todos t
+                          WHERE t.endpoint_id = e.endpoint_id AND t.state = 'pending') q
     UNION
-    SELECT n.endpoint_id, n.queue FROM queue_stall_nudges n
-     WHERE n.endpoint_id IN (SELECT e.endpoint_id FROM reconfigured e)
+    SELECT e.endpoint_id, n.queue
+      FROM reconfigured e
+     CROSS JOIN LATERAL (SELECT DISTINCT n.queue FROM queue_stall_nudges n
+                          WHERE n.endpoint_id = e.endpoint_id) n
     UNION
     SELECT r.endpoint_id, r.queue
       FROM generate_series(0, $4 - 1) AS s (nudges)
@@ -153,16 +163,26 @@ walked AS (
 judged AS (
     SELECT * FROM changed UNION ALL SELECT * FROM walked
 ),
-work AS (
-    SELECT j.endpoint_id, j.queue, o.id AS todo_id, o.created_at
+judged_rows AS (
+    -- Each judged pair with its oldest work and its ledger row, either possibly absent.
+    -- Every lookup is one index descent per pair (LIMIT 1 keeps each a nested loop,
+    -- whatever the planner guesses about the sizes of the logs).
+    SELECT j.endpoint_id, j.queue, o.id AS todo_id, o.created_at,
+           r.ctid AS row_ctid, r.nudges AS row_nudges, r.last_nudged_at
       FROM judged j
-     CROSS JOIN LATERAL ({{oldest_work(j.endpoint_id, j.queue, $6)}}) o
+      LEFT JOIN LATERAL ({{oldest_work(j.endpoint_id, j.queue, $6)}}) o ON true
+      LEFT JOIN LATERAL (SELECT r.ctid, r.nudges, r.last_nudged_at
+                           FROM queue_stall_nudges r
+                          WHERE r.endpoint_id = j.endpoint_id AND r.queue = j.queue
+                          LIMIT 1) r ON true
+),
+work_rows AS (
+    SELECT * FROM judged_rows WHERE todo_id IS NOT NULL
 ),
 stale AS (
-    SELECT n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
-      FROM queue_stall_nudges n
-      JOIN judged j ON j.endpoint_id = n.endpoint_id AND j.queue = n.queue
-     WHERE (n.endpoint_id, n.queue) NOT IN (SELECT w.endpoint_id, w.queue FROM work w)
+    SELECT j.row_ctid, j.endpoint_id, j.queue, j.row_nudges AS nudges, j.last_nudged_at
+      FROM judged_rows j
+     WHERE j.todo_id IS NULL AND j.row_ctid IS NOT NULL
 ),
 {{charge_judged()}}
 

@@ -40,12 +40,12 @@ EXISTS (SELECT 1 FROM notify_hooks receiver_h
 (SELECT max(claim_c.claimed_at) FROM stall_nudge_claims claim_c
   WHERE claim_c.endpoint_id = {endpoint_id} AND claim_c.queue = {queue})
 
--- rule: starts_over(row)
+-- rule: starts_over(pair)
 -- The next nudge is nudge 1, due at once: no ledger row, or progress (an unabsorbed claim).
-({row}.endpoint_id IS NULL
+({pair}.row_nudges IS NULL
  OR EXISTS (SELECT 1 FROM stall_nudge_claims progress_c
-             WHERE progress_c.endpoint_id = {row}.endpoint_id
-               AND progress_c.queue = {row}.queue))
+             WHERE progress_c.endpoint_id = {pair}.endpoint_id
+               AND progress_c.queue = {pair}.queue))
 
 -- rule: backoff_step(nudges, backoff_us)
 -- The wait after nudge number nudges (a refunded first nudge, 0, waits the first step;
@@ -79,16 +79,19 @@ SELECT work_t.id, work_t.created_at
 
 -- rule: charge_judged()
 -- How a tick acts on its judgement, the same for the full pass and the usual tick.
--- It follows the CTEs "work" (each judged pair's oldest work: todo_id, created_at),
--- "stale" (judged ledger rows whose pair has no work) and "judged" (the pairs whose
--- held-back entry this tick decides), and uses the charge's parameters $1..$6.
+-- It follows the CTEs "work_rows" (each judged pair with work: its oldest, todo_id and
+-- created_at, and its ledger row's row_ctid, row_nudges, last_nudged_at, NULL
+-- without one), "stale" (judged ledger rows whose pair has no work: row_ctid,
+-- endpoint_id, queue, nudges, last_nudged_at) and "judged" (the pairs whose held-back
+-- entry this tick decides), and uses the charge's parameters $1..$6. Rows are written
+-- by ctid (a TID scan), each compare-and-set on its columns as locked.
 drained AS (
     -- Matching nudges and last_nudged_at re-checks the locked row: a row another
     -- sweeper charged since our snapshot is not deleted.
     DELETE FROM queue_stall_nudges n
-     USING stale s
-     WHERE n.endpoint_id = s.endpoint_id AND n.queue = s.queue
-       AND n.nudges = s.nudges AND n.last_nudged_at = s.last_nudged_at
+     WHERE n.ctid = ANY (ARRAY(SELECT s.row_ctid FROM stale s))
+       AND (n.endpoint_id, n.queue, n.nudges, n.last_nudged_at)
+           IN (SELECT s.endpoint_id, s.queue, s.nudges, s.last_nudged_at FROM stale s)
     RETURNING n.endpoint_id, n.queue
 ),
 candidate AS MATERIALIZED (
@@ -97,11 +100,10 @@ candidate AS MATERIALIZED (
     -- a ledger row. "fresh": nudge 1 is due at once (no row, or progress). Otherwise
     -- the row's count stands, 0 only for a refunded first nudge.
     SELECT w.endpoint_id, w.queue, w.todo_id, w.created_at, p.fresh,
-           CASE WHEN p.fresh THEN 0 ELSE r.nudges END AS spent,
-           r.nudges AS row_nudges, r.last_nudged_at
-      FROM work w
-      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
-     CROSS JOIN LATERAL (SELECT {{starts_over(r)}} AS fresh) p
+           CASE WHEN p.fresh THEN 0 ELSE w.row_nudges END AS spent,
+           w.row_ctid, w.row_nudges, w.last_nudged_at
+      FROM work_rows w
+     CROSS JOIN LATERAL (SELECT {{starts_over(w)}} AS fresh) p
      WHERE {{stalled(w.created_at, $1, $2)}}
        AND {{endpoint_active(w.endpoint_id)}}
        AND {{has_receiver(w.endpoint_id, w.queue)}}
@@ -138,7 +140,8 @@ advanced AS (
     UPDATE queue_stall_nudges n
        SET nudges = d.spent + 1, last_nudged_at = d.stamp
       FROM due d
-     WHERE d.endpoint_id = n.endpoint_id AND d.queue = n.queue
+     WHERE n.ctid = ANY (ARRAY(SELECT k.row_ctid FROM due k WHERE k.row_ctid IS NOT NULL))
+       AND d.endpoint_id = n.endpoint_id AND d.queue = n.queue
        AND d.row_nudges = n.nudges AND d.last_nudged_at = n.last_nudged_at
     RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
 ),
@@ -181,10 +184,14 @@ held AS (
 released AS (
     -- Judged pairs that are no longer held back (charged, or not due) leave.
     DELETE FROM stall_nudge_held h
-     USING judged j
-     WHERE h.endpoint_id = j.endpoint_id AND h.queue = j.queue
-       AND NOT EXISTS (SELECT 1 FROM held_back b
-                        WHERE b.endpoint_id = h.endpoint_id AND b.queue = h.queue)
+     WHERE h.ctid = ANY (ARRAY(
+            SELECT k.ctid
+              FROM judged j
+             CROSS JOIN LATERAL (SELECT k.ctid FROM stall_nudge_held k
+                                  WHERE k.endpoint_id = j.endpoint_id AND k.queue = j.queue
+                                  LIMIT 1) k
+             WHERE (j.endpoint_id, j.queue) NOT IN (SELECT b.endpoint_id, b.queue
+                                                      FROM held_back b)))
 ),
 looked AS (
     -- Every change past the threshold has had its pair judged (by "changed", or by
