@@ -147,9 +147,11 @@ changed AS (
     SELECT r.endpoint_id, r.queue
       FROM generate_series(0, $4 - 1) AS s (nudges)
      CROSS JOIN LATERAL (
+            -- OFFSET 0 keeps this a range scan per count, never a scan of the ledger.
             SELECT r.endpoint_id, r.queue FROM queue_stall_nudges r
              WHERE r.nudges = s.nudges
-               AND {{backoff_ended(s.nudges, r.last_nudged_at, $1, $3)}}) r
+               AND {{backoff_ended(s.nudges, r.last_nudged_at, $1, $3)}}
+            OFFSET 0) r
 ),
 walked AS (
     -- Held pairs change only through what "changed" lists (a claim, a change), so
