@@ -166,7 +166,7 @@ absorbed AS (
 held_back AS (
     -- Due pairs with no ledger row that the tick limit held back: the next tick walks
     -- them in charge order. (A held-back pair with a row is judged again anyway: its
-    -- claim or its ended backoff stays.) An entry that already says the same is kept.
+    -- claim or its ended backoff stays.) An entry that already says the same is kept as is.
     SELECT r.endpoint_id, r.queue, r.todo_id, r.created_at
       FROM ranked r
      WHERE r.rank > $5 AND r.row_nudges IS NULL
@@ -175,11 +175,9 @@ held AS (
     INSERT INTO stall_nudge_held AS h (endpoint_id, queue, todo_id, created_at)
     SELECT b.endpoint_id, b.queue, b.todo_id, b.created_at
       FROM held_back b
-     WHERE NOT EXISTS (SELECT 1 FROM stall_nudge_held k
-                        WHERE k.endpoint_id = b.endpoint_id AND k.queue = b.queue
-                          AND k.todo_id = b.todo_id AND k.created_at = b.created_at)
     ON CONFLICT (endpoint_id, queue)
     DO UPDATE SET todo_id = EXCLUDED.todo_id, created_at = EXCLUDED.created_at
+     WHERE (h.todo_id, h.created_at) IS DISTINCT FROM (EXCLUDED.todo_id, EXCLUDED.created_at)
 ),
 released AS (
     -- Judged pairs that are no longer held back (charged, or not due) leave.
