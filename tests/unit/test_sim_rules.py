@@ -1,17 +1,22 @@
-"""The simulator's fast-path restatements, pinned to the core's own rules on random inputs.
+"""The simulator's fast path, pinned to the core's own rules on random inputs.
 
-The run decides every charge with plan_tick; these rules only choose which
-tick to look at a pair on and in what order held-back pairs wait. Each test
+The run decides with plain integers: which tick a pair acts on, in what
+order held-back pairs wait, which nudge number a charge is. Each rule test
 states one restatement and checks it against decide, is_candidate,
-effective_nudges or plan_tick.
+effective_nudges or plan_tick; the board tests run whole random scenarios
+with ``check=True``, where every tick plan_tick over the whole board must
+charge and drain exactly what the run did.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stall_core import (
@@ -27,6 +32,17 @@ from stall_core import (
     is_candidate,
     plan_tick,
 )
+from stall_core.sim import (
+    Bursts,
+    Consumer,
+    ConsumerKind,
+    Poisson,
+    Scenario,
+    SimPolicy,
+    SimResult,
+    simulate,
+)
+from stall_core.sim import _run as sim_run
 from stall_core.sim._board import SimPair, todo_id
 from stall_core.sim._rules import (
     ChargeOrder,
@@ -117,7 +133,7 @@ def test_due_ticks_are_the_first_ticks_decide_charges(
         row = LedgerRow(
             endpoint_id="e", queue="q", nudges=nudges, last_nudged_at=line.instant(charged)
         )
-        tick = due_ticks.first_due_tick(row, charged)
+        tick = due_ticks.first_due_tick(nudges, charged)
 
         def decision(k: int, row: LedgerRow = row) -> object:
             return decide(pair, row, line.instant(k * tick_us), policy)
@@ -154,7 +170,7 @@ def test_progress_and_nudges_spent_agree_with_the_core(
     pair = pair_state(0, START + last_claim_us * US if progressed else None)
 
     assert (last_claim_us > charged_us and has_row) == progressed
-    assert effective_nudges(pair, row) == nudges_spent(row, progressed)
+    assert effective_nudges(pair, row) == nudges_spent(nudges if has_row else None, progressed)
 
 
 @settings(max_examples=200, deadline=None)
@@ -208,13 +224,14 @@ def test_due_pairs_take_what_plan_tick_charges(
     sims: dict[int, SimPair] = {}
     for index, spent, created_us in due:
         sim = SimPair(index, *keys[index], True)
-        sim.gated = deque([(created_us, index)])
+        sim.gated = deque([index])
         sims[index] = sim
-        held.add(sim, spent)
+        held.add(sim, spent, created_us)
     for index in churn:  # drop some and hold them again, leaving stale entries behind
         if index in sims and sims[index].held_rank is not None:
             held.drop(sims[index])
-            held.add(sims[index], next(s for i, s, _ in due if i == index))
+            spent, created_us = next((s, c) for i, s, c in due if i == index)
+            held.add(sims[index], spent, created_us)
     everyone = [sims.get(i) or SimPair(i, *keys[i], True) for i in range(pairs)]
 
     taken = held.take(limit, everyone)
@@ -258,3 +275,73 @@ def test_charge_order_round_trips(
     rank = order.rank(spent, created_us, index)
 
     assert (index, spent) == (order.pair_index(rank), order.spent(rank))
+
+
+# -- whole boards: the fast path against plan_tick on every tick -----------------------------
+
+boards = st.builds(
+    Scenario,
+    pairs=st.integers(1, 12),
+    duration=st.sampled_from([timedelta(hours=3), timedelta(hours=8)]),
+    tick=st.sampled_from([timedelta(seconds=15), timedelta(seconds=20), timedelta(seconds=45)]),
+    queues_per_endpoint=st.integers(1, 4),
+    arrivals=st.one_of(
+        st.builds(Poisson, per_hour=st.sampled_from([0.0, 1.0, 4.0])),
+        st.builds(Bursts, per_hour=st.sampled_from([0.5, 2.0]), size=st.integers(2, 4)),
+    ),
+    backlog=st.integers(0, 3),
+    unverified_share=st.sampled_from([0.0, 0.3]),
+    hookless_share=st.sampled_from([0.0, 0.3]),
+    consumer=st.builds(
+        Consumer,
+        kind=st.sampled_from(list(ConsumerKind)),
+        latency=st.sampled_from(
+            [timedelta(microseconds=1), timedelta(seconds=1), timedelta(seconds=30)]
+        ),
+        service=st.sampled_from([timedelta(0), timedelta(seconds=10), timedelta(minutes=2)]),
+        batch=st.integers(1, 3),
+        claim_probability=st.sampled_from([0.0, 0.5]),
+    ),
+    wake_loss=st.sampled_from([0.0, 0.2, 0.6]),
+)
+
+
+def checked_and_plain(scenario: Scenario, pacing: PacingPolicy, seed: int) -> list[SimResult]:
+    """The run with ``check=True`` (plan_tick every tick), then the same run without it."""
+    return [
+        simulate(
+            scenario,
+            SimPolicy(name="random", pacing=pacing),
+            workload=random.Random(f"{seed}:w"),
+            chance=random.Random(f"{seed}:c"),
+            check=check,
+        )
+        for check in (True, False)
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=boards, pacing=policies, seed=st.integers(0, 2**16))
+def test_the_fast_path_charges_and_drains_what_plan_tick_does_on_every_tick(
+    scenario: Scenario, pacing: PacingPolicy, seed: int
+) -> None:
+    """On random boards, plan_tick over the whole board agrees with the run on every tick.
+
+    The checked run raises on the first tick where plan_tick would charge
+    other pairs, numbers, todos or stamps, or drain other rows; checking
+    changes nothing in the result.
+    """
+    checked, plain = checked_and_plain(scenario, pacing, seed)
+
+    assert attrs.asdict(plain) == attrs.asdict(checked)
+
+
+def test_the_check_catches_a_fast_path_that_strays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Positive control: a fast path that forgets the nudges spent fails the check."""
+    scenario = Scenario(
+        pairs=2, duration=timedelta(hours=2), backlog=1, consumer=Consumer(kind=ConsumerKind.DEAD)
+    )
+    monkeypatch.setattr(sim_run, "nudges_spent", lambda row_nudges, progressed: 0)
+
+    with pytest.raises(AssertionError, match="plan_tick did"):
+        checked_and_plain(scenario, PacingPolicy(), seed=1)

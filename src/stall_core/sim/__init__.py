@@ -22,17 +22,17 @@ nudge counts toward the cap. In production a nudge that reaches no receiver
 at all is refunded and does not count; the simulator does not model that
 case (its receivers always answer).
 
-The sweep is the core's: every charge is decided by ``plan_tick`` on the
-``PairState`` a ledger would read (progress is a claim after the row's
-charge that no charge has absorbed yet), and the row it leaves is
-``charge_row``'s with ``charge_stamp``'s instant. To stay fast the run does
-not decide every pair on every tick (``_run``): a pair is looked at only on
-the first tick where ``decide`` would charge or drain it, and due pairs
-wait behind the tick limit in ``plan_tick``'s order (``_sweep``). Those
+The sweep makes the core's decisions with plain integers. A pair is
+looked at only on the first tick where ``decide`` would charge it or drain
+its row, and due pairs wait behind the tick limit in ``plan_tick``'s order
+(``_run``, ``_sweep``); a charge is nudge ``effective_nudges + 1``,
+stamped with the tick's instant, as ``charge_stamp`` would. Those
 restatements live in ``_rules``, each pinned to the core by
-tests/unit/test_sim_rules.py; every charging tick checks that ``plan_tick``
-charged exactly the pairs and numbers they chose, and
-tests/unit/test_sim_faithful.py replays runs on the real ``Sweeper``.
+tests/unit/test_sim_rules.py. ``simulate(..., check=True)`` also runs
+``plan_tick`` over the whole board on every tick and raises unless it
+charges and drains exactly what the run did; the tests run random boards
+that way, and tests/unit/test_sim_faithful.py replays runs on the real
+``Sweeper``.
 
 Randomness comes from two generators the caller seeds (``random.Random``
 satisfies ``RandomSource``): ``workload`` draws the layout and arrivals

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 import attrs
 
-from stall_core._values import LedgerRow, PairKey, TodoRef
+from stall_core._values import PairKey
 
-__all__ = ["NOT_SCHEDULED", "GatedTodo", "PendingTodo", "SimPair", "todo_id"]
+from ._events import ConsumerClaims
+
+__all__ = ["NOT_SCHEDULED", "SimPair", "todo_id"]
 
 #: ``SimPair.agenda_tick`` of a pair no tick needs to look at.
 NOT_SCHEDULED = -1
-
-#: A pending todo: (creation in microseconds since start, todo number, verified).
-PendingTodo = tuple[int, int, bool]
-#: A pending todo that passes the sender gate: (creation in microseconds, todo number).
-GatedTodo = tuple[int, int]
 
 
 def todo_id(number: int) -> str:
@@ -28,7 +23,9 @@ def todo_id(number: int) -> str:
 class SimPair:
     """The mutable state of one (endpoint, queue) pair during a run.
 
-    Times are whole microseconds since the run's start.
+    Times are whole microseconds since the run's start. Todos are named by
+    their number, the order the run created them in; the run keeps each
+    one's creation instant (``_run``).
     """
 
     index: int
@@ -36,13 +33,13 @@ class SimPair:
     queue: str
     has_receiver: bool
 
-    # The host's board.
-    #: Pending todos, oldest first, verified or not: what a claim takes.
-    pending: deque[PendingTodo] = attrs.field(factory=deque)
+    # The host's board. Plain lists, not deques: a pair's queue is short
+    # (its consumer claims on every wake that reaches it), and ten thousand
+    # deques, a 600-byte block each, cost the run its cache.
+    #: Numbers of the pending todos, oldest first, verified or not: what a claim takes.
+    pending: list[int] = attrs.field(factory=list)
     #: The verified subset of ``pending``: the gated work the sweep sees.
-    gated: deque[GatedTodo] = attrs.field(factory=deque)
-    #: The TodoRef of ``gated[0]`` once built for a charge; None until then.
-    oldest_gated_ref: TodoRef | None = None
+    gated: list[int] = attrs.field(factory=list)
     #: The latest claim on the pair; -1 before the first.
     last_claim_us: int = -1
 
@@ -52,13 +49,19 @@ class SimPair:
     # The consumer.
     #: It absorbs wakes until then (it is already running); -1 when never started.
     busy_until_us: int = -1
-    #: When the started consumer claims, while that claim is on its way; None otherwise.
-    #: The claim reschedules the pair, so no tick after it needs a look before it.
+    #: What the started consumer will do, while its claim is on its way; None otherwise.
+    claim: ConsumerClaims | None = None
+    #: The sequence number of that claim, for ties with arrivals at one instant.
+    claim_seq: int = 0
+    #: When the started consumer claims, while a claim that takes a todo is on its way;
+    #: None otherwise. That claim reschedules the pair, so no tick after it needs a look
+    #: before it.
     claim_at_us: int | None = None
 
-    # The ledger.
-    row: LedgerRow | None = None
-    #: The row's ``last_nudged_at``; None without a row.
+    # The ledger row, as plain integers; both None without a row.
+    #: The row's ``nudges``.
+    row_nudges: int | None = None
+    #: The row's ``last_nudged_at``.
     charged_us: int | None = None
     #: The first tick at or after the row's ``next_due_at``; None without a row or once capped.
     due_tick: int | None = None

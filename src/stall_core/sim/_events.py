@@ -1,8 +1,9 @@
 """Host events: what the simulated host does between sweeps, and what a run records of it.
 
-``Arrival`` and ``ConsumerClaims`` are scheduled: they wait in the run's
-heaps until their instant (see ``_run``). ``Created`` and ``Claimed`` are
-the trace a recorded run keeps of what happened, in order.
+``Arrival`` and ``ConsumerClaims`` are scheduled: each pair has at most one
+of each on its way, which waits in the run's heaps until its instant (see
+``_run``). ``Created`` and ``Claimed`` are the trace a recorded run keeps
+of what happened, in order.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import datetime
 
 import attrs
 
-__all__ = ["Arrival", "Claimed", "ConsumerClaims", "Created", "ScheduledClaim"]
+__all__ = ["Arrival", "Claimed", "ConsumerClaims", "Created"]
 
 
 @attrs.frozen(kw_only=True)
@@ -29,13 +30,6 @@ class ConsumerClaims:
     """
 
     up_to: int
-
-
-#: A claim waiting in the run's heap: (microseconds since start, pair index,
-#: sequence number, what the consumer does). Host events at one instant run
-#: in pair order, then in the order they were scheduled; the sequence number
-#: also keeps the heap from ever comparing two ``ConsumerClaims``.
-ScheduledClaim = tuple[int, int, int, ConsumerClaims]
 
 
 @attrs.frozen(kw_only=True)

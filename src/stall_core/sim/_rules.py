@@ -1,12 +1,11 @@
 """The core's rules, restated in whole microseconds for the simulator's fast path.
 
-The sweep's own functions decide every charge (``plan_tick``, through
-``decide`` and ``charge_stamp``); these restatements only tell the run which
-tick to look at a pair on and in what order due pairs wait behind the tick
-limit, so it need not decide every pair on every tick. Each one is pinned to
-the core on random inputs by tests/unit/test_sim_rules.py, and a run checks
-on every charging tick that ``plan_tick`` charges exactly the pairs and
-numbers this order chose.
+The run decides with plain integers: which tick a pair acts on (it is
+charged or its row drained), in what order due pairs wait behind the tick
+limit, and which nudge number a charge is. Each rule here is pinned to the
+core on random inputs by tests/unit/test_sim_rules.py, which also runs
+whole scenarios with ``check=True``: on every tick, ``plan_tick`` over the
+whole board must charge and drain exactly what the fast path did.
 """
 
 from __future__ import annotations
@@ -71,15 +70,15 @@ class Timeline:
 def first_stalled_tick(oldest_created_us: int, threshold_us: int, tick_us: int) -> int:
     """The first tick whose sweep finds a todo past the threshold.
 
-    D3 is strict: the todo counts once ``created_at < now - threshold``, that
-    is ``k * tick_us > oldest_created_us + threshold_us``.
+    The threshold is strict: the todo counts once ``created_at < now -
+    threshold``, that is ``k * tick_us > oldest_created_us + threshold_us``.
     """
     return (oldest_created_us + threshold_us) // tick_us + 1
 
 
 @attrs.define
 class DueTicks:
-    """The first tick at or after ``next_due_at(row, policy)``; None once capped.
+    """The first tick at or after ``next_due_at`` of a row; None once capped.
 
     How long after its charge a row falls due depends only on its nudge
     count, so each count asks ``next_due_at`` once and the answer is kept.
@@ -90,19 +89,22 @@ class DueTicks:
     #: Microseconds from a row's charge to its next nudge, by nudge count (None: capped).
     waits_us: dict[int, int | None] = attrs.field(factory=dict)
 
-    def first_due_tick(self, row: LedgerRow, charged_us: int) -> int | None:
-        """For ``row``, charged ``charged_us`` after the start (its ``last_nudged_at``)."""
-        if row.nudges in self.waits_us:
-            wait_us = self.waits_us[row.nudges]
+    def first_due_tick(self, nudges: int, charged_us: int) -> int | None:
+        """For a row of ``nudges`` whose ``last_nudged_at`` is ``charged_us`` after the start."""
+        if nudges in self.waits_us:
+            wait_us = self.waits_us[nudges]
         else:
+            row = LedgerRow(
+                endpoint_id="", queue="", nudges=nudges, last_nudged_at=self.timeline.start
+            )
             due_at = next_due_at(row, self.policy)
             wait_us = None if due_at is None else micros(due_at - row.last_nudged_at)
-            self.waits_us[row.nudges] = wait_us
+            self.waits_us[nudges] = wait_us
         return None if wait_us is None else self.timeline.tick_at_or_after(charged_us + wait_us)
 
 
 def has_unabsorbed_claim(last_claim_us: int, charged_us: int | None) -> bool:
-    """Progress (D4): the pair has a ledger row and a claim after the charge that wrote it.
+    """Progress: the pair has a ledger row and a claim after the charge that wrote it.
 
     ``charged_us`` is the row's ``last_nudged_at`` (None without a row). A
     claim at the charge's own instant came before that sweep, so the charge
@@ -111,16 +113,19 @@ def has_unabsorbed_claim(last_claim_us: int, charged_us: int | None) -> bool:
     return charged_us is not None and last_claim_us > charged_us
 
 
-def nudges_spent(row: LedgerRow | None, progressed: bool) -> int:
-    """``effective_nudges``: 0 with no row or after progress, else the row's count."""
-    return 0 if row is None or progressed else row.nudges
+def nudges_spent(row_nudges: int | None, progressed: bool) -> int:
+    """``effective_nudges``: 0 with no row (``row_nudges`` None) or after progress, else the count.
+
+    A charge is nudge ``nudges_spent + 1`` (``decide``'s ``Charge.number``).
+    """
+    return 0 if row_nudges is None or progressed else row_nudges
 
 
 @attrs.frozen(kw_only=True)
 class ChargeOrder:
-    """plan_tick's charge order (D6) as one integer per due pair; the smallest is charged first.
+    """plan_tick's charge order as one integer per due pair; the smallest is charged first.
 
-    D6 orders due pairs by nudges spent, then their oldest gated todo, then
+    plan_tick orders due pairs by nudges spent, then their oldest gated todo, then
     (endpoint_id, queue). A rank packs the three into one int, most
     significant first, so the held-back heap compares plain ints (twice as
     fast as tuples). Pair indexes sort as (endpoint_id, queue) do, because

@@ -1,31 +1,38 @@
 """The event loop: host events in time order, sweeps only on the ticks that can act.
 
-The run moves from one instant to the next: the earliest host event (the
-next ``Arrival`` of some pair, or a started consumer's ``ConsumerClaims``)
-or the next tick on the sweep's agenda, host events first at a tick's own
-instant. Every change to a pair's work or ledger row reschedules it
-(``_reschedule``): a pair due on the very next sweep joins ``DuePairs`` at
-once under its charge rank; one that acts later goes on the agenda for the
-first tick where ``decide`` would charge it or drain its row (``_rules``),
-and joins ``DuePairs`` (or has its row deleted) on that tick. Each sweep
-then sends the best ``tick_limit`` due pairs through ``plan_tick``, which
-charges them. Due pairs left over are the ones the tick limit holds back on
-a real board; they keep their rank until their state changes.
+The run goes from tick to tick: first the host events up to the tick's
+instant (the next ``Arrival`` of some pair, or a started consumer's
+``ConsumerClaims``, earliest first; host events at a tick's own instant come
+before its sweep), then the tick's sweep if the agenda lists it. Every
+change to a pair's work or ledger row reschedules it (``_reschedule``): a
+pair due on the very next sweep joins ``DuePairs`` at once under its charge
+rank; one that acts later goes on the agenda for the first tick where
+``decide`` would charge it or drain its row (``_rules``), and joins
+``DuePairs`` (or has its row drained) on that tick. Each sweep then charges
+the best ``tick_limit`` due pairs. Due pairs left over are the ones the
+tick limit holds back on a real board; they keep their rank until their
+state changes.
 
 A pair is looked at nowhere while it is idle, waiting for work or capped
 (``plan_tick`` would not act on it), nor on any tick after a claim already
 on its way: that claim reschedules it.
+
+The sweep decides with plain integers (``_rules``) and builds no core
+values; a recorded run builds the ``Nudge`` of each charge for its log.
+With ``check`` every tick is swept and ``plan_tick`` over the whole board,
+as a ledger would read it, must charge and drain exactly what the run did.
 """
 
 from __future__ import annotations
 
-import heapq
+import math
+from heapq import heappop, heappush, heapreplace
 
-from stall_core._decide import charge_row, effective_nudges, plan_tick
-from stall_core._values import PairState, TodoRef
+from stall_core._decide import plan_tick
+from stall_core._values import LedgerRow, Nudge, PairKey, PairState, TodoRef
 
 from ._board import NOT_SCHEDULED, SimPair, todo_id
-from ._events import Arrival, Claimed, ConsumerClaims, Created, ScheduledClaim
+from ._events import Arrival, Claimed, ConsumerClaims, Created
 from ._result import SimResult, Tally, Timeseries, WaitStats, percentile
 from ._rules import (
     ChargeOrder,
@@ -51,14 +58,19 @@ def simulate(
     workload: RandomSource,
     chance: RandomSource,
     record: bool = False,
+    check: bool = False,
 ) -> SimResult:
     """Run ``policy`` over ``scenario``; deterministic for given generator states.
 
     ``workload`` draws the layout and the arrivals only, so every policy sees
     the same todos; ``chance`` draws lost wakes and flaky claims. With
     ``record`` the result keeps every nudge, every host event and the layout.
+    With ``check`` every tick also runs ``plan_tick`` over the whole board and
+    raises ``AssertionError`` if it charges or drains other than the run did;
+    that is slow, and meant for tests. Neither changes the result.
     """
-    return _Run(scenario, policy, workload=workload, chance=chance, record=record).run()
+    run = _Run(scenario, policy, workload=workload, chance=chance, record=record, check=check)
+    return run.run()
 
 
 class _Run:
@@ -72,6 +84,7 @@ class _Run:
         workload: RandomSource,
         chance: RandomSource,
         record: bool,
+        check: bool,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
@@ -79,12 +92,18 @@ class _Run:
         self.sweeping = policy.pacing is not None
         self.workload = workload
         self.chance = chance
+        # Bound once: a run draws millions of times.
+        self.draw_workload = workload.random
+        self.draw_gap = workload.expovariate
+        self.draw_chance = chance.random
         self.record = record
+        self.check = check and self.sweeping
         self.timeline = Timeline(
             start=scenario.start,
             tick_us=micros(scenario.tick),
             end_us=micros(scenario.duration),
         )
+        self.end_us = self.timeline.end_us
         self.threshold_us = micros(self.pacing.threshold) if self.pacing else 0
         self.due_ticks = (
             DueTicks(policy=self.pacing, timeline=self.timeline) if self.pacing else None
@@ -110,16 +129,20 @@ class _Run:
         }[consumer.kind]
         self.flaky_miss = ConsumerClaims(up_to=0)
 
-        #: Host events wait for their instant in two heaps, both in (instant, pair
-        #: index, sequence number) order. ``arrivals`` holds each pair's next
-        #: ``self.arrival`` as one int, ``at_us * pairs + index`` (a pair has one
-        #: arrival waiting at a time, so keys are unique, and ints sift faster
-        #: than tuples); its sequence number is the pair's ``arrival_seq``.
-        #: ``claims`` holds each started consumer's claim. ``scheduled`` is the
-        #: last sequence number used.
+        #: The creation instant of every todo, by todo number.
+        self.created_us: list[int] = []
+        #: Host events wait for their instant in two heaps of event keys, each
+        #: ``at_us * pairs + pair index`` (ints sift faster than tuples). A pair
+        #: has at most one arrival and one claim on its way, so keys are unique
+        #: in a heap, and comparing keys orders events by instant, then pair.
+        #: Its arrival and its claim at one instant run in the order they were
+        #: scheduled: ``arrival_seq`` and ``claim_seq`` of the pair, numbered
+        #: from ``scheduled``, the last sequence number used.
         self.arrivals: list[int] = []
-        self.claims: list[ScheduledClaim] = []
+        self.claims: list[int] = []
         self.scheduled = 0
+        #: A key past every host event the run acts on: after its end.
+        self.no_event = (self.timeline.end_us + 1) * scenario.pairs
         self.agenda = SweepAgenda()
         self.due = DuePairs(order=ChargeOrder(pairs=scenario.pairs, end_us=self.timeline.end_us))
         self.tally = Tally()
@@ -148,54 +171,55 @@ class _Run:
                 if first_at <= timeline.end_us:
                     self.scheduled += 1
                     pair.arrival_seq = self.scheduled
-                    heapq.heappush(self.arrivals, first_at * self.pair_count + pair.index)
+                    heappush(self.arrivals, first_at * self.pair_count + pair.index)
         samples = Timeseries(end_us=timeline.end_us, count=self.scenario.samples)
-        next_sample_at = samples.next_at_us
-        pairs, arrivals, claims = self.pairs, self.arrivals, self.claims
-        agenda_ticks = self.agenda.ticks
-        pair_count, tick_us, end_us = self.pair_count, timeline.tick_us, timeline.end_us
-        never = end_us + 1
-        arrival_at, arrival_index = divmod(arrivals[0], pair_count) if arrivals else (never, 0)
-        while True:
-            # The next host event: the next arrival, unless a claim comes first.
-            event_at, claim_next = arrival_at, False
-            if claims:
-                claim_at = claims[0][0]
-                if claim_at < arrival_at or (
-                    claim_at == arrival_at != never and self._claim_comes_first(arrival_index)
-                ):
-                    event_at, claim_next = claim_at, True
+        for tick in range(timeline.last_tick + 1):
             # Host events at a tick's instant come before its sweep.
-            sweep_at = agenda_ticks[0] * tick_us if agenda_ticks else never
-            if sweep_at < event_at:
-                if next_sample_at < sweep_at:
-                    next_sample_at = samples.take_before(sweep_at, tally)
-                self._sweep(*self.agenda.pop_next())
-                continue
-            if event_at > end_us:
-                break
-            if next_sample_at < event_at:
-                next_sample_at = samples.take_before(event_at, tally)
-            if claim_next:
-                _, index, _, claim = heapq.heappop(claims)
-                self._claim(pairs[index], event_at, claim.up_to)
-            else:
-                self._arrive(pairs[arrival_index], event_at)
-                arrival_at, arrival_index = (
-                    divmod(arrivals[0], pair_count) if arrivals else (never, 0)
-                )
+            now = tick * timeline.tick_us
+            self._host_events_until(now, samples)
+            listed = self.agenda.pop(tick)
+            if listed is not None or self.check:
+                samples.take_before(now, tally)
+                self._sweep(tick, listed or [])
+        self._host_events_until(timeline.end_us, samples)
         samples.finish(tally)
         return self._result(samples)
 
-    def _claim_comes_first(self, arrival_index: int) -> bool:
-        """At one instant, whether the next claim precedes the next arrival.
+    def _host_events_until(self, until_us: int, samples: Timeseries) -> None:
+        """Run the host events at instants up to ``until_us`` in order, sampling on the way.
 
-        Events at one instant run in pair order, then in the order they were
-        scheduled.
+        A sample at instant ``s`` is taken before the first event or sweep
+        after ``s``: host events compare as keys, so it is taken once every
+        key before ``(floor(s) + 1) * pairs`` has run.
         """
-        _, claim_index, claim_seq, _ = self.claims[0]
-        arrival_seq = self.pairs[arrival_index].arrival_seq
-        return (claim_index, claim_seq) < (arrival_index, arrival_seq)
+        pairs, arrivals, claims = self.pairs, self.arrivals, self.claims
+        pair_count, no_event = self.pair_count, self.no_event
+        until_key = (until_us + 1) * pair_count
+        while True:
+            sample_key = (math.floor(samples.next_at_us) + 1) * pair_count
+            horizon = min(sample_key, until_key)
+            while True:
+                arrival_key = arrivals[0] if arrivals else no_event
+                claim_key = claims[0] if claims else no_event
+                if claim_key < arrival_key or (
+                    claim_key == arrival_key < horizon and self._claim_comes_first(claim_key)
+                ):
+                    if claim_key >= horizon:
+                        break
+                    heappop(claims)
+                    self._claim(pairs[claim_key % pair_count], claim_key // pair_count)
+                elif arrival_key < horizon:
+                    self._arrive(pairs[arrival_key % pair_count], arrival_key // pair_count)
+                else:
+                    break
+            if horizon == until_key:
+                return
+            samples.take_before(sample_key // pair_count, self.tally)
+
+    def _claim_comes_first(self, key: int) -> bool:
+        """Whether a pair's claim precedes its arrival at the same instant (same ``key``)."""
+        pair = self.pairs[key % self.pair_count]
+        return pair.claim_seq < pair.arrival_seq
 
     # -- host events ---------------------------------------------------------------
 
@@ -210,23 +234,24 @@ class _Run:
         while todos > 1:  # the rest of a burst
             self._create(pair, now)
             todos -= 1
-        next_at = now + int(self.workload.expovariate(self.arrivals_per_us))
-        if next_at <= self.timeline.end_us:
+        next_at = now + int(self.draw_gap(self.arrivals_per_us))
+        if next_at <= self.end_us:
             self.scheduled = pair.arrival_seq = self.scheduled + 1
-            heapq.heapreplace(self.arrivals, next_at * self.pair_count + pair.index)
+            heapreplace(self.arrivals, next_at * self.pair_count + pair.index)
         else:
-            heapq.heappop(self.arrivals)
+            heappop(self.arrivals)
 
     def _create(self, pair: SimPair, now: int) -> None:
         """A todo arrives: pending, gated if verified, and its creation wake goes out."""
         tally = self.tally
         number = tally.todos
         tally.todos = number + 1
+        self.created_us.append(now)
         share = self.unverified_share
-        verified = not share or self.workload.random() >= share
-        pair.pending.append((now, number, verified))
+        verified = not share or self.draw_workload() >= share
+        pair.pending.append(number)
         if verified:
-            pair.gated.append((now, number))
+            pair.gated.append(number)
         if self.record:
             tally.trace.append(
                 Created(
@@ -250,37 +275,40 @@ class _Run:
         consumer, so a lost nudge still counts toward the cap. A wake that
         reaches a running consumer is absorbed.
         """
-        loss = self.wake_loss
-        if loss and self.chance.random() < loss:
-            self.tally.wakes_lost += 1
+        loss, tally = self.wake_loss, self.tally
+        if loss and self.draw_chance() < loss:
+            tally.wakes_lost += 1
             return False
         if pair.busy_until_us > now:
             return False
-        self.tally.consumers_started += 1
+        tally.consumers_started += 1
         claims = self.claims_when_started
         if claims is None:
             return True
-        if self.flaky and self.chance.random() >= self.claim_probability:
+        if self.flaky and self.draw_chance() >= self.claim_probability:
             claims = self.flaky_miss
         claim_at = pair.busy_until_us = now + self.latency_us
         if claims.up_to:
             pair.claim_at_us = claim_at
-        self.scheduled = sequence = self.scheduled + 1
-        heapq.heappush(self.claims, (claim_at, pair.index, sequence, claims))
+        pair.claim = claims
+        self.scheduled = pair.claim_seq = self.scheduled + 1
+        heappush(self.claims, claim_at * self.pair_count + pair.index)
         return True
 
-    def _claim(self, pair: SimPair, now: int, up_to: int) -> None:
-        """The consumer claims up to ``up_to`` oldest pending todos, then serves them."""
-        pending, waits = pair.pending, self.tally.waits_us
-        pair.claim_at_us = None
+    def _claim(self, pair: SimPair, now: int) -> None:
+        """The consumer claims its oldest pending todos, then serves them."""
+        claim = pair.claim
+        assert claim is not None  # the pair's claim key was on the heap
+        pair.claim = pair.claim_at_us = None
+        pending, gated = pair.pending, pair.gated
+        created_us, waits = self.created_us, self.tally.waits_us
         taken = 0
-        while taken < up_to and pending:
-            created_us, number, verified = pending.popleft()
-            if verified:
-                pair.gated.popleft()
-                pair.oldest_gated_ref = None
+        while taken < claim.up_to and pending:
+            number = pending.pop(0)
+            if gated and gated[0] == number:  # gated is pending's verified subsequence
+                gated.pop(0)
             taken += 1
-            waits.append(now - created_us)
+            waits.append(now - created_us[number])
             if self.record:
                 self.tally.trace.append(
                     Claimed(at=self.timeline.instant(now), todo_id=todo_id(number))
@@ -302,117 +330,157 @@ class _Run:
         does one whose consumer claims before that tick (the claim
         reschedules it).
         """
-        if not self.sweeping or not pair.has_receiver:
+        if not self.sweeping:
             return
+        # Only pairs with a receiver get here: a hookless pair gets no wakes,
+        # so no claims, and is never charged.
         if pair.held_rank is not None:
             self.due.drop(pair)  # its state changed: rank it afresh
-        row = pair.row
-        if not pair.gated and row is None:
+        gated, charged_us = pair.gated, pair.charged_us
+        if not gated and charged_us is None:
             pair.agenda_tick = NOT_SCHEDULED  # nothing to decide until work arrives
             return
         timeline = self.timeline
+        tick_us = timeline.tick_us
         tick = next_sweep = timeline.tick_at_or_after(since_us)
         claim_at = pair.claim_at_us
-        if claim_at is not None and next_sweep * timeline.tick_us >= claim_at:
+        if claim_at is not None and next_sweep * tick_us >= claim_at:
             # Its consumer claims before the next sweep, and a claim takes at
             # least one todo (there was work when it was woken and nobody else
             # claims), so it reschedules the pair.
             pair.agenda_tick = NOT_SCHEDULED
             return
-        if pair.gated:
-            stalled = first_stalled_tick(pair.gated[0][0], self.threshold_us, timeline.tick_us)
+        if gated:
+            oldest_created_us = self.created_us[gated[0]]
+            stalled = first_stalled_tick(oldest_created_us, self.threshold_us, tick_us)
             if stalled > tick:
                 tick = stalled
-        # else: a row without work drains (D5) on the next sweep.
-        progressed = row is not None and has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
-        if pair.gated and row is not None and not progressed:
+        # else: a row without gated work is drained on the next sweep.
+        progressed = has_unabsorbed_claim(pair.last_claim_us, charged_us)
+        if gated and charged_us is not None and not progressed:
             if pair.due_tick is None:
                 pair.agenda_tick = NOT_SCHEDULED  # capped: only progress makes it due again
                 return
             tick = max(tick, pair.due_tick)
-        claimed_first = claim_at is not None and tick * timeline.tick_us >= claim_at
+        claimed_first = claim_at is not None and tick * tick_us >= claim_at
         if tick > timeline.last_tick or claimed_first:
             pair.agenda_tick = NOT_SCHEDULED
-        elif pair.gated and tick == next_sweep:
+        elif gated and tick == next_sweep:
             pair.agenda_tick = NOT_SCHEDULED
-            self.due.add(pair, nudges_spent(row, progressed))
+            self.due.add(pair, nudges_spent(pair.row_nudges, progressed), oldest_created_us)
             self.agenda.ensure(tick)
         elif pair.agenda_tick != tick:
             pair.agenda_tick = tick
             self.agenda.add(pair, tick)
 
     def _sweep(self, tick: int, listed: list[SimPair]) -> None:
-        """One tick: hold the pairs due on it, delete drained rows, charge the best due pairs."""
+        """One tick: hold the pairs due on it, drain rows, charge the best due pairs."""
         pacing = self.pacing
         assert pacing is not None  # only a pacing policy puts ticks on the agenda
+        planned = self._plan_tick(tick) if self.check else None
+        drained: list[PairKey] = []
         for pair in listed:
             if pair.agenda_tick != tick:
                 continue  # rescheduled since it was listed
             pair.agenda_tick = NOT_SCHEDULED
             if pair.gated:
                 progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
-                self.due.add(pair, nudges_spent(pair.row, progressed))
-            else:
-                pair.row = pair.charged_us = pair.due_tick = None  # Drain (D5)
+                spent = nudges_spent(pair.row_nudges, progressed)
+                self.due.add(pair, spent, self.created_us[pair.gated[0]])
+            else:  # drain: the pair has no work left, so its row is deleted
+                pair.row_nudges = pair.charged_us = pair.due_tick = None
+                drained.append(pair.key)
         chosen = self.due.take(pacing.tick_limit, self.pairs)
-        if chosen:
-            self._charge(tick, chosen)
+        charged = self._charge(tick, chosen) if chosen else []
+        if planned is not None:
+            done = (charged, tuple(sorted(drained)))
+            if planned != done:
+                raise AssertionError(f"tick {tick}: plan_tick did {planned}, the run did {done}")
         if self.due.count:
             self.tally.held_back_ticks += 1
-            if tick < self.timeline.last_tick:
-                self.agenda.ensure(tick + 1)
+        if self.due.count and tick < self.timeline.last_tick:
+            self.agenda.ensure(tick + 1)
 
-    def _charge(self, tick: int, chosen: list[tuple[int, SimPair]]) -> None:
-        """Charge the chosen pairs through plan_tick and deliver their nudges."""
-        pacing, tally, timeline, due_ticks = self.pacing, self.tally, self.timeline, self.due_ticks
-        assert pacing is not None
+    def _charge(self, tick: int, chosen: list[tuple[int, SimPair]]) -> list[Nudge]:
+        """Charge the chosen pairs and deliver their nudges; the Nudges when recorded or checked.
+
+        A charge is nudge ``spent + 1`` since progress, stamped ``now``: the
+        run's claims at a tick's instant come before its sweep, so no
+        unabsorbed claim is later than ``now`` (``charge_stamp``).
+        """
+        tally, due_ticks = self.tally, self.due_ticks
         assert due_ticks is not None
-        now = tick * timeline.tick_us
-        now_at = timeline.instant(now)
-        pairs = [pair for _, pair in chosen]
-        rows = {pair.key: pair.row for pair in pairs if pair.row is not None}
-        plan = plan_tick([self._state(pair) for pair in pairs], rows, now_at, pacing)
-        charged = [(nudge.key, nudge.number, nudge.charged_at) for nudge in plan.charges]
-        # Claims at a tick's instant come before its sweep, so charge_stamp is ``now``.
-        expected = [(pair.key, spent + 1, now_at) for spent, pair in chosen]
-        if charged != expected or plan.drained:
-            raise AssertionError(f"tick {tick}: plan_tick charged {charged}, expected {expected}")
-        tally.charged_ticks += 1
+        now = tick * self.timeline.tick_us
+        nudges: list[Nudge] = []
         started = 0
-        for nudge, pair in zip(plan.charges, pairs, strict=True):
-            pair.row = row = charge_row(nudge)
+        for spent, pair in chosen:
+            number = spent + 1
+            if self.record or self.check:
+                nudges.append(self._nudge(pair, number, now))
+            pair.row_nudges = number
             pair.charged_us = now
-            pair.due_tick = due_ticks.first_due_tick(row, now)
+            pair.due_tick = due_ticks.first_due_tick(number, now)
             tally.nudges += 1
-            if self.record:
-                tally.nudge_log.append(nudge)
             if self._wake(pair, now):
                 started += 1
+        if self.record:
+            tally.nudge_log.extend(nudges)
+        tally.charged_ticks += 1
         tally.max_started_in_tick = max(tally.max_started_in_tick, started)
-        for pair in pairs:
+        for _, pair in chosen:
             self._reschedule(pair, now + 1)
+        return nudges
 
-    def _state(self, pair: SimPair) -> PairState:
-        """The PairState a ledger would read for the pair now."""
-        oldest = pair.oldest_gated_ref
-        if oldest is None and pair.gated:
-            created_us, number = pair.gated[0]
-            oldest = TodoRef(id=todo_id(number), created_at=self.timeline.instant(created_us))
-            pair.oldest_gated_ref = oldest
-        progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
-        return PairState(
+    # -- core values, for the record and the check ---------------------------------------
+
+    def _nudge(self, pair: SimPair, number: int, now: int) -> Nudge:
+        """The Nudge of charging ``pair`` now as nudge ``number``."""
+        return Nudge(
             endpoint_id=pair.endpoint_id,
             queue=pair.queue,
-            oldest=oldest,
-            endpoint_active=True,
-            has_receiver=pair.has_receiver,
-            unabsorbed_claim_at=self.timeline.instant(pair.last_claim_us) if progressed else None,
+            todo=self._oldest(pair),
+            number=number,
+            charged_at=self.timeline.instant(now),
         )
+
+    def _oldest(self, pair: SimPair) -> TodoRef:
+        """The TodoRef of the pair's oldest gated todo."""
+        number = pair.gated[0]
+        created_at = self.timeline.instant(self.created_us[number])
+        return TodoRef(id=todo_id(number), created_at=created_at)
+
+    def _plan_tick(self, tick: int) -> tuple[list[Nudge], tuple[PairKey, ...]]:
+        """What plan_tick charges and drains on ``tick``, reading the board as a ledger does."""
+        assert self.pacing is not None
+        timeline = self.timeline
+        states, rows = [], {}
+        for pair in self.pairs:
+            progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+            claim_at = timeline.instant(pair.last_claim_us) if progressed else None
+            states.append(
+                PairState(
+                    endpoint_id=pair.endpoint_id,
+                    queue=pair.queue,
+                    oldest=self._oldest(pair) if pair.gated else None,
+                    endpoint_active=True,
+                    has_receiver=pair.has_receiver,
+                    unabsorbed_claim_at=claim_at,
+                )
+            )
+            if pair.row_nudges is not None and pair.charged_us is not None:
+                rows[pair.key] = LedgerRow(
+                    endpoint_id=pair.endpoint_id,
+                    queue=pair.queue,
+                    nudges=pair.row_nudges,
+                    last_nudged_at=timeline.instant(pair.charged_us),
+                )
+        plan = plan_tick(states, rows, timeline.instant(tick * timeline.tick_us), self.pacing)
+        return list(plan.charges), plan.drained
 
     # -- the result ----------------------------------------------------------------
 
     def _result(self, samples: Timeseries) -> SimResult:
-        tally, end_us = self.tally, self.timeline.end_us
+        tally, end_us, pacing = self.tally, self.timeline.end_us, self.pacing
         # Floats sort twice as fast as ints past 2**30 and hold these exactly.
         waits = sorted(map(float, tally.waits_us))
         pending_pairs = capped = 0
@@ -421,16 +489,12 @@ class _Run:
             if not pair.pending:
                 continue
             pending_pairs += 1
-            age = end_us - pair.pending[0][0]
+            age = end_us - self.created_us[pair.pending[0]]
             oldest = age if oldest is None else max(oldest, age)
-            row, pacing = pair.row, self.pacing
-            if (
-                pacing
-                and row
-                and pair.gated
-                and effective_nudges(self._state(pair), row) >= pacing.cap
-            ):
-                capped += 1
+            if pacing and pair.charged_us is not None and pair.gated:
+                progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+                if nudges_spent(pair.row_nudges, progressed) >= pacing.cap:
+                    capped += 1
         return SimResult(
             policy=self.policy.name,
             pairs=self.scenario.pairs,

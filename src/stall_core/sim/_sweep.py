@@ -21,30 +21,24 @@ class SweepAgenda:
     ``agenda_tick`` moved since) is stale and skipped.
     """
 
-    #: Pairs to look at, by tick.
+    #: Pairs to look at, by tick; a tick with an empty list is swept all the same.
     pairs_at: dict[int, list[SimPair]] = attrs.field(factory=dict)
-    #: The keys of ``pairs_at`` as a heap: ``ticks[0]`` is the next tick to sweep.
-    ticks: list[int] = attrs.field(factory=list)
 
     def add(self, pair: SimPair, tick: int) -> None:
         """Look at ``pair`` on ``tick``."""
         pairs = self.pairs_at.get(tick)
         if pairs is None:
             self.pairs_at[tick] = [pair]
-            heapq.heappush(self.ticks, tick)
         else:
             pairs.append(pair)
 
     def ensure(self, tick: int) -> None:
         """Sweep on ``tick`` even if no pair is listed on it (held-back pairs wait)."""
-        if tick not in self.pairs_at:
-            self.pairs_at[tick] = []
-            heapq.heappush(self.ticks, tick)
+        self.pairs_at.setdefault(tick, [])
 
-    def pop_next(self) -> tuple[int, list[SimPair]]:
-        """The next tick to sweep and the pairs listed on it."""
-        tick = heapq.heappop(self.ticks)
-        return tick, self.pairs_at.pop(tick)
+    def pop(self, tick: int) -> list[SimPair] | None:
+        """The pairs listed on ``tick``, now taken off; None when ``tick`` needs no sweep."""
+        return self.pairs_at.pop(tick, None)
 
 
 @attrs.define
@@ -63,9 +57,13 @@ class DuePairs:
     #: Pairs held now (stale heap entries not counted).
     count: int = 0
 
-    def add(self, pair: SimPair, spent: int) -> None:
-        """Hold ``pair``, which spent ``spent`` nudges, until the tick limit lets it through."""
-        rank = self.order.rank(spent, pair.gated[0][0], pair.index)
+    def add(self, pair: SimPair, spent: int, oldest_created_us: int) -> None:
+        """Hold ``pair`` until the tick limit lets it through.
+
+        It spent ``spent`` nudges since progress; its oldest gated todo was
+        created ``oldest_created_us`` after the start.
+        """
+        rank = self.order.rank(spent, oldest_created_us, pair.index)
         pair.held_rank = rank
         self.count += 1
         heapq.heappush(self.ranks, rank)
