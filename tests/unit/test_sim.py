@@ -375,3 +375,67 @@ def test_results_are_those_of_the_simulator_before_its_rewrite() -> None:
         )
         for r in results
     ]
+
+
+class EveryHour:
+    """A workload RandomSource: arrivals exactly one hour apart, no other randomness."""
+
+    def random(self) -> float:
+        return 0.99
+
+    def expovariate(self, lambd: float, /) -> float:
+        return 3_600_000_000.0  # microseconds
+
+
+def tied_run(scenario: Scenario, policy: SimPolicy, chance: Iterable[float]) -> SimResult:
+    return simulate(scenario, policy, workload=EveryHour(), chance=Scripted(chance), record=True)
+
+
+def test_a_claim_woken_before_the_arrival_was_drawn_comes_first_at_their_instant() -> None:
+    """At one instant a pair's claim precedes its arrival if the claim's wake came first.
+
+    The backlog's creation wake (at 0) starts the consumer before the first
+    arrival is drawn; both land at 1 h. The claim takes the backlog todo and
+    keeps the consumer busy, so the arrival's creation wake is absorbed.
+    """
+    scenario = backlog_only(
+        arrivals=Poisson(per_hour=1.0), consumer=Consumer(latency=timedelta(hours=1))
+    )
+
+    result = tied_run(scenario, SimPolicy.edge_only(), chance=[])
+
+    hour = scenario.start + timedelta(hours=1)
+    assert [("claimed", "t000000000"), ("created", "t000000001")] == [
+        ("created" if isinstance(e, Created) else "claimed", e.todo_id)
+        for e in result.trace
+        if e.at == hour
+    ]
+    assert 1 == result.consumers_started
+
+
+def test_an_arrival_drawn_before_the_claim_was_woken_comes_first_at_their_instant() -> None:
+    """At one instant a pair's arrival precedes its claim if the arrival was drawn first.
+
+    The first todo (1 h) loses its creation wake; nudge 1 at 1 h 2 min 15 s
+    starts the consumer, which claims at 2 h, when the second arrival (drawn
+    at 1 h) lands too. The arrival runs first, and its wake finds the
+    consumer's wait for its claim just over, so it starts it again.
+    """
+    scenario = Scenario(
+        pairs=1,
+        duration=timedelta(hours=2),
+        arrivals=Poisson(per_hour=1.0),
+        wake_loss=0.5,
+        consumer=Consumer(latency=timedelta(hours=2) - timedelta(hours=1, seconds=135)),
+    )
+
+    result = tied_run(scenario, SimPolicy.default(), chance=[0.1])  # the first wake is lost
+
+    two_hours = scenario.start + timedelta(hours=2)
+    assert [("created", "t000000001"), ("claimed", "t000000000")] == [
+        ("created" if isinstance(e, Created) else "claimed", e.todo_id)
+        for e in result.trace
+        if e.at == two_hours
+    ]
+    assert timedelta(hours=1, seconds=135) == result.nudge_log[0].charged_at - scenario.start
+    assert 2 == result.consumers_started
