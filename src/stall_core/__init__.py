@@ -32,7 +32,7 @@ from ._decide import (
 from ._policy import PacingPolicy
 from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
-from ._sweeper import Clock, Sweeper, TickReport
+from ._sweeper import Clock, Sweeper, TickFailure, TickReport
 from ._values import (
     QUARANTINE_QUEUE,
     ChargeOutcome,
@@ -89,6 +89,7 @@ __all__ = [
     "SimPolicy",
     "SimResult",
     "Sweeper",
+    "TickFailure",
     "TickPlan",
     "TickReport",
     "TodoRef",
