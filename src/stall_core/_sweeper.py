@@ -99,6 +99,8 @@ class Sweeper:
         self._ticks = 0
         self._receipts: set[asyncio.Task[None]] = set()
         self.refunded = 0
+        #: Nudges that reached nobody and whose refund failed: they count toward the cap.
+        self.unrefunded = 0
 
     @property
     def policy(self) -> PacingPolicy:
@@ -224,6 +226,7 @@ class Sweeper:
                 exc_info=not isinstance(exc, LedgerError),
                 extra=_fields(self._ticks, nudge),
             )
+            self.unrefunded += 1
             return
         if refunded:
             self.refunded += 1
