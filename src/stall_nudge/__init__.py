@@ -11,7 +11,7 @@ cancellation that returns promptly and leaves nothing running::
 ``connect`` is the pool every command of the CLI uses.
 """
 
-from ._connect import StartupError, connect
+from ._connect import StartupError, check_dsn, connect
 from ._reaper import Reaper, open_reaper
 
-__all__ = ["Reaper", "StartupError", "connect", "open_reaper"]
+__all__ = ["Reaper", "StartupError", "check_dsn", "connect", "open_reaper"]

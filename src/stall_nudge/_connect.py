@@ -14,7 +14,7 @@ import asyncpg
 
 from adapters.postgres import DATABASE_ERRORS, describe
 
-__all__ = ["StartupError", "connect", "redact", "secrets_of"]
+__all__ = ["StartupError", "check_dsn", "close_pool", "connect", "redact", "secrets_of"]
 
 
 class StartupError(Exception):

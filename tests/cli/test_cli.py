@@ -148,7 +148,7 @@ async def test_sweep_once_wakes_the_stalled_queue(
     assert [("l-0", "lane-l")] == hook.stalled()
     report = json.loads(result.out)
     assert 1 == report["dispatch"]["delivered"]
-    assert [1] == [n["number"] for n in report["tick"]["charged"]]
+    assert [1] == [n["nudge"] for n in report["charged"]]
 
 
 async def test_concurrent_sweep_processes_fire_each_wake_once(
@@ -173,11 +173,11 @@ async def test_sweep_skips_while_another_instance_holds_the_tick(
 
     assert (0, 0, 0) == (text.status, as_json.status, released.status)
     assert "tick 1: skipped (another instance holds the tick)" in text.out
-    tick = json.loads(as_json.out)["tick"]
-    assert (True, []) == (tick["skipped"], tick["charged"])
+    tick = json.loads(as_json.out)
+    assert ("skipped", []) == (tick["outcome"], tick["charged"])
     assert [] == held_stalled
     assert [("l-0", "lane-l")] == hook.stalled()
-    assert False is json.loads(released.out)["tick"]["skipped"]
+    assert "ok" == json.loads(released.out)["outcome"]
 
 
 async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: Hook) -> None:
@@ -188,7 +188,7 @@ async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: H
     table = await cli("status", "--dsn", pg_dsn)
 
     def verdicts(result: Result) -> dict[str, str]:
-        return {row["queue"]: row["verdict"] for row in map(json.loads, result.out.splitlines())}
+        return {row["queue"]: row["verdict"] for row in json.loads(result.out)["pairs"]}
 
     assert {"lane-l": "due", "fresh": "fresh"} == verdicts(before)
     assert {"lane-l": "backing-off", "fresh": "fresh"} == verdicts(after)
@@ -219,7 +219,7 @@ async def test_sweep_loop_stops_cleanly_on_sigterm(
     _, err = await asyncio.wait_for(proc.communicate(), 30)
 
     assert 0 == proc.returncode, err.decode()
-    assert [1, 2, 3] == [json.loads(line)["tick"]["tick"] for line in lines]
+    assert [1, 2, 3] == [json.loads(line)["tick"] for line in lines]
     assert [("l-0", "lane-l")] == hook.stalled()
 
 
