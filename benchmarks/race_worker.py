@@ -123,7 +123,7 @@ class FaultyLedger:
                 rows = await conn.fetch(self._sql, *charge_due_parameters(lock["now"], policy))
         outcome = charge_outcome(rows, lock["now"])
         if self._fault == "hide-charge":
-            return ChargeOutcome(now=outcome.now, deleted=outcome.deleted)
+            return ChargeOutcome(now=outcome.now, drained=outcome.drained)
         return outcome
 
     async def refund(self, nudge: Nudge) -> bool:
@@ -209,7 +209,7 @@ async def _tick(
         "now": report.now.isoformat(),
         "duration_s": report.duration_s,
         "charged": [_nudge(n) for n in report.charged],
-        "deleted": [list(key) for key in report.deleted],
+        "drained": [list(key) for key in report.drained],
         "refunds": [
             [*_nudge(n), result, lb.isoformat(), ub.isoformat()]
             for n, result, lb, ub in ledger.refunds

@@ -285,10 +285,10 @@ def may_see(claim: Claim, sweep: SweepAt) -> bool:
     return claim.lb < sweep.upper
 
 
-#: ("none",) | ("delete",) | ("charge", number, stamp, todo_id)
+#: ("none",) | ("drain",) | ("charge", number, stamp, todo_id)
 Outcome = tuple[Any, ...]
 NONE: Outcome = ("none",)
-DELETE: Outcome = ("delete",)
+DRAIN: Outcome = ("drain",)
 
 
 def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
@@ -315,7 +315,7 @@ def expect(
         if t.state == "pending" and t.gated
     )
     if not pending:
-        return DELETE if row is not None else NONE
+        return DRAIN if row is not None else NONE
     oldest_at, oldest_id = pending[0]
     if not (
         facts.endpoint_state == "active" and facts.receiver and oldest_at < now - policy.threshold
@@ -356,7 +356,7 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
 def after_outcome(row: Row | None, outcome: Outcome) -> Row | None:
     if outcome[0] == "charge":
         return Row(outcome[1], outcome[2])
-    if outcome[0] == "delete":
+    if outcome[0] == "drain":
         return None
     return row
 
@@ -367,7 +367,7 @@ def log_after(row: Row | None, log: Log, outcome: Outcome) -> Log:
     A sweep absorbs every claim it sees of a pair it charged or drained, or
     of a pair with no ledger row; claims it did not see are not in ``log``.
     """
-    if row is None or outcome[0] in ("charge", "delete"):
+    if row is None or outcome[0] in ("charge", "drain"):
         return frozenset()
     return log
 
@@ -797,7 +797,7 @@ def judge(lane: Lane) -> Verdict:
                 if observed[1] == 1 and row is not None and row.nudges >= 1:
                     v.stats["resets"] += 1
                 last_charge = at
-            if row is None or observed[0] in ("charge", "delete"):
+            if row is None or observed[0] in ("charge", "drain"):
                 absorbers.append(at)
             hyps = {(k, log_after(row, log, observed)) for k, log in matched or options}
             changed_after.append(observed != NONE)
@@ -1343,7 +1343,7 @@ class Coordinator:
                 log.bad.append(f"worker {w} failed its tick: {answer['error']}")
             return
         if answer["skipped"]:
-            if answer["charged"] or answer["deleted"] or answer["refunds"]:
+            if answer["charged"] or answer["drained"] or answer["refunds"]:
                 for log in logs.values():
                     log.bad.append(f"worker {w} skipped yet reported {answer}")
             return
@@ -1358,12 +1358,12 @@ class Coordinator:
                 continue
             stamp = datetime.fromisoformat(charged_at) + shift[endpoint]
             outcomes[endpoint].append(("charge", number, stamp, todo_id))
-        for endpoint, queue in answer["deleted"]:
+        for endpoint, queue in answer["drained"]:
             if endpoint not in outcomes or queue != QUEUE:
                 for log in logs.values():
                     log.bad.append(f"worker {w} deleted a row of no trial: {endpoint}/{queue}")
                 continue
-            outcomes[endpoint].append(DELETE)
+            outcomes[endpoint].append(DRAIN)
         for endpoint, queue, number, _todo, charged_at, result, lb, ub in answer["refunds"]:
             if endpoint in logs and queue == QUEUE:
                 logs[endpoint].refunds.append(

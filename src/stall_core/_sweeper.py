@@ -47,11 +47,11 @@ class TickReport:
     #: The instant the ledger decided at, on its own clock.
     now: datetime
     charged: tuple[Nudge, ...]
-    deleted: tuple[PairKey, ...]
-    #: Nudges the wake port took (a queueing transport delivers them later).
-    delivered: int
+    drained: tuple[PairKey, ...]
+    #: Nudges the wake port took; whether a receiver answered is known later (receipts).
+    queued: int
     #: Nudges the wake port refused outright; their charges were refunded.
-    failed: int
+    refused: int
     duration_s: float
     #: Another instance held the tick: this one decided nothing.
     skipped: bool = False
@@ -116,12 +116,12 @@ class Sweeper:
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcome = await self._ledger.charge_due(policy=self._policy)
-        delivered = failed = 0
+        queued = refused = 0
         for nudge in outcome.charged:
             try:
                 receipt = await self._wake.wake(nudge)
             except Exception as exc:
-                failed += 1
+                refused += 1
                 log.warning(
                     "tick %d: wake for %s/%s (nudge %d, todo %s) failed: %s",
                     self._ticks,
@@ -136,7 +136,7 @@ class Sweeper:
                 )
                 await self._refund(nudge)
             else:
-                delivered += 1
+                queued += 1
                 log.info(
                     "tick %d: nudge %d for %s/%s (todo %s) handed to the wake port",
                     self._ticks,
@@ -149,24 +149,24 @@ class Sweeper:
                 task = asyncio.create_task(self._follow(nudge, receipt))
                 self._receipts.add(task)
                 task.add_done_callback(self._receipts.discard)
-        busy = bool(outcome.charged or outcome.deleted or failed)
+        busy = bool(outcome.charged or outcome.drained or refused)
         log.log(
             logging.INFO if busy else logging.DEBUG,
             "tick %d: %s",
             self._ticks,
             "skipped (another instance holds the tick)"
             if outcome.skipped
-            else f"charged {len(outcome.charged)}, drained {len(outcome.deleted)}, "
-            f"queued {delivered}, refused {failed}",
+            else f"charged {len(outcome.charged)}, drained {len(outcome.drained)}, "
+            f"queued {queued}, refused {refused}",
             extra={"tick": self._ticks},
         )
         return TickReport(
             tick=self._ticks,
             now=outcome.now,
             charged=outcome.charged,
-            deleted=outcome.deleted,
-            delivered=delivered,
-            failed=failed,
+            drained=outcome.drained,
+            queued=queued,
+            refused=refused,
             duration_s=loop.time() - started,
             skipped=outcome.skipped,
         )

@@ -6,10 +6,12 @@ import argparse
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import asyncpg
 
 import stall_nudge
+from stall_core import parse_duration
 
 __all__ = [
     "ATTENTION",
@@ -19,7 +21,7 @@ __all__ = [
     "CliError",
     "add_dsn_argument",
     "open_pool",
-    "positive_float",
+    "positive_duration",
     "resolve_dsn",
 ]
 
@@ -60,14 +62,14 @@ def resolve_dsn(args: argparse.Namespace) -> str:
     return dsn
 
 
-def positive_float(text: str) -> float:
-    """argparse type for intervals: a finite number of seconds above zero."""
+def positive_duration(text: str) -> timedelta:
+    """argparse type for intervals: ``15s``, ``2m``, ``1h``, ``1h30m``, or bare seconds, above 0."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not value > timedelta(0):
+        raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}")
     return value
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from adapters.postgres import PostgresLedger
-from stall_core import LedgerError, PacingPolicy, PairStatus, Verdict
+from stall_core import LedgerError, PacingPolicy, PairStatus, Verdict, format_duration
 
 from ._common import ATTENTION, FAILED, OK, CliError, add_dsn_argument, open_pool, resolve_dsn
 from ._json import dumps, seconds, utc
@@ -80,7 +80,7 @@ def _as_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) -> st
                     "pending_gated": p.pending_gated,
                     "pending_ungated": p.pending_ungated,
                     "oldest_age_s": seconds(p.oldest_age),
-                    "effective_nudges": p.nudges,
+                    "effective_nudges": p.effective_nudges,
                     "last_nudged_at": utc(p.last_nudged_at),
                     "next_due_at": utc(p.next_due_at),
                     "verdict": p.verdict.value,
@@ -106,7 +106,7 @@ def render_table(pairs: list[PairStatus], now: datetime) -> list[str]:
             str(p.pending_gated),
             str(p.pending_ungated),
             _age(p.oldest_age),
-            "-" if p.nudges is None else str(p.nudges),
+            "-" if p.effective_nudges is None else str(p.effective_nudges),
             "-" if p.last_nudged_at is None else _age(now - p.last_nudged_at) + " ago",
             _due(p.next_due_at, now),
             p.verdict.value,
@@ -122,13 +122,7 @@ def render_table(pairs: list[PairStatus], now: datetime) -> list[str]:
 
 
 def _age(delta: timedelta | None) -> str:
-    if delta is None:
-        return "-"
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds}s"
+    return "-" if delta is None else format_duration(delta)
 
 
 def _due(at: datetime | None, now: datetime) -> str:

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -23,7 +24,7 @@ from ._common import (
     OK,
     CliError,
     add_dsn_argument,
-    positive_float,
+    positive_duration,
     resolve_dsn,
 )
 from ._json import dumps, utc
@@ -47,10 +48,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=positive_float,
-        default=15.0,
-        metavar="SECONDS",
-        help="seconds between ticks (default: 15)",
+        type=positive_duration,
+        default=timedelta(seconds=15),
+        metavar="DURATION",
+        help="time between ticks: 15s, 2m, 1h, 1h30m, or bare seconds (default: 15s)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON record per tick on stdout"
@@ -99,9 +100,9 @@ def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict
             }
             for n in result.charged
         ],
-        "drained": [{"endpoint_id": e, "queue": q} for e, q in result.deleted],
-        "queued": result.delivered,
-        "refused": result.failed,
+        "drained": [{"endpoint_id": e, "queue": q} for e, q in result.drained],
+        "queued": result.queued,
+        "refused": result.refused,
     }
 
 
@@ -118,14 +119,14 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
     stats = reaper.stats
     return (
         f"{at} tick {report.tick}: charged {len(report.charged)}"
-        f"{' [' + woke + ']' if woke else ''}, drained {len(report.deleted)}, "
-        f"queued {report.delivered}, refused {report.failed}; "
+        f"{' [' + woke + ']' if woke else ''}, drained {len(report.drained)}, "
+        f"queued {report.queued}, refused {report.refused}; "
         f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped}; "
         f"refunded {reaper.refunded} ({report.duration_s * 1000:.1f} ms)"
     )
 
 
-async def _sweep(dsn: str, *, once: bool, interval: float, as_json: bool) -> int:
+async def _sweep(dsn: str, *, once: bool, interval: timedelta, as_json: bool) -> int:
     try:
         async with stall_nudge.open_reaper(dsn) as reaper:
             if once:
@@ -152,7 +153,7 @@ async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
     return ATTENTION if reaper.unrefunded else OK
 
 
-async def _loop(reaper: stall_nudge.Reaper, *, interval: float, as_json: bool) -> None:
+async def _loop(reaper: stall_nudge.Reaper, *, interval: timedelta, as_json: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
