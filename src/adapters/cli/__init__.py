@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for module in (_migrate, _sweep, _status, _demo, _simulate):
         module.register(commands)
+    # Global, and accepted after the command as well, where operators tend to type it.
+    for command in commands.choices.values():
+        command.add_argument(
+            "--log-level", choices=_LEVELS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 
