@@ -58,7 +58,8 @@ def _where(dsn: str) -> str:
         hosts = parts.netloc.rpartition("@")[2]
     except ValueError:
         return "the DSN's server"
-    return f"{hosts or 'the default host'}{parts.path}"
+    socket = dict(parse_qsl(parts.query)).get("host")
+    return f"{hosts or socket or 'the default host'}{parts.path}"
 
 
 def check_dsn(dsn: str) -> None:
@@ -76,7 +77,8 @@ def check_dsn(dsn: str) -> None:
         if port and not _valid_port(port):
             raise StartupError("malformed DSN: the port must be a number from 1 to 65535")
     env_port = os.environ.get("PGPORT")
-    if env_port and not all(_valid_port(p) for p in env_port.split(",")):
+    # asyncpg reads PGPORT only when the DSN names no port.
+    if not ports and env_port and not all(_valid_port(p) for p in env_port.split(",")):
         raise StartupError("PGPORT must be a number from 1 to 65535")
     for name in ("PGHOST", "PGUSER", "PGDATABASE", "PGPASSWORD", "PGOPTIONS"):
         value = os.environ.get(name)
@@ -137,7 +139,9 @@ async def connect(
         raise StartupError(
             redact(f"cannot connect to {_where(dsn)}: {describe(exc)}", secrets)
         ) from None
-    except (ValueError, OverflowError, UnicodeError) as exc:  # asyncpg's DSN and option parsing
+    except UnicodeError:  # the IDNA codec, before any lookup
+        raise StartupError("malformed DSN: a host name is not a valid DNS name") from None
+    except (ValueError, OverflowError) as exc:  # asyncpg's DSN and option parsing
         raise StartupError(redact(f"malformed DSN: {exc}", secrets)) from None
     try:
         yield pool
