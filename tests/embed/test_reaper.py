@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from aiohttp import web
 
 import stall_nudge
 from stall_core import TickFailure, TickReport
@@ -23,36 +21,20 @@ TIMEOUT_S = 0.5
 SHUTDOWN_S = 0.5
 
 
-@pytest.fixture(name="hook_url")
-async def _hook_url() -> AsyncIterator[str]:
-    """A loopback notify hook that answers 204 to every delivery."""
-
-    async def handle(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
-    await runner.cleanup()
+async def old_todo(host: PostgresHost, todo_id: str, minutes: int = 30) -> None:
+    """A todo on ep-1/lane-l created ``minutes`` ago (no delivery: it passes the gate)."""
+    created = datetime.now(UTC) - timedelta(minutes=minutes)
+    await host.create_todo(todo_id, endpoint_id="ep-1", queue="lane-l", created_at=created)
 
 
 @pytest.fixture(name="host")
 async def _host(pg_pool: asyncpg.Pool, hook_url: str) -> PostgresHost:
     """A board whose pair ep-1/lane-l has been stalled for 30 minutes, with one hook."""
     host = PostgresHost(pg_pool)
-    now = datetime.now(UTC)
     await host.add_endpoint("ep-1")
     await host.add_hook("hook-1", endpoint_id="ep-1", url=hook_url, secret=SECRET)
-    await host.create_todo(
-        "l-0", endpoint_id="ep-1", queue="lane-l", created_at=now - timedelta(minutes=30)
-    )
-    await host.create_todo(
-        "l-1", endpoint_id="ep-1", queue="lane-l", created_at=now - timedelta(minutes=20)
-    )
+    await old_todo(host, "l-0", 30)
+    await old_todo(host, "l-1", 20)
     return host
 
 
