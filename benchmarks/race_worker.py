@@ -1,6 +1,6 @@
 """One race sweeper process: its own asyncpg pool, a PostgresLedger on the database clock.
 
-Started by ``benchmarks/races.py`` under ``faketime`` (its wall clock is
+Started by ``benchmarks/races.py`` under libfaketime (its wall clock is
 shifted on purpose: no decision may read it) as
 ``python -m benchmarks.race_worker --dsn DSN --worker N``. It reads one
 JSON command a line on stdin and answers each with one JSON line on stdout:

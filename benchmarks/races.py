@@ -6,7 +6,8 @@
 Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an
 embedded one) holding a throwaway database this script creates and drops;
 4 and then 8 sweeper processes (``benchmarks.race_worker``), each under
-``faketime`` with its wall clock shifted by 0, +2 s, -2 s, +30 s or -30 s,
+libfaketime (``stall_testing.skewed_env``) with its wall clock shifted by
+0, +2 s, -2 s, +30 s or -30 s,
 each with its own asyncpg pool and ``PostgresLedger(pool)`` deciding at the
 database's clock; consumers claiming, completing and requeueing through
 ``PostgresHost`` on their own connections while the sweepers tick. The
@@ -137,7 +138,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -156,9 +156,11 @@ from adapters.postgres import migrate
 from stall_core import PacingPolicy
 from stall_testing import (
     PostgresHost,
+    SkewUnavailable,
     create_database,
     drop_database,
     embedded_postgres,
+    skewed_env,
     with_database,
 )
 from stall_testing._host import _SQL as HOST_SQL
@@ -870,7 +872,7 @@ def judge(lane: Lane) -> Verdict:
 
 
 class Worker:
-    """One sweeper process under faketime, driven one JSON line at a time."""
+    """One sweeper process on a shifted wall clock, driven one JSON line at a time."""
 
     def __init__(self, index: int, offset: str, proc: asyncio.subprocess.Process, log: Path):
         self.index = index
@@ -882,13 +884,10 @@ class Worker:
     async def start(cls, index: int, dsn: str, workdir: Path, fault: str) -> Worker:
         offset = OFFSETS[index % len(OFFSETS)]
         log = workdir / f"worker-{index}.log"
-        env = dict(os.environ)
+        env = skewed_env(offset)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         with log.open("ab") as stderr:
             proc = await asyncio.create_subprocess_exec(
-                "faketime",
-                "-f",
-                offset,
                 sys.executable,
                 "-m",
                 "benchmarks.race_worker",
@@ -1565,12 +1564,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--trials must be at least one per instance count")
     if any(n < 1 for n in args.instances):
         parser.error("--instances must be positive")
-    if shutil.which("faketime") is None:
-        print(
-            "races: faketime is not installed (Debian package 'faketime'); it shifts each"
-            " sweeper's wall clock, which this benchmark needs",
-            file=sys.stderr,
-        )
+    try:
+        skewed_env("+0s")
+    except SkewUnavailable as exc:
+        print(f"races: cannot shift the sweepers' wall clocks: {exc}", file=sys.stderr)
         return 2
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="stall-races-"))
     workdir.mkdir(parents=True, exist_ok=True)

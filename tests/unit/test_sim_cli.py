@@ -54,7 +54,10 @@ def test_json_is_deterministic_for_a_seed(capsys: pytest.CaptureFixture[str]) ->
     [
         (["--pairs", "x"], "--pairs: expected an integer, got 'x'"),
         (["--wake-loss", "2"], "--wake-loss: expected a share between 0 and 1, got '2'"),
-        (["--tick", "soon"], "--tick: expected a duration like 250ms, 15s, 2m, 1h30m or 2d, got 'soon'"),
+        (
+            ["--tick", "soon"],
+            "--tick: expected a duration like 250ms, 15s, 2m, 1h30m or 2d, got 'soon'",
+        ),
         (["--consumer", "lazy"], "--consumer: expected one of one-shot, batch, flaky, dead"),
         (["--compare", "default,nope"], "--compare: unknown policy 'nope'"),
         (["--policy", "p:cap=0", "--compare", "p"], "--policy p: cap: must be at least 1"),
