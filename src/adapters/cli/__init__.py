@@ -42,9 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         choices=_LEVELS,
-        default="info",
-        help="the least severe log record written to stderr (default: info; a tick that "
-        "charged, drained or refused nothing logs at debug)",
+        default=None,
+        help="the least severe log record written to stderr (default: info for the sweep "
+        "loop, where a tick that charged, drained or refused nothing logs at debug; warning "
+        "for one-shot commands, whose answer is on stdout)",
     )
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for module in (_migrate, _sweep, _status, _demo, _simulate):
@@ -90,10 +91,16 @@ def _configure_logging(level: str) -> None:
         logging.getLogger(name).setLevel(level.upper())
 
 
+def _default_level(args: argparse.Namespace) -> str:
+    """info for the sidecar loop (its log is its output), warning for one-shot commands."""
+    loop = args.command == "sweep" and not args.once
+    return "info" if loop else "warning"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.log_level)
+    _configure_logging(args.log_level or _default_level(args))
     run = getattr(args, "run", None)
     if run is None:
         parser.print_help()

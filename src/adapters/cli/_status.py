@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args)
     policy = PacingPolicy()
     now, pairs = asyncio.run(_status(dsn, policy))
-    lines = [_as_json(pairs, now, policy)] if args.json else render_table(pairs, now)
+    lines = [status_json(pairs, now, policy)] if args.json else render_table(pairs, now)
     for line in lines:
         print(line)
     if args.check and any(needs_person(p, policy) for p in pairs):
@@ -69,7 +69,8 @@ def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
     return stuck and pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}
 
 
-def _as_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) -> str:
+def status_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) -> str:
+    """The JSON record of `status --json`: the instant judged at and every pair."""
     return dumps(
         {
             "at": utc(now),
