@@ -71,7 +71,8 @@ def check_dsn(dsn: str) -> None:
     if not dsn.startswith(_SCHEMES):
         raise StartupError("malformed DSN: expected postgresql://user@host:port/db")
     netloc = dsn.partition("://")[2].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
-    ports = [host.rpartition(":")[2] for host in netloc.split(",") if ":" in host.strip("[]")]
+    ports = [_port_of(host) for host in netloc.split(",")]
+    ports = [p for p in ports if p is not None]
     ports += [v for k, v in parse_qsl(dsn.partition("?")[2]) if k == "port"]
     for port in ports:
         if port and not _valid_port(port):
@@ -87,6 +88,14 @@ def check_dsn(dsn: str) -> None:
                 value.encode("utf-8")
             except UnicodeEncodeError:
                 raise StartupError(f"{name} holds text that is not valid UTF-8") from None
+
+
+def _port_of(host: str) -> str | None:
+    """The port typed after a host (``h:5432``, ``[::1]:5432``), or None."""
+    if host.startswith("["):
+        _, bracket, rest = host.partition("]")
+        return rest[1:] if bracket and rest.startswith(":") else None
+    return host.rpartition(":")[2] if ":" in host else None
 
 
 def _valid_port(text: str) -> bool:
