@@ -19,7 +19,16 @@ from adapters.postgres import (
     describe,
     missing_tables,
 )
-from stall_core import PacingPolicy, Sweeper, TickFailure, TickReport
+from stall_core import (
+    Nudge,
+    PacingPolicy,
+    Sweeper,
+    TickFailure,
+    TickReport,
+    WakeError,
+    WakePort,
+    WakeReceipt,
+)
 
 from ._connect import StartupError, connect
 
@@ -62,7 +71,7 @@ class Reaper:
 
     @property
     def tick_bound(self) -> float:
-        """The most seconds a tick takes: the charge, then per nudge a hook lookup and a refund."""
+        """The most seconds a tick takes: the charge, then per nudge a hand-over and a refund."""
         return self._timeout * (1 + 2 * self._sweeper.policy.tick_limit)
 
     @property
@@ -126,6 +135,31 @@ class Reaper:
         """Stop at once: no refunds, no waiting for deliveries."""
         await self._sweeper.abandon()
         await self._dispatcher.close(deadline=0)
+
+
+class _BoundedWake:
+    """The dispatcher as the sweep's wake port, each hand-over bounded by ``timeout`` seconds.
+
+    A hand-over reads the pair's hooks and books the refused ones, one
+    database call per hook; the bound covers them all, so a tick's worst
+    case does not grow with the number of hooks. Past it the nudge counts
+    as refused (and is refunded); nothing was queued, since queueing comes
+    after the last database call.
+    """
+
+    def __init__(self, dispatcher: HookDispatcher, timeout: float) -> None:
+        self._dispatcher = dispatcher
+        self._timeout = timeout
+
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._dispatcher.wake(nudge)
+        except TimeoutError:
+            raise WakeError(
+                f"handing {nudge.endpoint_id}/{nudge.queue} to the dispatcher timed out "
+                f"after {self._timeout:g} s"
+            ) from None
 
 
 class _BoundedPool:
@@ -236,7 +270,9 @@ async def open_reaper(
         await _check_tables(pool, timeout)
         dispatcher = HookDispatcher(hooks=PostgresHooks(_BoundedPool(pool, timeout)))
         sweeper = Sweeper(
-            ledger=PostgresLedger(pool, timeout=timeout), wake=dispatcher, policy=PacingPolicy()
+            ledger=PostgresLedger(pool, timeout=timeout),
+            wake=_BoundedWake(dispatcher, timeout),
+            policy=PacingPolicy(),
         )
         reaper = Reaper(
             sweeper=sweeper,
@@ -252,3 +288,8 @@ async def open_reaper(
             raise
         await reaper._shut_down()
         # Leaving _pool closes a pool it opened, within ``timeout`` (connect()).
+
+
+def _conforms(wake: _BoundedWake) -> WakePort:
+    """mypy checks here that the bounded wake satisfies the core's wake port."""
+    return wake

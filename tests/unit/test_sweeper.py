@@ -765,3 +765,24 @@ async def test_abandon_stops_following_receipts_without_refunds(
 
     assert [] == ledger.refunds
     assert False is pending.cancelled()
+
+
+async def test_run_takes_the_interval_as_a_timedelta(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """run(interval=timedelta(...)) ticks as run(interval=seconds) does."""
+    ledger = ScriptedLedger(events, clock)
+    stop = asyncio.Event()
+    seen: list[int] = []
+
+    def on_report(report: TickReport) -> None:
+        seen.append(report.tick)
+        if report.tick == 2:
+            stop.set()
+
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+    ran = await asyncio.wait_for(
+        sweeper.run(interval=timedelta(milliseconds=1), stop=stop, on_report=on_report), 5
+    )
+
+    assert (2, [1, 2]) == (ran, seen)
