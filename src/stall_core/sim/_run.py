@@ -282,15 +282,15 @@ class _Run:
         if pair.busy_until_us > now:
             return False
         tally.consumers_started += 1
-        claims = self.claims_when_started
-        if claims is None:
+        claim = self.claims_when_started
+        if claim is None:
             return True
         if self.flaky and self.draw_chance() >= self.claim_probability:
-            claims = self.flaky_miss
+            claim = self.flaky_miss
         claim_at = pair.busy_until_us = now + self.latency_us
-        if claims.up_to:
+        if claim.up_to:
             pair.claim_at_us = claim_at
-        pair.claim = claims
+        pair.claim = claim
         self.scheduled = pair.claim_seq = self.scheduled + 1
         heappush(self.claims, claim_at * self.pair_count + pair.index)
         return True
