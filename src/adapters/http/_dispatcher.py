@@ -157,7 +157,7 @@ class HookDispatcher:
         policy: DeliveryPolicy | None = None,
         clock: Callable[[], datetime] = _wall_clock,
         queue_size: int = 1000,
-        workers: int = 8,
+        workers: int = 32,
         refuse_private: bool = False,
         resolver: AbstractResolver | None = None,
     ) -> None:
