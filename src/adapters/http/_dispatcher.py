@@ -69,6 +69,10 @@ __all__ = ["DispatchStats", "HookDispatcher"]
 log = logging.getLogger("adapters.http")
 
 
+#: Usable hooks whose checks are remembered; past this many the memory starts over.
+_CHECKED_HOOKS = 1024
+
+
 def _wall_clock() -> datetime:
     return datetime.now(UTC)
 
@@ -174,6 +178,8 @@ class HookDispatcher:
         self._resolver = resolver
         self._own_resolver: AbstractResolver | None = None
         self._lanes: dict[str, _Lane] = {}
+        # The checks are pure functions of (url, secret): done once per hook, not per message.
+        self._checked: dict[tuple[str, str], tuple[bytes, str]] = {}
         self._workers: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._receipts: set[_Receipt] = set()
@@ -380,11 +386,17 @@ class HookDispatcher:
 
     def _check_hook(self, hook: HookTarget) -> tuple[bytes, str]:
         """The hook's key and shown URL, or ``HookRefused`` naming what makes it unusable."""
+        checked = self._checked.get((hook.url, hook.secret))
+        if checked is not None:
+            return checked
         check_text("secret", hook.secret)
         check_text("url", hook.url)
         key = parse_secret(hook.secret)
         shown = safe_url(hook.url)
         check_host(urlsplit(hook.url).hostname or "", refuse_private=self._refuse_private)
+        if len(self._checked) >= _CHECKED_HOOKS:
+            self._checked.clear()
+        self._checked[hook.url, hook.secret] = key, shown
         return key, shown
 
     # -- lanes and their workers --------------------------------------------------
