@@ -18,11 +18,11 @@ hook needs: the lanes share only the ``ClientSession``, whose connection
 pool has no global limit (the queue bound caps it). Each attempt is
 re-signed with the current timestamp; body and id stay the same.
 
-Where a hook may point is checked before the request and again on the
-address actually connected to, after DNS (``_address``); a refused address
-is a final failure, booked like a malformed hook. The outcome of the last attempt is
-booked once in the hook directory, which disables the hook after
-``DeliveryPolicy.disable_after`` failures in a row.
+The outcome of the last attempt is booked once in the hook directory,
+which disables the hook after ``DeliveryPolicy.disable_after`` failures
+in a row. Where a hook may point is checked before the request and again
+on the address actually connected to, after DNS (``_address``); a refused
+address is a final failure, booked like a malformed hook.
 
 Each message has a receipt, a future the sweep's wake awaits: True as soon
 as one of its hooks answers 2xx, False once all its deliveries ended
@@ -83,9 +83,7 @@ class DispatchStats:
 
     accepted: int = 0  # messages queued for at least one hook
     dropped: int = 0  # messages refused because the queue was full
-    refused: int = (
-        0  # deliveries refused: malformed secret or URL, or an address a hook may not use
-    )
+    refused: int = 0  # deliveries refused: unusable secret or URL, or a refused address
     delivered: int = 0  # deliveries a hook answered with 2xx
     failed: int = 0  # deliveries whose attempts all failed
     retries: int = 0  # attempts after the first
