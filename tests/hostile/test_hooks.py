@@ -103,7 +103,7 @@ def test_parse_secret_returns_a_key_or_refuses_without_quoting(secret: str) -> N
 async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
     pg_pool: asyncpg.Pool, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Bad scheme, host or secret: each refused with a logged reason, no request; good delivered."""
+    """Bad scheme, host, secret or address: each refused with a reason, no request; good sent."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("e1")
     bad = {
@@ -112,6 +112,8 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
         "h-badhost": (f"http://u:{PASSWORD}@a..b/hook", SECRET),
         "h-secret": (receiver.url("bad-secret"), BAD_SECRET),
         "h-short": (receiver.url("short"), SHORT_SECRET),
+        "h-metadata": (f"http://u:{PASSWORD}@169.254.169.254/latest/meta-data/", SECRET),
+        "h-decimal": ("http://2852039166/", SECRET),
     }
     for hook_id, (url, secret) in bad.items():
         await host.add_hook(hook_id, endpoint_id="e1", url=url, secret=secret)
