@@ -3,18 +3,19 @@
 Theory of operation
 -------------------
 A hook's URL is a tenant's text, so what is checked is the address the
-socket is about to connect to, not the spelling of the URL. ``RANGES`` is
-the whole rule, one row per network: link-local and metadata addresses are
-always refused; with ``refuse_private`` (multi-tenant deployments) loopback,
+socket is about to connect to, not the spelling of the URL. ``RANGES``
+(one row per network) and ``METADATA_HOSTS`` are the whole rule:
+link-local and metadata addresses and names are always refused; with ``refuse_private`` (multi-tenant deployments) loopback,
 private, shared (CGNAT), unique-local, unspecified, multicast and reserved
 ranges are refused too. An IPv6 address that carries an IPv4 one
 (IPv4-mapped, IPv4-compatible, 6to4, NAT64, Teredo) is judged by both.
 
-The rule runs in three places, each closing a gap the others leave:
+The rule runs in three places:
 
 * before any request (``check_host``): metadata host names, and hosts that
   are addresses in any spelling the C resolver accepts (decimal, hex,
-  octal, short forms, IPv6 literals), so a refusal names the address;
+  octal, short forms, IPv6 literals), so the refusal names the address
+  meant, not the spelling;
 * in aiohttp's resolver (``GuardedResolver``): a name is refused when any
   address it resolves to is, so a rebinding or mixed answer cannot pass by
   its good half;
