@@ -5,9 +5,10 @@ Theory of operation
 A hook's URL is a tenant's text, so what is checked is the address the
 socket is about to connect to, not the spelling of the URL. ``RANGES``
 (one row per network) and ``METADATA_HOSTS`` are the whole rule:
-link-local and metadata addresses and names are always refused; with ``refuse_private`` (multi-tenant deployments) loopback,
-private, shared (CGNAT), unique-local, unspecified, multicast and reserved
-ranges are refused too. An IPv6 address that carries an IPv4 one
+link-local and metadata addresses and names are always refused; with
+``refuse_private`` (multi-tenant deployments) loopback, private, shared
+(CGNAT), unique-local, unspecified, multicast and reserved ranges are
+refused too. An IPv6 address that carries an IPv4 one
 (IPv4-mapped, IPv4-compatible, 6to4, NAT64, Teredo) is judged by both.
 
 The rule runs in three places:
