@@ -241,6 +241,7 @@ async def open_reaper(
     # Each database call's bound, not this call's: PostgresLedger(timeout=...) names it so.
     timeout: float = TIMEOUT_S,  # noqa: ASYNC109
     shutdown_deadline: float = SHUTDOWN_DEADLINE_S,
+    refuse_private: bool = False,
 ) -> AsyncIterator[Reaper]:
     """The sweep on ``database`` (a DSN, or the host's own asyncpg pool), ready to tick.
 
@@ -256,6 +257,9 @@ async def open_reaper(
       deliveries are abandoned, nudges not yet known to have reached a
       receiver keep their charge (one backoff step late, never work lost),
       and connections are cut off. Nothing is left running.
+    - Hooks never reach link-local or metadata addresses; ``refuse_private``
+      (multi-tenant deployments) also keeps them off loopback and private
+      ranges, checked on the address actually connected to.
 
     A pool you pass stays yours: it is not closed. A connection the sweep
     was using when cancelled is cut off (a silent server would never
@@ -269,7 +273,9 @@ async def open_reaper(
         )
     async with _pool(database, timeout) as pool:
         await _check_tables(pool, timeout)
-        dispatcher = HookDispatcher(hooks=PostgresHooks(_BoundedPool(pool, timeout)))
+        dispatcher = HookDispatcher(
+            hooks=PostgresHooks(_BoundedPool(pool, timeout)), refuse_private=refuse_private
+        )
         sweeper = Sweeper(
             ledger=PostgresLedger(pool, timeout=timeout),
             wake=_BoundedWake(dispatcher, timeout),
