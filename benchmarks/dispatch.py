@@ -2,16 +2,22 @@
 
 The receiver runs in its own process (one core each on a 2-core machine)
 and verifies every signature with the standardwebhooks package, answering
-204. Two phases:
+204. Three phases:
 
 * throughput: a burst of messages queued at once, timed until the
   dispatcher has drained every delivery (response received and booked);
 * latency: one message at a time on an idle dispatcher, from ``notify()``
   to the delivery being booked, next to a bare ``ClientSession.post`` of the
-  same signed body, so the dispatcher's added cost is visible.
+  same signed body, so the dispatcher's added cost is visible;
+* isolation: 100 messages queued to a second hook that never answers (the
+  receiver holds each request open), then one message at a time to the
+  healthy hook, from ``wake()`` to its receipt (the delivery booked), while
+  the hanging hook's attempts are still in flight.
 
-The last line is ``dispatch: deliveries_per_s=<float> p50_ms=<float> p99_ms=<float>``
-(p50/p99 of the dispatcher's per-delivery latency).
+The last line is ``dispatch: deliveries_per_s=<float> p50_ms=<float> p99_ms=<float>
+healthy_p99_ms_with_hanging_hook=<float>`` (one line; p50/p99 of the
+dispatcher's per-delivery latency, then the healthy hook's p99 beside the
+hanging one).
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from aiohttp import web
 
 from adapters.http import CREATED, HookDispatcher, parse_secret, signed_headers
 from adapters.memory import MemoryBoard, MemoryHooks
-from stall_core import TodoRef
+from stall_core import Nudge, TodoRef
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 TODO = TodoRef(id="t1", created_at=datetime(2026, 10, 15, 12, 0, tzinfo=UTC), title="bench")
+#: Messages queued to the hook that never answers, as in issue 11.
+HANGING_MESSAGES = 100
 
 
 def _serve(sock: socket.socket, secret: str) -> None:
@@ -42,7 +50,9 @@ def _serve(sock: socket.socket, secret: str) -> None:
     from standardwebhooks.webhooks import Webhook  # only the receiver needs it
 
     webhook = Webhook(secret)
-    counts = {"ok": 0, "bad": 0}
+    counts = {"ok": 0, "bad": 0, "hanging": 0}
+    release = asyncio.Event()
+    arrived = asyncio.Condition()
 
     async def hook(request: web.Request) -> web.Response:
         body = await request.read()
@@ -54,11 +64,33 @@ def _serve(sock: socket.socket, secret: str) -> None:
         counts["ok"] += 1
         return web.Response(status=204)
 
+    async def hang(request: web.Request) -> web.Response:
+        """A hook that never answers: each request is held until /release (or the timeout)."""
+        async with arrived:
+            counts["hanging"] += 1
+            arrived.notify_all()
+        await release.wait()
+        return web.Response(status=204)
+
+    async def held(request: web.Request) -> web.Response:
+        """Answer once ``count`` requests are held open on /hang."""
+        count = int(request.query["count"])
+        async with arrived:
+            await arrived.wait_for(lambda: counts["hanging"] >= count)
+        return web.Response(status=204)
+
+    async def release_all(request: web.Request) -> web.Response:
+        release.set()
+        return web.Response(status=204)
+
     async def stats(request: web.Request) -> web.Response:
         return web.json_response({**counts, "cpu_s": time.process_time()})
 
     app = web.Application()
     app.router.add_post("/hook", hook)
+    app.router.add_post("/hang", hang)
+    app.router.add_get("/held", held)
+    app.router.add_post("/release", release_all)
     app.router.add_get("/stats", stats)
     web.run_app(app, sock=sock, access_log=None, print=None, handle_signals=True)
 
@@ -69,10 +101,50 @@ def _percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-async def _bench(url: str, stats_url: str, messages: int, samples: int, workers: int) -> None:
+async def _stats(session: aiohttp.ClientSession, stats_url: str) -> dict[str, float]:
+    async with session.get(stats_url) as response:
+        stats: dict[str, float] = await response.json()
+        return stats
+
+
+async def _isolation(
+    hooks: MemoryHooks, base: str, samples: int, workers: int
+) -> tuple[list[float], int]:
+    """The healthy hook's latencies while a hanging hook holds its attempts; and its in-flight."""
+    latencies: list[float] = []
+    nudge = Nudge(endpoint_id="e1", queue="q", todo=TODO, number=1, charged_at=TODO.created_at)
+    async with (
+        HookDispatcher(hooks=hooks, workers=workers) as dispatcher,
+        aiohttp.ClientSession() as session,
+    ):
+        for _ in range(HANGING_MESSAGES):
+            await dispatcher.notify(endpoint_id="slow", queue="q", todo=TODO, reason=CREATED)
+        # Measure only once the hanging hook's attempts are all in flight.
+        async with session.get(f"{base}/held", params={"count": str(workers)}) as response:
+            response.raise_for_status()
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            delivered = await (await dispatcher.wake(nudge))
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if not delivered:
+                raise SystemExit("the healthy hook was not delivered")
+        hanging = int((await _stats(session, f"{base}/stats"))["hanging"])
+        in_flight = dispatcher.outstanding
+        async with session.post(f"{base}/release") as response:
+            response.raise_for_status()
+        await dispatcher.drain()
+    if in_flight != HANGING_MESSAGES:
+        raise SystemExit(f"expected {HANGING_MESSAGES} hanging deliveries, {in_flight} outstanding")
+    return latencies, hanging
+
+
+async def _bench(base: str, messages: int, samples: int, workers: int) -> None:
+    url, stats_url = f"{base}/hook", f"{base}/stats"
     board = MemoryBoard(clock=lambda: datetime.now(UTC))
     board.add_endpoint("e1")
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
+    board.add_endpoint("slow")
+    board.add_hook("h-hang", endpoint_id="slow", url=f"{base}/hang", secret=SECRET)
     hooks = MemoryHooks(board)
 
     async with HookDispatcher(hooks=hooks, queue_size=messages, workers=workers) as dispatcher:
@@ -107,13 +179,14 @@ async def _bench(url: str, stats_url: str, messages: int, samples: int, workers:
             async with session.post(url, data=body, headers=headers) as response:
                 await response.read()
             bare.append((time.perf_counter() - t0) * 1000)
-        async with session.get(stats_url) as response:
-            received = await response.json()
+        received = await _stats(session, stats_url)
+
+    healthy, hanging = await _isolation(hooks, base, samples, workers)
 
     failed = stats.failed + stats.dropped
     print(f"receiver: verified={received['ok']} rejected={received['bad']} (standardwebhooks)")
     print(
-        f"throughput: {messages} messages in {elapsed:.3f}s with {workers} workers,"
+        f"throughput: {messages} messages in {elapsed:.3f}s with {workers} workers per hook,"
         f" failed={failed}, dispatcher CPU {cpu:.2f}s, receiver CPU (whole run)"
         f" {received['cpu_s']:.2f}s"
     )
@@ -122,14 +195,23 @@ async def _bench(url: str, stats_url: str, messages: int, samples: int, workers:
         f"latency: dispatcher p50={p50:.3f}ms p99={p99:.3f}ms;"
         f" bare aiohttp POST p50={_percentile(bare, 50):.3f}ms p99={_percentile(bare, 99):.3f}ms"
     )
-    print(f"dispatch: deliveries_per_s={throughput:.1f} p50_ms={p50:.3f} p99_ms={p99:.3f}")
+    healthy_p50, healthy_p99 = _percentile(healthy, 50), _percentile(healthy, 99)
+    print(
+        f"isolation: {HANGING_MESSAGES} messages to a hook that never answers"
+        f" ({hanging} requests held open); healthy hook p50={healthy_p50:.3f}ms"
+        f" p99={healthy_p99:.3f}ms max={max(healthy):.3f}ms over {len(healthy)} messages"
+    )
+    print(
+        f"dispatch: deliveries_per_s={throughput:.1f} p50_ms={p50:.3f} p99_ms={p99:.3f}"
+        f" healthy_p99_ms_with_hanging_hook={healthy_p99:.3f}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--samples", type=int, default=2_000)
-    parser.add_argument("--workers", type=int, default=32)  # the dispatcher's default
+    parser.add_argument("--workers", type=int, default=32)  # per hook, the dispatcher's default
     args = parser.parse_args()
 
     sock = socket.socket()
@@ -141,10 +223,7 @@ def main() -> None:
     receiver.start()
     sock.close()
     try:
-        url = f"http://127.0.0.1:{port}/hook"
-        asyncio.run(
-            _bench(url, f"http://127.0.0.1:{port}/stats", args.messages, args.samples, args.workers)
-        )
+        asyncio.run(_bench(f"http://127.0.0.1:{port}", args.messages, args.samples, args.workers))
     finally:
         receiver.terminate()
         receiver.join()

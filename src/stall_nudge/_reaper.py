@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
@@ -34,8 +34,6 @@ from ._connect import StartupError, connect
 
 __all__ = ["Reaper", "open_reaper"]
 
-_T = TypeVar("_T")
-
 #: Seconds any one database call may take (the ledger's default).
 TIMEOUT_S = 30.0
 #: Seconds shutdown gives deliveries in flight: a retry may be 30 s away.
@@ -55,13 +53,11 @@ class Reaper:
         dispatcher: HookDispatcher,
         timeout: float,
         shutdown_deadline: float,
-        cut_off: Callable[[], None],
     ) -> None:
         self._sweeper = sweeper
         self._dispatcher = dispatcher
         self._timeout = timeout
         self._shutdown_deadline = shutdown_deadline
-        self._cut_off = cut_off
 
     @property
     def timeout(self) -> float:
@@ -105,12 +101,12 @@ class Reaper:
 
     async def tick(self) -> TickReport:
         """One tick; raises ``stall_core.LedgerError`` when the database fails it."""
-        return await self._guarded(self._sweeper.tick())
+        return await self._sweeper.tick()
 
     async def drain(self) -> None:
         """Wait until each nudge handed over so far has its outcome (retries included), refunded."""
         await self._dispatcher.drain()
-        await self._guarded(self._sweeper.settle())
+        await self._sweeper.settle()
 
     async def run(
         self,
@@ -125,26 +121,9 @@ class Reaper:
         Each tick goes to ``on_report``, a failed one to ``on_error``; a
         failed tick is logged and the loop goes on.
         """
-        return await self._guarded(
-            self._sweeper.run(interval=interval, stop=stop, on_report=on_report, on_error=on_error)
+        return await self._sweeper.run(
+            interval=interval, stop=stop, on_report=on_report, on_error=on_error
         )
-
-    async def _guarded(self, work: Coroutine[Any, Any, _T]) -> _T:
-        """Await ``work`` so that cancelling the caller returns at once.
-
-        asyncpg hands a connection cancelled mid-statement back to its pool
-        only once the server acknowledges the cancel request, which a silent
-        server never does. So a cancellation first cuts the reaper's own
-        connections off, then cancels the work and waits for it.
-        """
-        task = asyncio.ensure_future(work)
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            self._cut_off()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            raise
 
     async def _shut_down(self) -> None:
         """Let deliveries finish (at most the deadline), then refund what reached nobody."""
@@ -246,19 +225,13 @@ async def _check_tables(pool: asyncpg.Pool, within: float) -> None:
 
 
 @asynccontextmanager
-async def _pool(
-    database: str | asyncpg.Pool, call_timeout: float
-) -> AsyncIterator[tuple[asyncpg.Pool, Callable[[], None]]]:
-    """The pool to use, and how to cut its connections off on cancellation.
-
-    A pool opened on a DSN is ours: closed after, terminated on cancellation.
-    The caller's own pool is left alone; other tasks of the host use it.
-    """
+async def _pool(database: str | asyncpg.Pool, call_timeout: float) -> AsyncIterator[asyncpg.Pool]:
+    """The pool to use: one opened on a DSN is ours and closed after; the host's stays open."""
     if isinstance(database, str):
         async with connect(database, timeout=call_timeout) as pool:
-            yield pool, pool.terminate
+            yield pool
     else:
-        yield database, lambda: None
+        yield database
 
 
 @asynccontextmanager
@@ -268,6 +241,7 @@ async def open_reaper(
     # Each database call's bound, not this call's: PostgresLedger(timeout=...) names it so.
     timeout: float = TIMEOUT_S,  # noqa: ASYNC109
     shutdown_deadline: float = SHUTDOWN_DEADLINE_S,
+    refuse_private: bool = False,
 ) -> AsyncIterator[Reaper]:
     """The sweep on ``database`` (a DSN, or the host's own asyncpg pool), ready to tick.
 
@@ -283,11 +257,13 @@ async def open_reaper(
       deliveries are abandoned, nudges not yet known to have reached a
       receiver keep their charge (one backoff step late, never work lost),
       and connections are cut off. Nothing is left running.
+    - Hooks never reach link-local or metadata addresses; ``refuse_private``
+      (multi-tenant deployments) also keeps them off loopback and private
+      ranges, checked on the address actually connected to.
 
-    A pool you pass stays yours: it is not closed, nor cut off on
-    cancellation, so a cancellation while the database is silent waits for
-    the statement's own bound (``timeout``); give it a ``command_timeout``
-    for your own statements.
+    A pool you pass stays yours: it is not closed. A connection the sweep
+    was using when cancelled is cut off (a silent server would never
+    acknowledge the cancel), never handed back mid-statement.
     """
     if not 0 < timeout < float("inf"):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -295,9 +271,11 @@ async def open_reaper(
         raise ValueError(
             f"shutdown_deadline must be a number of seconds, got {shutdown_deadline!r}"
         )
-    async with _pool(database, timeout) as (pool, cut_off):
+    async with _pool(database, timeout) as pool:
         await _check_tables(pool, timeout)
-        dispatcher = HookDispatcher(hooks=PostgresHooks(_BoundedPool(pool, timeout)))
+        dispatcher = HookDispatcher(
+            hooks=PostgresHooks(_BoundedPool(pool, timeout)), refuse_private=refuse_private
+        )
         sweeper = Sweeper(
             ledger=PostgresLedger(pool, timeout=timeout),
             wake=_BoundedWake(dispatcher, timeout),
@@ -308,7 +286,6 @@ async def open_reaper(
             dispatcher=dispatcher,
             timeout=timeout,
             shutdown_deadline=shutdown_deadline,
-            cut_off=cut_off,
         )
         await dispatcher.start()
         try:

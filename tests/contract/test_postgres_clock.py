@@ -175,6 +175,28 @@ async def test_a_black_holed_database_fails_the_tick_within_its_timeout(pg_dsn: 
     print(f"black-holed tick failed after {elapsed:.2f} s")
 
 
+async def test_cancelling_a_tick_on_a_silent_database_returns_at_once(pg_dsn: str) -> None:
+    """A tick cancelled while the database is silent cuts its connection off instead of waiting."""
+    async with BlackHoleProxy(pg_dsn) as proxy:
+        pool = await asyncpg.create_pool(proxy.dsn, min_size=1, max_size=1)
+        try:
+            # A bound far past the guard below: only the cut-off can end the wait.
+            ledger = PostgresLedger(pool, timeout=3600)
+            await ledger.ledger_rows()
+            proxy.freeze()
+            tick = asyncio.create_task(ledger.charge_due(policy=PacingPolicy()))
+            await asyncio.sleep(0.2)  # the tick is waiting on the silent server now
+            tick.cancel()
+            # The wait only turns a hang into a failure (asyncpg's own wait is 60 s).
+            await asyncio.wait({tick}, timeout=10)
+            assert (True, True) == (tick.done(), tick.cancelled())
+            proxy.thaw()
+            # The cut-off connection is replaced: the ledger works again.
+            assert False is (await ledger.charge_due(policy=PacingPolicy())).skipped
+        finally:
+            pool.terminate()
+
+
 async def test_a_refund_is_bounded_too(pg_dsn: str) -> None:
     """A refund against a black-holed database fails within the ledger's timeout."""
     async with BlackHoleProxy(pg_dsn) as proxy:

@@ -13,6 +13,8 @@ from stall_core import TickFailure, TickReport
 from stall_testing import PostgresHost
 from tests.contract.proxy import BlackHoleProxy
 
+from .conftest import Hook
+
 pytestmark = pytest.mark.postgres
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -159,3 +161,24 @@ async def test_an_embedders_own_pool_is_used_and_left_open(
     assert [("ep-1", "lane-l", 1)] == [(n.endpoint_id, n.queue, n.number) for n in report.charged]
     assert 1 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")
     assert 1 == reaper.stats.delivered
+
+
+async def test_refuse_private_keeps_a_loopback_hook_from_being_dialled(
+    pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+) -> None:
+    """With refuse_private, a hook on loopback is refused, never dialled, and its nudge refunded."""
+    async with stall_nudge.open_reaper(pg_pool, refuse_private=True) as reaper:
+        report = await reaper.tick()
+        await reaper.drain()
+
+    assert 1 == len(report.charged)
+    assert (False, 1, 0, 1) == (
+        hook.received.is_set(),
+        reaper.stats.refused,
+        reaper.stats.delivered,
+        reaper.refunded,
+    )
+    hook_row = await pg_pool.fetchrow("SELECT consecutive_failures FROM notify_hooks")
+    assert 1 == hook_row["consecutive_failures"]
+    # The refunded first nudge leaves the count at 0: nothing spent toward the cap.
+    assert 0 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")

@@ -56,12 +56,26 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON record per tick on stdout"
     )
+    parser.add_argument(
+        "--refuse-private",
+        action="store_true",
+        help="also refuse hooks pointing at loopback, private or unique-local addresses "
+        "(multi-tenant deployments); link-local and metadata addresses are always refused",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args)
-    return asyncio.run(_sweep(dsn, once=args.once, interval=args.interval, as_json=args.json))
+    return asyncio.run(
+        _sweep(
+            dsn,
+            once=args.once,
+            interval=args.interval,
+            as_json=args.json,
+            refuse_private=args.refuse_private,
+        )
+    )
 
 
 def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict[str, Any]:
@@ -126,9 +140,11 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
     )
 
 
-async def _sweep(dsn: str, *, once: bool, interval: timedelta, as_json: bool) -> int:
+async def _sweep(
+    dsn: str, *, once: bool, interval: timedelta, as_json: bool, refuse_private: bool
+) -> int:
     try:
-        async with stall_nudge.open_reaper(dsn) as reaper:
+        async with stall_nudge.open_reaper(dsn, refuse_private=refuse_private) as reaper:
             if once:
                 return await _once(reaper, as_json=as_json)
             await _loop(reaper, interval=interval, as_json=as_json)

@@ -8,6 +8,16 @@ over the memory board, or ``adapters.postgres.PostgresHooks`` over the host's
 docs/wake-contract.md is the consumer's side of the contract.
 """
 
+from ._address import (
+    METADATA_HOSTS,
+    RANGES,
+    AddressRefused,
+    AddressRefusedError,
+    GuardedResolver,
+    address_refusal,
+    check_host,
+    guarded_socket,
+)
 from ._dispatcher import DispatchStats, HookDispatcher
 from ._message import (
     CREATED,
@@ -24,6 +34,7 @@ from ._signing import (
     HookRefused,
     MalformedSecret,
     UnsupportedUrl,
+    check_text,
     parse_secret,
     safe_url,
     sign,
@@ -32,10 +43,15 @@ from ._signing import (
 
 __all__ = [
     "CREATED",
+    "METADATA_HOSTS",
+    "RANGES",
     "REQUEUED",
     "STALLED",
+    "AddressRefused",
+    "AddressRefusedError",
     "DeliveryPolicy",
     "DispatchStats",
+    "GuardedResolver",
     "HookDispatcher",
     "HookRefused",
     "MalformedSecret",
@@ -43,8 +59,12 @@ __all__ = [
     "ReadyMeta",
     "ReadyTodo",
     "UnsupportedUrl",
+    "address_refusal",
+    "check_host",
+    "check_text",
     "decode_message",
     "encode_message",
+    "guarded_socket",
     "parse_secret",
     "safe_url",
     "sign",

@@ -9,12 +9,20 @@ in flight or waiting to retry) would exceed ``queue_size``, the message is
 dropped, counted and logged, and the caller gets ``WakeError``. Dropping is
 safe because the sweep is level-triggered: pending work is surfaced again.
 
-A fixed pool of workers shares one ``ClientSession``. A worker makes one
-attempt at a time; a retry waits on a timer, not on a worker, so a failing
-hook cannot starve the others. Each attempt is re-signed with the current
-timestamp; body and id stay the same. The outcome of the last attempt is
-booked once in the hook directory, which disables the hook after
-``DeliveryPolicy.disable_after`` failures in a row.
+Each hook has its own lane: its deliveries in order and at most
+``workers`` workers, started when a delivery arrives and ended when the
+lane is empty. A worker makes one attempt at a time; a retry waits on a
+timer, not on a worker. So a hook that hangs holds at most its own
+``workers`` attempts in flight and never a worker or a connection another
+hook needs: the lanes share only the ``ClientSession``, whose connection
+pool has no global limit (the queue bound caps it). Each attempt is
+re-signed with the current timestamp; body and id stay the same.
+
+The outcome of the last attempt is booked once in the hook directory,
+which disables the hook after ``DeliveryPolicy.disable_after`` failures
+in a row. Where a hook may point is checked before the request and again
+on the address actually connected to, after DNS (``_address``); a refused
+address is a final failure, booked like a malformed hook.
 
 Each message has a receipt, a future the sweep's wake awaits: True as soon
 as one of its hooks answers 2xx, False once all its deliveries ended
@@ -26,13 +34,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
+from urllib.parse import urlsplit
 
 import aiohttp
 import attrs
+from aiohttp.abc import AbstractResolver
+from aiohttp.resolver import DefaultResolver
 
 from stall_core import (
     HookDirectory,
@@ -46,14 +58,19 @@ from stall_core import (
     positive_int,
 )
 
+from ._address import AddressRefusedError, GuardedResolver, check_host, guarded_socket
 from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
 from ._policy import DeliveryPolicy
 from ._retry import is_delivered, is_retryable, parse_retry_after, retry_delay
-from ._signing import HookRefused, parse_secret, safe_url, signed_headers
+from ._signing import HookRefused, check_text, parse_secret, safe_url, signed_headers
 
 __all__ = ["DispatchStats", "HookDispatcher"]
 
 log = logging.getLogger("adapters.http")
+
+
+#: Usable hooks whose checks are remembered; past this many the memory starts over.
+_CHECKED_HOOKS = 1024
 
 
 def _wall_clock() -> datetime:
@@ -66,7 +83,7 @@ class DispatchStats:
 
     accepted: int = 0  # messages queued for at least one hook
     dropped: int = 0  # messages refused because the queue was full
-    refused: int = 0  # hooks skipped for a malformed secret or URL
+    refused: int = 0  # deliveries refused: unusable secret or URL, or a refused address
     delivered: int = 0  # deliveries a hook answered with 2xx
     failed: int = 0  # deliveries whose attempts all failed
     retries: int = 0  # attempts after the first
@@ -106,12 +123,21 @@ class _Job:
     timer: asyncio.TimerHandle | None = None
 
 
+@attrs.define(eq=False)
+class _Lane:
+    """One hook's deliveries waiting for a worker, and how many of its workers run."""
+
+    jobs: deque[_Job] = attrs.Factory(deque)
+    workers: int = 0
+
+
 @attrs.frozen(kw_only=True)
 class _Outcome:
     status: int | None  # None: no response (connection error or timeout)
     detail: str
     retry_after: str | None = None
     final: bool = False  # no attempt can succeed (the HTTP client refused the URL)
+    refused: bool = False  # the address connected to is one a hook may not use
 
 
 class HookDispatcher:
@@ -120,6 +146,10 @@ class HookDispatcher:
     Use as ``async with HookDispatcher(...) as dispatcher:`` or call
     ``start()`` and ``close()``. ``clock`` gives ``sent_at`` and each
     attempt's ``webhook-timestamp``; it defaults to the UTC wall clock.
+    ``workers`` bounds each hook's attempts in flight. ``refuse_private``
+    also refuses loopback, private and unique-local addresses (link-local
+    and metadata ones always are). ``resolver`` looks names up (aiohttp's
+    default when None); whatever it answers is checked.
     """
 
     def __init__(
@@ -130,16 +160,25 @@ class HookDispatcher:
         clock: Callable[[], datetime] = _wall_clock,
         queue_size: int = 1000,
         workers: int = 32,
+        refuse_private: bool = False,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         positive_int("queue_size", queue_size)
         positive_int("workers", workers)
+        if not isinstance(refuse_private, bool):
+            raise TypeError("refuse_private must be a bool")
         self._hooks = hooks
         self._policy = policy if policy is not None else DeliveryPolicy()
         self._clock = clock
         self._queue_size = queue_size
         self._worker_count = workers
-        self._ready: asyncio.Queue[_Job] = asyncio.Queue()
-        self._workers: list[asyncio.Task[None]] = []
+        self._refuse_private = refuse_private
+        self._resolver = resolver
+        self._own_resolver: AbstractResolver | None = None
+        self._lanes: dict[str, _Lane] = {}
+        # The checks are pure functions of (url, secret): done once per hook, not per message.
+        self._checked: dict[tuple[str, str], tuple[bytes, str]] = {}
+        self._workers: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._receipts: set[_Receipt] = set()
         self._session: aiohttp.ClientSession | None = None
@@ -166,18 +205,24 @@ class HookDispatcher:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the shared session and start the workers; needs a running event loop."""
+        """Open the shared session; needs a running event loop."""
         if self._session is not None:
             raise RuntimeError("dispatcher already started")
+        # A resolver we were given is the caller's to close; the default one is ours.
+        self._own_resolver = DefaultResolver() if self._resolver is None else None
+        resolver = self._resolver if self._resolver is not None else self._own_resolver
+        assert resolver is not None
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._worker_count),
+            connector=aiohttp.TCPConnector(
+                # No global limit: a hook that hangs must not hold connections another
+                # hook needs. Lanes bound each hook, the queue bound bounds them all.
+                limit=0,
+                resolver=GuardedResolver(resolver, refuse_private=self._refuse_private),
+                socket_factory=guarded_socket(refuse_private=self._refuse_private),
+            ),
             cookie_jar=aiohttp.DummyCookieJar(),  # one hook's cookies never reach another
             timeout=aiohttp.ClientTimeout(total=self._policy.timeout.total_seconds()),
         )
-        self._workers = [
-            asyncio.create_task(self._work(), name=f"notify-hook-worker-{i}")
-            for i in range(self._worker_count)
-        ]
         self._accepting = True
 
     async def drain(self) -> None:
@@ -203,7 +248,8 @@ class HookDispatcher:
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers = []
+        self._workers.clear()
+        self._lanes.clear()  # abandoned jobs must not run after a restart
         if self._outstanding:
             self._count(abandoned=self._outstanding)
             self._outstanding = 0
@@ -212,9 +258,11 @@ class HookDispatcher:
             if not receipt.future.done():
                 receipt.future.set_result(False)  # abandoned: reached nobody
         self._receipts.clear()
-        self._ready = asyncio.Queue()  # abandoned jobs must not run after a restart
         session, self._session = self._session, None
         await session.close()
+        if self._own_resolver is not None:
+            await self._own_resolver.close()
+            self._own_resolver = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -262,6 +310,17 @@ class HookDispatcher:
             raise ValueError("reason must be a non-empty string")
         if not self._accepting:
             raise WakeError("the notify-hook dispatcher is not running")
+        try:
+            for field, value in (
+                ("endpoint_id", endpoint_id),
+                ("queue", queue),
+                ("todo id", todo.id),
+                ("todo title", todo.title),
+                ("reason", reason),
+            ):
+                check_text(field, value)
+        except HookRefused as exc:
+            raise WakeError(f"message refused: {exc}") from None
         label = f"{endpoint_id}/{queue} todo {todo.id} ({reason})"
         try:
             hooks = await self._hooks.hooks_covering(endpoint_id, queue)
@@ -284,7 +343,7 @@ class HookDispatcher:
         usable: list[tuple[HookTarget, bytes, str]] = []
         for hook in hooks:
             try:
-                usable.append((hook, parse_secret(hook.secret), safe_url(hook.url)))
+                usable.append((hook, *self._check_hook(hook)))
             except HookRefused as exc:
                 self._count(refused=1)
                 log.error("hook %s: refused for %s: %s; no request sent", hook.id, label, exc)
@@ -320,28 +379,61 @@ class HookDispatcher:
                 label=label,
                 receipt=receipt,
             )
-            self._ready.put_nowait(_Job(delivery=delivery))
+            self._enqueue(_Job(delivery=delivery))
         return receipt
 
-    # -- workers -----------------------------------------------------------------
+    def _check_hook(self, hook: HookTarget) -> tuple[bytes, str]:
+        """The hook's key and shown URL, or ``HookRefused`` naming what makes it unusable."""
+        checked = self._checked.get((hook.url, hook.secret))
+        if checked is not None:
+            return checked
+        check_text("secret", hook.secret)
+        check_text("url", hook.url)
+        key = parse_secret(hook.secret)
+        shown = safe_url(hook.url)
+        check_host(urlsplit(hook.url).hostname or "", refuse_private=self._refuse_private)
+        if len(self._checked) >= _CHECKED_HOOKS:
+            self._checked.clear()
+        self._checked[hook.url, hook.secret] = key, shown
+        return key, shown
 
-    async def _work(self) -> None:
-        while True:
-            job = await self._ready.get()
-            try:
-                finished, delivered = await self._attempt(job)
-            except Exception as exc:
-                # Type only: an unexpected exception's text might quote the URL.
-                reason = f"delivery crashed ({type(exc).__name__})"
-                log.error("hook %s: %s of %s", job.delivery.hook.id, reason, job.delivery.label)
-                # Booked like any failed delivery, so a hook that always crashes still
-                # reaches auto-disable instead of failing silently forever.
-                self._count(failed=1)
-                await self._book_failure(job.delivery.hook, reason)
-                finished, delivered = True, False
-            if finished:
-                job.delivery.receipt.finished(delivered=delivered)
-                self._finish()
+    # -- lanes and their workers --------------------------------------------------
+
+    def _enqueue(self, job: _Job) -> None:
+        """Put a job in its hook's lane; start a worker there if the lane has room for one."""
+        hook_id = job.delivery.hook.id
+        lane = self._lanes.get(hook_id)
+        if lane is None:
+            lane = self._lanes[hook_id] = _Lane()
+        lane.jobs.append(job)
+        if lane.workers < self._worker_count:
+            lane.workers += 1
+            worker = asyncio.create_task(self._work(hook_id, lane), name="notify-hook-worker")
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    async def _work(self, hook_id: str, lane: _Lane) -> None:
+        try:
+            while lane.jobs:
+                job = lane.jobs.popleft()
+                try:
+                    finished, delivered = await self._attempt(job)
+                except Exception as exc:
+                    # Type only: an unexpected exception's text might quote the URL.
+                    reason = f"delivery crashed ({type(exc).__name__})"
+                    log.error("hook %s: %s of %s", job.delivery.hook.id, reason, job.delivery.label)
+                    # Booked like any failed delivery, so a hook that always crashes still
+                    # reaches auto-disable instead of failing silently forever.
+                    self._count(failed=1)
+                    await self._book_failure(job.delivery.hook, reason)
+                    finished, delivered = True, False
+                if finished:
+                    job.delivery.receipt.finished(delivered=delivered)
+                    self._finish()
+        finally:
+            lane.workers -= 1
+            if not lane.workers and not lane.jobs and self._lanes.get(hook_id) is lane:
+                del self._lanes[hook_id]
 
     async def _attempt(self, job: _Job) -> tuple[bool, bool]:
         """Make one attempt; returns (finished, delivered): not finished when a retry waits."""
@@ -379,6 +471,17 @@ class HookDispatcher:
             )
             self._timers.add(job.timer)
             return False, False
+        if outcome.refused:
+            self._count(refused=1)
+            log.error(
+                "hook %s (%s): refused for %s: %s; no request sent",
+                delivery.hook.id,
+                delivery.shown_url,
+                delivery.label,
+                outcome.detail.removeprefix("refused: "),
+            )
+            await self._book_failure(delivery.hook, outcome.detail)
+            return True, False
         self._count(failed=1)
         log.warning(
             "hook %s (%s): delivery of %s failed after %d attempt(s): %s",
@@ -407,6 +510,12 @@ class HookDispatcher:
                 )
         except TimeoutError:
             return _Outcome(status=None, detail=f"timed out after {self._policy.timeout}")
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, AddressRefusedError):
+                return _Outcome(
+                    status=None, detail=f"refused: {exc.os_error}", final=True, refused=True
+                )
+            return _Outcome(status=None, detail=f"connection error ({type(exc).__name__})")
         except aiohttp.InvalidURL:
             return _Outcome(status=None, detail="URL refused by the HTTP client", final=True)
         except aiohttp.ClientError as exc:
@@ -426,7 +535,7 @@ class HookDispatcher:
         if job.timer is not None:
             self._timers.discard(job.timer)
             job.timer = None
-        self._ready.put_nowait(job)
+        self._enqueue(job)
 
     def _finish(self) -> None:
         self._outstanding -= 1

@@ -18,6 +18,7 @@ __all__ = [
     "HookRefused",
     "MalformedSecret",
     "UnsupportedUrl",
+    "check_text",
     "parse_secret",
     "safe_url",
     "sign",
@@ -41,6 +42,18 @@ class MalformedSecret(HookRefused):
 
 class UnsupportedUrl(HookRefused):
     """The hook URL is not an http(s) URL with a host."""
+
+
+def check_text(field: str, value: str | None) -> None:
+    """Refuse text that cannot be sent or stored (NUL, a lone surrogate), naming only the field."""
+    if value is None:
+        return
+    if "\x00" in value:
+        raise HookRefused(f"{field} holds a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise HookRefused(f"{field} holds text that cannot be encoded (a lone surrogate)") from None
 
 
 def parse_secret(secret: str) -> bytes:

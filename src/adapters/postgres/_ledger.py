@@ -137,38 +137,43 @@ class PostgresLedger:
         """
         deadline = asyncio.get_running_loop().time() + self._timeout
         conn: asyncpg.Connection | None = None
+        # Set once the connection is known idle: only then is it handed back. Any
+        # other way out (the deadline, a cancellation, even before BEGIN) cuts it
+        # off, since a release waits for the server to acknowledge, which a
+        # black-holed server never does.
+        idle = False
         try:
             async with asyncio.timeout_at(deadline):
                 with as_ledger_error(f"{what} failed"):
                     conn = await self._pool.acquire()
                     if not transaction:
                         yield conn
+                        idle = True
                         return
                     tx = conn.transaction()
                     await tx.start()
                     try:
                         yield conn
                     except asyncio.CancelledError:
-                        raise  # the deadline (or a shutdown): the connection is cut off below
+                        raise
                     except BaseException:
                         with contextlib.suppress(*DATABASE_ERRORS):
                             await tx.rollback()
+                            idle = True
                         raise
                     await tx.commit()
+                    idle = True
         except TimeoutError:
-            if conn is not None:
-                conn.terminate()  # hands it back to the pool, closed
-                conn = None
             raise LedgerError(f"{what} failed: timed out after {self._timeout:g} s") from None
         finally:
             if conn is not None:
-                # A connection the server cut mid-call fails here too; what committed
-                # above stands, and asyncpg hands a broken connection back closed.
-                with contextlib.suppress(*DATABASE_ERRORS):
-                    if conn.is_in_transaction():
-                        conn.terminate()  # cancelled from outside (a shutdown) mid-transaction
-                    else:
+                if idle and not conn.is_in_transaction():
+                    # A connection the server cut mid-call fails here too; what
+                    # committed above stands.
+                    with contextlib.suppress(*DATABASE_ERRORS):
                         await self._pool.release(conn)
+                else:
+                    conn.terminate()  # hands it back to the pool, closed
 
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         """Every ledger row, keyed by pair."""

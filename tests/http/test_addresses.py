@@ -1,0 +1,267 @@
+"""Where hooks may point: refused URL forms, and the check on the address connected to after DNS."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+
+import attrs
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from adapters.http import (
+    CREATED,
+    AddressRefused,
+    AddressRefusedError,
+    GuardedResolver,
+    HookDispatcher,
+    address_refusal,
+    check_host,
+    guarded_socket,
+)
+from adapters.memory import MemoryBoard, MemoryHooks
+from stall_core import TodoRef
+from tests.support import T0
+
+from .conftest import FAST, SECRET, Receiver
+
+TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
+#: One failure disables the hook, so its disabled_reason shows what was booked.
+ONCE = attrs.evolve(FAST, disable_after=1)
+LINK_LOCAL = "refused: address 169.254.169.254 is link-local"
+
+
+class MappedResolver(AbstractResolver):
+    """A resolver answering from a fixed table, as a rebinding or hostile DNS server would."""
+
+    def __init__(self, table: Mapping[str, Sequence[str]]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.asked.append(host)
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in self.table[host]
+        ]
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+async def _refusal(url: str, **options: object) -> tuple[str | None, int]:
+    """Send one message to a hook at ``url``; return its disabled_reason and the refused count."""
+    board = MemoryBoard(clock=lambda: T0)
+    board.add_endpoint("e1")
+    board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
+    async with HookDispatcher(hooks=MemoryHooks(board), policy=ONCE, **options) as dispatcher:  # type: ignore[arg-type]
+        await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
+        await dispatcher.drain()
+    return board.hooks["h1"].disabled_reason, dispatcher.stats.refused
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", LINK_LOCAL),
+        ("http://169.254.169.254./", LINK_LOCAL),
+        ("http://2852039166/", LINK_LOCAL),
+        ("http://0xa9fea9fe/", LINK_LOCAL),
+        ("http://0xA9.0xFE.0xA9.0xFE/", LINK_LOCAL),
+        ("http://0251.0376.0251.0376/", LINK_LOCAL),
+        ("http://169.254.43518/", LINK_LOCAL),
+        ("https://169.254.169.254:8443/", LINK_LOCAL),
+        (
+            "http://[::ffff:169.254.169.254]/",
+            "refused: address ::ffff:a9fe:a9fe (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "refused: address 64:ff9b::a9fe:a9fe (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[2002:a9fe:a9fe::]/",
+            "refused: address 2002:a9fe:a9fe:: (169.254.169.254) is link-local",
+        ),
+        ("http://[fe80::1]/", "refused: address fe80::1 is link-local"),
+        ("http://[fd00:ec2::254]/", "refused: address fd00:ec2::254 is a metadata service"),
+        ("http://100.100.100.200/", "refused: address 100.100.100.200 is a metadata service"),
+        (
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "refused: host metadata.google.internal is a metadata service",
+        ),
+        (
+            "http://METADATA.Google.Internal./",
+            "refused: host metadata.google.internal is a metadata service",
+        ),
+        ("http://metadata/", "refused: host metadata is a metadata service"),
+        ("http://instance-data:80/", "refused: host instance-data is a metadata service"),
+    ],
+)
+async def test_link_local_and_metadata_urls_are_always_refused(url: str, reason: str) -> None:
+    """Every spelling of a link-local or metadata destination is refused, even by default."""
+    assert (reason, 1) == await _refusal(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:9/", "refused: address 127.0.0.1 is loopback"),
+        ("http://2130706433/", "refused: address 127.0.0.1 is loopback"),
+        ("http://0x7f000001/", "refused: address 127.0.0.1 is loopback"),
+        ("http://127.1/", "refused: address 127.0.0.1 is loopback"),
+        ("http://[::1]:22/", "refused: address ::1 is loopback"),
+        ("http://tenant.test@127.0.0.1/", "refused: address 127.0.0.1 is loopback"),
+        # Circled digits: IDNA makes the host 127.0.0.1 inside aiohttp; the socket check sees it.
+        ("http://\u2460\u2461\u2466.0.0.1/", "refused: address 127.0.0.1 is loopback"),
+        ("http://[::ffff:127.0.0.1]/", "refused: address ::ffff:7f00:1 (127.0.0.1) is loopback"),
+        ("http://10.0.0.1/", "refused: address 10.0.0.1 is private"),
+        ("http://172.16.5.4/", "refused: address 172.16.5.4 is private"),
+        ("http://192.168.1.1/", "refused: address 192.168.1.1 is private"),
+        ("http://[::ffff:10.1.2.3]/", "refused: address ::ffff:a01:203 (10.1.2.3) is private"),
+        ("http://100.64.0.1/", "refused: address 100.64.0.1 is shared (CGNAT)"),
+        ("http://[fc00::1]/", "refused: address fc00::1 is unique-local"),
+        ("http://[fd12:3456::1]/", "refused: address fd12:3456::1 is unique-local"),
+        ("http://0.0.0.0/", "refused: address 0.0.0.0 is unspecified"),
+        ("http://[::]/", "refused: address :: is unspecified"),
+        ("http://224.0.0.1/", "refused: address 224.0.0.1 is multicast"),
+        ("http://[ff02::1]/", "refused: address ff02::1 is multicast"),
+        ("http://255.255.255.255/", "refused: address 255.255.255.255 is reserved"),
+    ],
+)
+async def test_private_urls_are_refused_with_refuse_private(url: str, reason: str) -> None:
+    """With refuse_private, loopback, private, unique-local and other local ranges are refused."""
+    assert (reason, 1) == await _refusal(url, refuse_private=True)
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1", "::1", "10.0.0.1", "192.168.1.1", "fc00::1", "100.64.0.1"]
+)
+def test_private_addresses_are_allowed_by_default(address: str) -> None:
+    """Without refuse_private, loopback and private addresses are not refused (single tenant)."""
+    assert None is address_refusal(address, refuse_private=False)
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("::a9fe:a9fe", "address ::a9fe:a9fe (169.254.169.254) is link-local"),
+        (
+            "2001:0:4136:e378:8000:63bf:5601:5601",
+            "address 2001:0:4136:e378:8000:63bf:5601:5601 (169.254.169.254) is link-local",
+        ),
+        ("fe80::1%eth0", "address fe80::1 is link-local"),
+        ("not-an-address", "address 'not-an-address' is not an IP address"),
+    ],
+)
+def test_embedded_and_odd_addresses_are_judged(address: str, reason: str) -> None:
+    """IPv4-compatible and Teredo forms are judged by the IPv4 they carry; junk fails closed."""
+    assert reason == address_refusal(address, refuse_private=False)
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "2606:2800:220:1::1", "8.8.8.8"])
+def test_public_addresses_are_allowed_even_with_refuse_private(address: str) -> None:
+    """A public address passes the check with or without refuse_private."""
+    assert (None, None) == (
+        address_refusal(address, refuse_private=False),
+        address_refusal(address, refuse_private=True),
+    )
+
+
+def test_check_host_leaves_names_to_the_resolver() -> None:
+    """An ordinary name is not judged before DNS: the address it resolves to is."""
+    check_host("hooks.example.com", refuse_private=True)
+    with pytest.raises(AddressRefused, match=r"^host metadata is a metadata service$"):
+        check_host("Metadata.", refuse_private=False)
+
+
+def test_the_socket_factory_refuses_the_address_connected_to() -> None:
+    """The last step before connect() refuses a forbidden address whatever path produced it."""
+    factory = guarded_socket(refuse_private=True)
+    addr_info = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 80))
+
+    with pytest.raises(AddressRefusedError, match=r"^address 127\.0\.0\.1 is loopback$"):
+        factory(addr_info)
+    with pytest.raises(AddressRefusedError, match="link-local"):
+        guarded_socket(refuse_private=False)(
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::ffff:169.254.169.254", 80, 0, 0))
+        )
+    with factory((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 80))) as sock:
+        assert socket.AF_INET == sock.family
+
+
+async def test_guarded_resolver_refuses_a_metadata_name_without_asking_dns() -> None:
+    """A metadata host name is refused before the inner resolver is asked anything."""
+    inner = MappedResolver({"metadata.google.internal": ["8.8.8.8"]})
+    guarded = GuardedResolver(inner, refuse_private=False)
+
+    with pytest.raises(AddressRefusedError, match="metadata service"):
+        await guarded.resolve("metadata.google.internal", 80)
+    assert [] == inner.asked
+
+
+# -- the check runs after DNS, on a real loopback receiver -------------------------------
+
+
+async def _send_to(
+    url: str, resolver: AbstractResolver, *, refuse_private: bool
+) -> tuple[str | None, int, int, int]:
+    """Send one message to a hook at ``url``: its disabled_reason, delivered, refused, retries."""
+    board = MemoryBoard(clock=lambda: T0)
+    board.add_endpoint("e1")
+    board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
+    async with HookDispatcher(
+        hooks=MemoryHooks(board), policy=ONCE, resolver=resolver, refuse_private=refuse_private
+    ) as dispatcher:
+        await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
+        await dispatcher.drain()
+    stats = dispatcher.stats
+    return board.hooks["h1"].disabled_reason, stats.delivered, stats.refused, stats.retries
+
+
+async def test_a_name_resolving_to_loopback_is_delivered_by_default(receiver: Receiver) -> None:
+    """A name that resolves to the loopback receiver is delivered when refuse_private is off."""
+    resolver = MappedResolver({"hooks.tenant.test": ["127.0.0.1"]})
+    url = f"http://hooks.tenant.test:{receiver.port}/hook"
+
+    assert (None, 1, 0, 0) == await _send_to(url, resolver, refuse_private=False)
+    assert (["hooks.tenant.test"], 1) == (resolver.asked, len(receiver.at("hook")))
+
+
+async def test_a_name_resolving_to_loopback_is_refused_after_dns(receiver: Receiver) -> None:
+    """With refuse_private, the same name is refused on the address DNS gave: no request arrives."""
+    resolver = MappedResolver({"hooks.tenant.test": ["127.0.0.1"]})
+    url = f"http://hooks.tenant.test:{receiver.port}/hook"
+
+    assert ("refused: address 127.0.0.1 is loopback", 0, 1, 0) == await _send_to(
+        url, resolver, refuse_private=True
+    )
+    assert (["hooks.tenant.test"], []) == (resolver.asked, receiver.at("hook"))
+
+
+async def test_a_name_rebound_to_the_metadata_address_is_refused(receiver: Receiver) -> None:
+    """A name resolving to 169.254.169.254 is refused by default, after DNS, never retried."""
+    resolver = MappedResolver({"innocent.tenant.test": ["169.254.169.254"]})
+
+    assert (LINK_LOCAL, 0, 1, 0) == await _send_to(
+        "http://innocent.tenant.test/hook", resolver, refuse_private=False
+    )
+    assert ["innocent.tenant.test"] == resolver.asked
+
+
+async def test_a_mixed_answer_is_refused_whole(receiver: Receiver) -> None:
+    """A name answering a good and a forbidden address is refused, not half-connected."""
+    resolver = MappedResolver({"mixed.tenant.test": ["127.0.0.1", "169.254.169.254"]})
+    url = f"http://mixed.tenant.test:{receiver.port}/hook"
+
+    assert (LINK_LOCAL, 0, 1, 0) == await _send_to(url, resolver, refuse_private=False)
+    assert [] == receiver.at("hook")
