@@ -16,19 +16,28 @@ from .pgboard import HOST_TABLES
 pytestmark = pytest.mark.postgres
 
 OWN_INDEXES = (
-    "stall_nudge_claims_pair",
-    "stall_nudge_todos_pending",
-    "stall_nudge_todos_claimed",
+    "stall_nudge_ledger_pair",
+    "stall_nudge_ledger_due",
+    "stall_nudge_claims_key",
+    "stall_nudge_changes_due",
+    "stall_nudge_held_pair",
+    "stall_nudge_held_due",
+    "stall_nudge_todos_pending_short",
+    "stall_nudge_todos_pending_long",
     "stall_nudge_deliveries_unverified",
     "stall_nudge_hooks_endpoint",
-    "stall_nudge_changes_due",
-    "stall_nudge_held_order",
-    "stall_nudge_ledger_due",
 )
-#: What the tick reads besides the ledger and the claim log.
+#: What the tick reads besides the ledger and the claim log, and the schema's version.
 TICK_TABLES = ("stall_nudge_changes", "stall_nudge_held", "stall_nudge_sweeps")
 #: Everything a first migration of an empty database creates, in the order it reports.
-EVERYTHING = (*HOST_TABLES, LEDGER_TABLE, CLAIMS_TABLE, *TICK_TABLES, *OWN_INDEXES)
+EVERYTHING = (
+    *HOST_TABLES,
+    LEDGER_TABLE,
+    CLAIMS_TABLE,
+    *TICK_TABLES,
+    "stall_nudge_schema",
+    *OWN_INDEXES,
+)
 
 
 @pytest.fixture(name="empty_dsn")
