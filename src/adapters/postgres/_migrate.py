@@ -146,11 +146,12 @@ async def schema_behind(conn: asyncpg.Connection) -> list[str]:
     if missing_host:
         return [f"host tables missing: {', '.join(missing_host)}"]
     reasons = []
-    absent = [t for t in _OWN_TABLES if t not in await _existing(conn, _OWN_TABLES)]
+    present = await _existing(conn, _OWN_TABLES)
+    absent = [t for t in _OWN_TABLES if t not in present and t != SCHEMA_TABLE]
     if absent:
         reasons.append(f"tables missing: {', '.join(absent)}")
-    if SCHEMA_TABLE not in absent:
-        version = await conn.fetchval(_SQL["schema_version"])
+    version = await conn.fetchval(_SQL["schema_version"]) if SCHEMA_TABLE in present else None
+    if True:
         if version is None or version < SCHEMA_VERSION:
             reasons.append(
                 f"schema version {version or 'unrecorded'}, this build needs {SCHEMA_VERSION}"
@@ -171,8 +172,8 @@ async def schema_behind(conn: asyncpg.Connection) -> list[str]:
             f"indexes invalid (a failed CONCURRENTLY build): {names}; "
             "DROP INDEX them and migrate again"
         )
-    present = {(r["table"], r["tgname"]) for r in await conn.fetch(_SQL["our_triggers"])}
-    absent_triggers = [name for table, name in _TRIGGERS if (table, name) not in present]
+    triggers = {(r["table"], r["tgname"]) for r in await conn.fetch(_SQL["our_triggers"])}
+    absent_triggers = [name for table, name in _TRIGGERS if (table, name) not in triggers]
     if absent_triggers:
         reasons.append(f"triggers missing: {', '.join(absent_triggers)}")
     return reasons
@@ -220,7 +221,7 @@ async def migration_sql(conn: asyncpg.Connection, *, concurrently: bool = False)
             "",
             "-- 2. Then the migration, in one transaction (it skips the indexes built above):",
         ]
-    out += ["BEGIN;", _SQL["lock"] + ";", *body, "COMMIT;"]
+    out += ["BEGIN;", _SQL["lock"].rstrip(";") + ";", *body, "COMMIT;"]
     return "\n".join(out) + "\n"
 
 
