@@ -174,6 +174,10 @@ CREATE INDEX stall_nudge_todos_pending
 CREATE INDEX stall_nudge_todos_claimed
     ON todos (endpoint_id, queue, claimed_at) WHERE claimed_at IS NOT NULL;
 INSERT INTO queue_stall_nudges VALUES ('ep-1', 'lane-l', 3, '2026-10-15 12:00Z');
+CREATE FUNCTION stall_nudge_log_change() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER stall_nudge_log_moved AFTER UPDATE OF state ON todos
+    FOR EACH ROW EXECUTE FUNCTION stall_nudge_log_change();
 """
 RETIRED = (
     "stall_nudge_claims_pair",
@@ -209,6 +213,9 @@ async def test_an_earlier_build_schema_is_behind_and_upgrades_in_place(empty_dsn
         assert any(r.startswith("indexes missing: stall_nudge_ledger_pair") for r in behind)
         assert [] == await schema_behind(conn)
         assert set() == set(RETIRED) & await relations(conn)
+        assert 0 == await conn.fetchval(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = 'stall_nudge_log_moved'"
+        )
         assert [("ep-1", "lane-l", 3)] == [
             tuple(r)
             for r in await conn.fetch("SELECT endpoint_id, queue, nudges FROM queue_stall_nudges")

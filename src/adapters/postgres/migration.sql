@@ -235,19 +235,32 @@ BEGIN
             WHEN (NEW.state = 'pending')
             EXECUTE FUNCTION stall_nudge_log_change();
     END IF;
+    -- A pending todo moved (another pair, created_at or delivery): the columns a claim
+    -- does not set, so a claim never tests this WHEN.
     IF NOT EXISTS (SELECT 1 FROM pg_trigger
-                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_moved') THEN
-        CREATE TRIGGER stall_nudge_log_moved
-            AFTER UPDATE OF state, endpoint_id, queue, created_at, delivery_id ON todos
+                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_moved_todo') THEN
+        CREATE TRIGGER stall_nudge_log_moved_todo
+            AFTER UPDATE OF endpoint_id, queue, created_at, delivery_id ON todos
             FOR EACH ROW
-            WHEN ((OLD.state = 'pending' OR NEW.state = 'pending')
-                  AND (OLD.state, OLD.endpoint_id, OLD.queue, OLD.created_at, OLD.delivery_id)
-                      IS DISTINCT FROM
-                      (NEW.state, NEW.endpoint_id, NEW.queue, NEW.created_at, NEW.delivery_id)
-                  AND NOT (OLD.state = 'pending' AND NEW.state <> 'pending'
-                           AND NEW.claimed_at IS DISTINCT FROM OLD.claimed_at
-                           AND NEW.endpoint_id = OLD.endpoint_id AND NEW.queue = OLD.queue))
+            WHEN (OLD.state = 'pending' OR NEW.state = 'pending')
             EXECUTE FUNCTION stall_nudge_log_change();
+    END IF;
+    -- A todo entered or left the pending set other than by a claim (a claim changes
+    -- claimed_at and is logged as a claim). A claim tests this short WHEN only: every
+    -- WHEN is compiled once per statement, and the host's claims are one-row statements.
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_state') THEN
+        CREATE TRIGGER stall_nudge_log_state
+            AFTER UPDATE OF state ON todos
+            FOR EACH ROW
+            WHEN ((OLD.state = 'pending') <> (NEW.state = 'pending')
+                  AND NEW.claimed_at IS NOT DISTINCT FROM OLD.claimed_at)
+            EXECUTE FUNCTION stall_nudge_log_change();
+    END IF;
+    -- An earlier build's one trigger for both, whose long WHEN every claim paid for.
+    IF EXISTS (SELECT 1 FROM pg_trigger
+                WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_moved') THEN
+        DROP TRIGGER stall_nudge_log_moved ON todos;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger
                     WHERE tgrelid = 'todos'::regclass AND tgname = 'stall_nudge_log_deleted') THEN
