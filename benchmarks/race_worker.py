@@ -1,6 +1,6 @@
 """One race sweeper process: its own asyncpg pool, a PostgresLedger on the database clock.
 
-Started by ``benchmarks/races.py`` under ``faketime`` (its wall clock is
+Started by ``benchmarks/races.py`` under libfaketime (its wall clock is
 shifted on purpose: no decision may read it) as
 ``python -m benchmarks.race_worker --dsn DSN --worker N``. It reads one
 JSON command a line on stdin and answers each with one JSON line on stdout:
@@ -123,7 +123,7 @@ class FaultyLedger:
                 rows = await conn.fetch(self._sql, *charge_due_parameters(lock["now"], policy))
         outcome = charge_outcome(rows, lock["now"])
         if self._fault == "hide-charge":
-            return ChargeOutcome(now=outcome.now, deleted=outcome.deleted)
+            return ChargeOutcome(now=outcome.now, drained=outcome.drained)
         return outcome
 
     async def refund(self, nudge: Nudge) -> bool:
@@ -209,7 +209,7 @@ async def _tick(
         "now": report.now.isoformat(),
         "duration_s": report.duration_s,
         "charged": [_nudge(n) for n in report.charged],
-        "deleted": [list(key) for key in report.deleted],
+        "drained": [list(key) for key in report.drained],
         "refunds": [
             [*_nudge(n), result, lb.isoformat(), ub.isoformat()]
             for n, result, lb, ub in ledger.refunds

@@ -6,7 +6,8 @@
 Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an
 embedded one) holding a throwaway database this script creates and drops;
 4 and then 8 sweeper processes (``benchmarks.race_worker``), each under
-``faketime`` with its wall clock shifted by 0, +2 s, -2 s, +30 s or -30 s,
+libfaketime (``stall_testing.skewed_env``) with its wall clock shifted by
+0, +2 s, -2 s, +30 s or -30 s,
 each with its own asyncpg pool and ``PostgresLedger(pool)`` deciding at the
 database's clock; consumers claiming, completing and requeueing through
 ``PostgresHost`` on their own connections while the sweepers tick. The
@@ -137,7 +138,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -156,9 +156,11 @@ from adapters.postgres import migrate
 from stall_core import PacingPolicy
 from stall_testing import (
     PostgresHost,
+    SkewUnavailable,
     create_database,
     drop_database,
     embedded_postgres,
+    skewed_env,
     with_database,
 )
 from stall_testing._host import _SQL as HOST_SQL
@@ -285,10 +287,10 @@ def may_see(claim: Claim, sweep: SweepAt) -> bool:
     return claim.lb < sweep.upper
 
 
-#: ("none",) | ("delete",) | ("charge", number, stamp, todo_id)
+#: ("none",) | ("drain",) | ("charge", number, stamp, todo_id)
 Outcome = tuple[Any, ...]
 NONE: Outcome = ("none",)
-DELETE: Outcome = ("delete",)
+DRAIN: Outcome = ("drain",)
 
 
 def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
@@ -315,7 +317,7 @@ def expect(
         if t.state == "pending" and t.gated
     )
     if not pending:
-        return DELETE if row is not None else NONE
+        return DRAIN if row is not None else NONE
     oldest_at, oldest_id = pending[0]
     if not (
         facts.endpoint_state == "active" and facts.receiver and oldest_at < now - policy.threshold
@@ -356,7 +358,7 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
 def after_outcome(row: Row | None, outcome: Outcome) -> Row | None:
     if outcome[0] == "charge":
         return Row(outcome[1], outcome[2])
-    if outcome[0] == "delete":
+    if outcome[0] == "drain":
         return None
     return row
 
@@ -367,7 +369,7 @@ def log_after(row: Row | None, log: Log, outcome: Outcome) -> Log:
     A sweep absorbs every claim it sees of a pair it charged or drained, or
     of a pair with no ledger row; claims it did not see are not in ``log``.
     """
-    if row is None or outcome[0] in ("charge", "delete"):
+    if row is None or outcome[0] in ("charge", "drain"):
         return frozenset()
     return log
 
@@ -797,7 +799,7 @@ def judge(lane: Lane) -> Verdict:
                 if observed[1] == 1 and row is not None and row.nudges >= 1:
                     v.stats["resets"] += 1
                 last_charge = at
-            if row is None or observed[0] in ("charge", "delete"):
+            if row is None or observed[0] in ("charge", "drain"):
                 absorbers.append(at)
             hyps = {(k, log_after(row, log, observed)) for k, log in matched or options}
             changed_after.append(observed != NONE)
@@ -870,7 +872,7 @@ def judge(lane: Lane) -> Verdict:
 
 
 class Worker:
-    """One sweeper process under faketime, driven one JSON line at a time."""
+    """One sweeper process on a shifted wall clock, driven one JSON line at a time."""
 
     def __init__(self, index: int, offset: str, proc: asyncio.subprocess.Process, log: Path):
         self.index = index
@@ -882,13 +884,10 @@ class Worker:
     async def start(cls, index: int, dsn: str, workdir: Path, fault: str) -> Worker:
         offset = OFFSETS[index % len(OFFSETS)]
         log = workdir / f"worker-{index}.log"
-        env = dict(os.environ)
+        env = skewed_env(offset)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         with log.open("ab") as stderr:
             proc = await asyncio.create_subprocess_exec(
-                "faketime",
-                "-f",
-                offset,
                 sys.executable,
                 "-m",
                 "benchmarks.race_worker",
@@ -1343,7 +1342,7 @@ class Coordinator:
                 log.bad.append(f"worker {w} failed its tick: {answer['error']}")
             return
         if answer["skipped"]:
-            if answer["charged"] or answer["deleted"] or answer["refunds"]:
+            if answer["charged"] or answer["drained"] or answer["refunds"]:
                 for log in logs.values():
                     log.bad.append(f"worker {w} skipped yet reported {answer}")
             return
@@ -1358,12 +1357,12 @@ class Coordinator:
                 continue
             stamp = datetime.fromisoformat(charged_at) + shift[endpoint]
             outcomes[endpoint].append(("charge", number, stamp, todo_id))
-        for endpoint, queue in answer["deleted"]:
+        for endpoint, queue in answer["drained"]:
             if endpoint not in outcomes or queue != QUEUE:
                 for log in logs.values():
                     log.bad.append(f"worker {w} deleted a row of no trial: {endpoint}/{queue}")
                 continue
-            outcomes[endpoint].append(DELETE)
+            outcomes[endpoint].append(DRAIN)
         for endpoint, queue, number, _todo, charged_at, result, lb, ub in answer["refunds"]:
             if endpoint in logs and queue == QUEUE:
                 logs[endpoint].refunds.append(
@@ -1565,12 +1564,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--trials must be at least one per instance count")
     if any(n < 1 for n in args.instances):
         parser.error("--instances must be positive")
-    if shutil.which("faketime") is None:
-        print(
-            "races: faketime is not installed (Debian package 'faketime'); it shifts each"
-            " sweeper's wall clock, which this benchmark needs",
-            file=sys.stderr,
-        )
+    try:
+        skewed_env("+0s")
+    except SkewUnavailable as exc:
+        print(f"races: cannot shift the sweepers' wall clocks: {exc}", file=sys.stderr)
         return 2
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="stall-races-"))
     workdir.mkdir(parents=True, exist_ok=True)

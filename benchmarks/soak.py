@@ -1104,7 +1104,7 @@ async def _collect(
         skipped += e["skipped"]
         at = datetime.fromisoformat(e["at"])
         charges += [ChargeRecord(worker=e["w"], now=at, nudge=_nudge(n)) for n in e["charged"]]
-        for endpoint_id, queue in e["deleted"]:
+        for endpoint_id, queue in e["drained"]:
             drains[endpoint_id, queue].append(at)
     # Every claim the consumers recorded, and any the final table holds that they could
     # not (the answer to a claim lost to a dropped connection): never overwritten, since

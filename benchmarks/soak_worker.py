@@ -128,7 +128,7 @@ class JournalingLedger:
             ok=True,
             skipped=outcome.skipped,
             charged=[nudge_record(n) for n in outcome.charged],
-            deleted=[list(key) for key in outcome.deleted],
+            drained=[list(key) for key in outcome.drained],
         )
         return outcome
 

@@ -110,7 +110,7 @@ due AS (
 )
 SELECT 'charge' AS kind, endpoint_id, queue, todo_id, number FROM due
 UNION ALL
-SELECT 'delete', r.endpoint_id, r.queue, NULL, NULL
+SELECT 'drain', r.endpoint_id, r.queue, NULL, NULL
   FROM queue_stall_nudges r
  WHERE NOT EXISTS (SELECT 1 FROM oldest o
                     WHERE o.endpoint_id = r.endpoint_id AND o.queue = r.queue)
@@ -256,10 +256,10 @@ def expect(charges: int, deletes: int = 0) -> Callable[[Any], None]:
         if isinstance(outcome, list):  # the naive query's rows
             got = (
                 sum(r["kind"] == "charge" for r in outcome),
-                sum(r["kind"] == "delete" for r in outcome),
+                sum(r["kind"] == "drain" for r in outcome),
             )
         else:
-            got = (len(outcome.charged), len(outcome.deleted))
+            got = (len(outcome.charged), len(outcome.drained))
             if any(n.number != 1 for n in outcome.charged):
                 raise AssertionError(f"storm charged a nudge past the first: {outcome}")
         if got != (charges, deletes):

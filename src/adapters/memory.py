@@ -397,17 +397,17 @@ class MemoryBoard:
         plan = plan_tick(self.pair_states(), self._ledger, now, policy)
         # What this tick absorbs: the claims of charged and drained pairs, and of pairs
         # with no ledger row (their next nudge is a first one anyway).
-        absorbed = {n.key for n in plan.charges} | set(plan.deletions)
+        absorbed = {n.key for n in plan.charges} | set(plan.drained)
         absorbed |= self._claims.keys() - self._ledger.keys()
         for key in absorbed:
             self._claims.pop(key, None)
         for claims in self._claims.values():
             claims[:] = [max(claims)]  # only "is there one" and the latest matter
-        for key in plan.deletions:
+        for key in plan.drained:
             del self._ledger[key]
         for nudge in plan.charges:
             self._ledger[nudge.key] = charge_row(nudge)
-        return ChargeOutcome(now=now, charged=plan.charges, deleted=plan.deletions)
+        return ChargeOutcome(now=now, charged=plan.charges, drained=plan.drained)
 
     async def refund(self, nudge: Nudge) -> bool:
         """Refund a nudge that reached nobody if the row is still its charge's (compare-and-set)."""

@@ -29,6 +29,7 @@ from ._decide import (
     refunded_row,
     starts_over,
 )
+from ._durations import format_duration, parse_duration
 from ._policy import PacingPolicy
 from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
@@ -102,11 +103,13 @@ __all__ = [
     "charge_stamp",
     "decide",
     "effective_nudges",
+    "format_duration",
     "full_pass_due",
     "is_candidate",
     "made_progress",
     "next_due_at",
     "pair_status",
+    "parse_duration",
     "plan_tick",
     "positive_int",
     "refunded_row",

@@ -2,7 +2,7 @@
 
 Everything that affects whether a pair is nudged lives in this file, so it
 can be read as the spec's state table. ``decide`` classifies one pair;
-``plan_tick`` turns a whole board into the charges and deletions of one
+``plan_tick`` turns a whole board into the charges and drains of one
 tick. Nothing here reads a clock or touches IO: the sweeper and the ledger
 adapters gather the inputs and apply the outputs.
 """
@@ -196,7 +196,7 @@ class TickPlan:
     """One tick's work: nudges to charge (at most tick_limit) and rows to delete."""
 
     charges: tuple[Nudge, ...]
-    deletions: tuple[PairKey, ...]
+    drained: tuple[PairKey, ...]
     #: Pairs that were due but held back by the tick limit.
     held_back: int = 0
 
@@ -215,7 +215,7 @@ def plan_tick(
     A row whose pair is absent from ``pairs`` has no pending work: deleted.
     """
     due: list[tuple[tuple[int, datetime, str, str], Nudge]] = []
-    deletions: list[PairKey] = []
+    drained: list[PairKey] = []
     seen: set[PairKey] = set()
     for pair in pairs:
         if pair.key in seen:
@@ -223,7 +223,7 @@ def plan_tick(
         seen.add(pair.key)
         decision = decide(pair, ledger_rows.get(pair.key), now, policy)
         if isinstance(decision, Drain):
-            deletions.append(pair.key)
+            drained.append(pair.key)
         elif isinstance(decision, Charge):
             nudge = Nudge(
                 endpoint_id=pair.endpoint_id,
@@ -234,12 +234,12 @@ def plan_tick(
             )
             order = (decision.number - 1, decision.todo.created_at, pair.endpoint_id, pair.queue)
             due.append((order, nudge))
-    deletions.extend(key for key in ledger_rows if key not in seen)
+    drained.extend(key for key in ledger_rows if key not in seen)
     due.sort(key=lambda item: item[0])
     charges = tuple(nudge for _, nudge in due[: policy.tick_limit])
     return TickPlan(
         charges=charges,
-        deletions=tuple(sorted(deletions)),
+        drained=tuple(sorted(drained)),
         held_back=max(0, len(due) - policy.tick_limit),
     )
 

@@ -48,8 +48,8 @@ class PairStatus:
     pending_gated: int
     pending_ungated: int
     oldest_age: timedelta | None
-    #: Nudges spent since the last progress (None: no ledger row).
-    nudges: int | None
+    #: The effective count: nudges since the last progress (None: no ledger row).
+    effective_nudges: int | None
     last_nudged_at: datetime | None
     next_due_at: datetime | None
     verdict: Verdict
@@ -101,7 +101,7 @@ def pair_status(
         pending_gated=pending_gated,
         pending_ungated=pending_ungated,
         oldest_age=None if pair.oldest is None else now - pair.oldest.created_at,
-        nudges=None if row is None else effective_nudges(pair, row),
+        effective_nudges=None if row is None else effective_nudges(pair, row),
         last_nudged_at=None if row is None else row.last_nudged_at,
         next_due_at=next_due,
         verdict=verdict,

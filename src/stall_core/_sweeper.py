@@ -40,11 +40,11 @@ class TickReport:
     #: The instant the ledger decided at, on its own clock.
     now: datetime
     charged: tuple[Nudge, ...]
-    deleted: tuple[PairKey, ...]
-    #: Nudges the wake port took (a queueing transport delivers them later).
-    delivered: int
+    drained: tuple[PairKey, ...]
+    #: Nudges the wake port took; whether a receiver answered is known later (receipts).
+    queued: int
     #: Nudges the wake port refused outright; their charges were refunded.
-    failed: int
+    refused: int
     duration_s: float
     #: Another instance held the tick: this one decided nothing.
     skipped: bool = False
@@ -86,12 +86,12 @@ class Sweeper:
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcome = await self._ledger.charge_due(policy=self._policy)
-        delivered = failed = 0
+        queued = refused = 0
         for nudge in outcome.charged:
             try:
                 receipt = await self._wake.wake(nudge)
             except Exception as exc:
-                failed += 1
+                refused += 1
                 log.warning(
                     "tick %d: wake for %s/%s (nudge %d, todo %s) failed: %s",
                     self._ticks,
@@ -105,7 +105,7 @@ class Sweeper:
                 )
                 await self._refund(nudge)
             else:
-                delivered += 1
+                queued += 1
                 task = asyncio.create_task(self._follow(nudge, receipt))
                 self._receipts.add(task)
                 task.add_done_callback(self._receipts.discard)
@@ -113,9 +113,9 @@ class Sweeper:
             tick=self._ticks,
             now=outcome.now,
             charged=outcome.charged,
-            deleted=outcome.deleted,
-            delivered=delivered,
-            failed=failed,
+            drained=outcome.drained,
+            queued=queued,
+            refused=refused,
             duration_s=loop.time() - started,
             skipped=outcome.skipped,
         )

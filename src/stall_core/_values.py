@@ -140,7 +140,7 @@ class ChargeOutcome:
 
     now: datetime = attrs.field(validator=_must_be_aware)
     charged: tuple[Nudge, ...] = ()
-    deleted: tuple[PairKey, ...] = ()
+    drained: tuple[PairKey, ...] = ()
     skipped: bool = False
 
 

@@ -14,6 +14,8 @@
   ``embedded_postgres``: throwaway databases and a throwaway server.
 - ``parse_todo_ready``: a tolerant reader of the ``todo_ready`` payload, for
   a host's LISTEN loop and its tests.
+- ``skewed_env``: the environment of a child process on a shifted wall clock
+  (libfaketime from its wheel), for clock-skew tests.
 
 Production code (``stall_core``, ``adapters``) never imports this package;
 only the CLI's demo does, to play the reported case on a reference host.
@@ -32,6 +34,7 @@ from ._driver import (
 from ._embedded import EmbeddedUnavailable, embedded_postgres
 from ._host import HostError, PostgresHost
 from ._notify import TODO_READY_CHANNEL, parse_todo_ready
+from ._skew import SkewUnavailable, skewed_env
 from ._wake import RecordingWake
 
 __all__ = [
@@ -48,9 +51,11 @@ __all__ = [
     "PostgresDriver",
     "PostgresHost",
     "RecordingWake",
+    "SkewUnavailable",
     "create_database",
     "drop_database",
     "embedded_postgres",
     "parse_todo_ready",
+    "skewed_env",
     "with_database",
 ]

@@ -78,7 +78,7 @@ class LedgerContract:
             (n.endpoint_id, n.queue, n.todo.id, n.number) for n in wake.sent
         ]
         assert "verified work 0" == wake.sent[0].todo.title
-        assert 1 == report.delivered
+        assert 1 == report.queued
         rows = await driver.ledger_rows()
         assert 1 == rows["ep-1", "lane-l"].nudges
         assert T0 + minutes(10) == rows["ep-1", "lane-l"].last_nudged_at
@@ -242,7 +242,7 @@ class LedgerContract:
         report = await sweep(driver, clock.advance(minutes(1)), wake)
 
         assert () == report.charged
-        assert (("ep-1", "lane-l"),) == report.deleted
+        assert (("ep-1", "lane-l"),) == report.drained
         assert {} == await driver.ledger_rows()
 
         await driver.create_todo(
@@ -442,9 +442,9 @@ class LedgerContract:
         drained = await sweep(driver, T0 + minutes(12), wake)
         later = await sweep(driver, T0 + minutes(13), wake)
 
-        assert (True, (), ()) == (stale.skipped, stale.charged, stale.deleted)
-        assert (("ep-1", "lane-l"),) == drained.deleted
-        assert ((), ()) == (later.charged, later.deleted)
+        assert (True, (), ()) == (stale.skipped, stale.charged, stale.drained)
+        assert (("ep-1", "lane-l"),) == drained.drained
+        assert ((), ()) == (later.charged, later.drained)
         assert [todo] == [n.todo.id for n in wake.sent]
         assert {} == await driver.ledger_rows()
 
@@ -460,7 +460,7 @@ class LedgerContract:
             held = (list(wake.sent), await driver.ledger_rows())
         after = await sweep(driver, T0 + minutes(10), wake)
 
-        assert (True, (), ()) == (skipped.skipped, skipped.charged, skipped.deleted)
+        assert (True, (), ()) == (skipped.skipped, skipped.charged, skipped.drained)
         assert ([], {}) == held
         assert (False, [1]) == (after.skipped, [n.number for n in after.charged])
         assert 1 == len(wake.sent)

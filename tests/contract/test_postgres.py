@@ -138,7 +138,7 @@ class TestPostgresLedger(LedgerContract):
         report = await sweep(driver, NOW, wake)
         assert ([("ep-1", "lane-a"), ("ep-1", "poison")], [("ep-1", "drained")]) == (
             sorted(n.key for n in report.charged),
-            list(report.deleted),
+            list(report.drained),
         )
 
     async def test_sweep_query_error(

@@ -251,7 +251,7 @@ async def replay(
                     f"step {step}: status called {due} due"
                 )
                 numbers.extend(n.number for n in memory.charged)
-                deleted += len(memory.deleted)
+                deleted += len(memory.drained)
                 if late:
                     await late_conn.execute("COMMIT")
                     for verb in late:
@@ -282,7 +282,7 @@ async def due_by_status(ledger: PostgresLedger) -> list[PairKey]:
     for s in statuses:
         if s.verdict is Verdict.DUE:
             assert s.oldest_age is not None  # a due pair has work
-            due.append((s.nudges or 0, now - s.oldest_age, s.endpoint_id, s.queue))
+            due.append((s.effective_nudges or 0, now - s.oldest_age, s.endpoint_id, s.queue))
     return [(endpoint_id, queue) for *_, endpoint_id, queue in sorted(due)]
 
 

@@ -8,7 +8,6 @@ on deliberately broken ledgers, so a clean line is known to mean something.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,6 @@ import pytest
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("faketime") is None, reason="needs faketime to skew the sweepers' clocks"
-    ),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -129,7 +129,7 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
     shown = "\n".join([caplog.text, *render_table(statuses, now), *map(dumps, statuses)])
 
     assert T0 == now
-    assert (1, 0) == (report.delivered, sweeper.refunded)
+    assert (1, 0) == (report.queued, sweeper.refunded)
     assert ["good"] == [r.path for r in receiver.requests]
     for hook_id in bad:
         assert f"hook {hook_id}: refused" in caplog.text

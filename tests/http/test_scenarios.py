@@ -48,7 +48,7 @@ async def test_an_older_consumer_is_woken_correctly(
 
     [request] = receiver.at("consumer")
     assert "stalled" == json.loads(request.body)["meta"]["reason"]
-    assert (1, ["a wake"], ["t1"]) == (report.delivered, consumer.woken_by, consumer.claimed)
+    assert (1, ["a wake"], ["t1"]) == (report.queued, consumer.woken_by, consumer.claimed)
     assert ("claimed", "pending") == (board.todos["t1"].state, board.todos["t2"].state)
 
 
@@ -220,7 +220,7 @@ async def test_the_wake_is_lost(board: MemoryBoard, clock: FakeClock, receiver: 
         surfaced = await sweeper.tick()
         await dispatcher.drain()
 
-    assert ((), 1) == (quiet.charged, surfaced.delivered)
+    assert ((), 1) == (quiet.charged, surfaced.queued)
     assert (["a wake"], ["t1"]) == (consumer.woken_by, consumer.claimed)
     assert "claimed" == board.todos["t1"].state
 

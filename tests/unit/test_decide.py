@@ -491,10 +491,10 @@ def test_plan_tick_deletes_orphan_rows() -> None:
     plan = plan_tick([], rows, NOW, POLICY)
 
     assert () == plan.charges
-    assert (("gone", "q"),) == plan.deletions
+    assert (("gone", "q"),) == plan.drained
 
 
-def test_plan_tick_deletions_are_drains_and_orphans_sorted() -> None:
+def test_plan_tick_drains_are_drains_and_orphans_sorted() -> None:
     """Deletions hold drained pairs and orphan rows, sorted by key."""
     rows = {
         ("b", "q"): row(1, T0, endpoint_id="b", queue="q"),
@@ -505,7 +505,7 @@ def test_plan_tick_deletions_are_drains_and_orphans_sorted() -> None:
 
     plan = plan_tick(board, rows, NOW, POLICY)
 
-    assert (("a", "q"), ("b", "q")) == plan.deletions
+    assert (("a", "q"), ("b", "q")) == plan.drained
     assert [("c", "q")] == [n.key for n in plan.charges]
 
 
@@ -591,7 +591,7 @@ def test_plan_tick_nothing_due_holds_nothing_back() -> None:
     """With nothing due, the plan is empty and nothing is held back."""
     plan = plan_tick([pair(receiver=False)], {}, NOW, POLICY)
 
-    assert ((), (), 0) == (plan.charges, plan.deletions, plan.held_back)
+    assert ((), (), 0) == (plan.charges, plan.drained, plan.held_back)
 
 
 def test_plan_tick_accepts_any_iterable_of_pairs() -> None:

@@ -481,7 +481,7 @@ async def test_charge_due_deletes_drained_rows(board: MemoryBoard, clock: FakeCl
     clock.set(T0 + minutes(5))
     outcome = await board.charge_due(policy=POLICY)
 
-    assert ((), (("ep", "lane"),)) == (outcome.charged, outcome.deleted)
+    assert ((), (("ep", "lane"),)) == (outcome.charged, outcome.drained)
     assert {} == dict(board.ledger)
 
 
@@ -618,7 +618,7 @@ async def test_a_drained_pair_has_its_claims_absorbed(board: MemoryBoard, clock:
     [next_backlog] = board.pair_states()
 
     assert T0 + minutes(4) == before_drain.unabsorbed_claim_at
-    assert ((), (("ep", "lane"),)) == (drain.charged, drain.deleted)
+    assert ((), (("ep", "lane"),)) == (drain.charged, drain.drained)
     assert None is next_backlog.unabsorbed_claim_at
 
 
@@ -742,7 +742,7 @@ async def test_hold_tick_makes_charge_due_skip(board: MemoryBoard, clock: FakeCl
         rows_while_held = dict(board.ledger)
     released = await board.charge_due(policy=POLICY)
 
-    assert (True, T0 + minutes(3), (), ()) == (held.skipped, held.now, held.charged, held.deleted)
+    assert (True, T0 + minutes(3), (), ()) == (held.skipped, held.now, held.charged, held.drained)
     assert {} == rows_while_held
     assert (False, 1) == (released.skipped, len(released.charged))
 

@@ -169,7 +169,7 @@ def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
 
 @settings(max_examples=150, deadline=None)
 @given(boards())
-def test_plan_tick_deletions_are_drains_and_orphans(
+def test_plan_tick_drains_are_drains_and_orphans(
     board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
 ) -> None:
     """Deletions are the Drain decisions plus rows with no pair, sorted, never also charged."""
@@ -179,8 +179,8 @@ def test_plan_tick_deletions_are_drains_and_orphans(
 
     plan = plan_tick(pairs, rows, now, policy)
 
-    assert sorted(drains | (rows.keys() - present)) == list(plan.deletions)
-    assert set() == {n.key for n in plan.charges} & set(plan.deletions)
+    assert sorted(drains | (rows.keys() - present)) == list(plan.drained)
+    assert set() == {n.key for n in plan.charges} & set(plan.drained)
 
 
 @settings(max_examples=150, deadline=None)
@@ -441,7 +441,7 @@ class BoardMachine(RuleBasedStateMachine):
         refunded = {n.key for n in report.charged} if how in ("refused", "lost") else set()
         self.check(
             before,
-            [ChargeOutcome(now=report.now, charged=report.charged, deleted=report.deleted)],
+            [ChargeOutcome(now=report.now, charged=report.charged, drained=report.drained)],
             refunded=refunded,
         )
         assert len(refunded) == sweeper.refunded
@@ -451,7 +451,7 @@ class BoardMachine(RuleBasedStateMachine):
             "refused": (refused, delivered + lost),
             "lost": (lost, delivered + refused),
         }.get(how, (delivered, refused + lost))
-        assert (len(delivered) + len(lost), len(refused)) == (report.delivered, report.failed)
+        assert (len(delivered) + len(lost), len(refused)) == (report.queued, report.refused)
 
     def held(self, before: Before) -> None:
         """A sweep while another instance holds the tick: skipped, nothing charged or deleted."""
@@ -464,7 +464,7 @@ class BoardMachine(RuleBasedStateMachine):
             report.skipped,
             report.now,
             report.charged,
-            report.deleted,
+            report.drained,
         )
         assert (before.todos, rows, []) == (
             dict(self.board.todos),
@@ -542,7 +542,7 @@ class BoardMachine(RuleBasedStateMachine):
         # One nudge per pair per tick, even across concurrent sweeps at one instant.
         assert len(set(all_keys)) == len(all_keys)
         # The drained rows are deleted by the first sweep to see them, and only they.
-        assert drained == {key for o in outcomes for key in o.deleted}
+        assert drained == {key for o in outcomes for key in o.drained}
 
         for outcome in outcomes:
             assert len(outcome.charged) <= self.policy.tick_limit

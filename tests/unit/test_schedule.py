@@ -55,7 +55,7 @@ class Loop:
         #: The progress log: per pair, the claims no tick has absorbed yet.
         self.claims: dict[PairKey, list[datetime]] = {}
         self.fired: list[tuple[timedelta, int]] = []
-        self.deleted: list[tuple[timedelta, PairKey]] = []
+        self.drained: list[tuple[timedelta, PairKey]] = []
 
     def claim(self, at: datetime, key: PairKey = KEY) -> None:
         """Log a claim on a todo of the pair, made now (in program order), stamped ``at``."""
@@ -68,13 +68,13 @@ class Loop:
             for p in board
         ]
         plan = plan_tick(board, self.rows, self.now, POLICY)
-        absorbed = {n.key for n in plan.charges} | set(plan.deletions)
+        absorbed = {n.key for n in plan.charges} | set(plan.drained)
         absorbed |= self.claims.keys() - self.rows.keys()
         for key in absorbed:
             self.claims.pop(key, None)
-        for key in plan.deletions:
+        for key in plan.drained:
             del self.rows[key]
-            self.deleted.append((self.now - T0, key))
+            self.drained.append((self.now - T0, key))
         for nudge in plan.charges:
             self.rows[nudge.key] = charge_row(nudge)
             self.fired.append((self.now - T0, nudge.number))
@@ -135,7 +135,7 @@ def test_a_stalled_queue_backs_off_and_stops() -> None:
 
     assert [1, 2, 3, 4, 5] == [number for _, number in loop.fired]
     assert 5 == loop.rows[KEY].nudges
-    assert [] == loop.deleted
+    assert [] == loop.drained
 
 
 def test_progress_keeps_the_short_cadence() -> None:
@@ -201,7 +201,7 @@ def test_a_drained_queue_does_not_ring() -> None:
     loop.now += STEP
     assert () == loop.tick([drained])
     assert {} == loop.rows
-    assert [(loop.now - T0, KEY)] == loop.deleted
+    assert [(loop.now - T0, KEY)] == loop.drained
     # The drain absorbed that claim: it cannot count for the next backlog.
     assert {} == loop.claims
 

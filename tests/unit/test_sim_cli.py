@@ -54,14 +54,17 @@ def test_json_is_deterministic_for_a_seed(capsys: pytest.CaptureFixture[str]) ->
     [
         (["--pairs", "x"], "--pairs: expected an integer, got 'x'"),
         (["--wake-loss", "2"], "--wake-loss: expected a share between 0 and 1, got '2'"),
-        (["--tick", "soon"], "--tick: expected a duration like 90s, 5m, 1h or 2d, got 'soon'"),
+        (
+            ["--tick", "soon"],
+            "--tick: expected a duration like 250ms, 15s, 2m, 1h30m or 2d, got 'soon'",
+        ),
         (["--consumer", "lazy"], "--consumer: expected one of one-shot, batch, flaky, dead"),
         (["--compare", "default,nope"], "--compare: unknown policy 'nope'"),
         (["--policy", "p:cap=0", "--compare", "p"], "--policy p: cap: must be at least 1"),
         (["--policy", "p:bogus=1"], "--policy p: unknown key 'bogus'"),
         (["--days", "0"], "--days: must be positive"),
         (["--days", "1e12"], "--days: 1000000000000.0 days is too long"),
-        (["--tick", "99999999999d"], "--tick: '99999999999d' is too long"),
+        (["--tick", "99999999999d"], "--tick: '99999999999d' is too long a duration"),
     ],
 )
 def test_bad_options_are_one_line_errors(
@@ -138,7 +141,7 @@ def test_parse_duration_units() -> None:
 
 def test_parse_policy_keeps_unset_keys_at_the_default() -> None:
     """A custom policy changes only the keys it names."""
-    name, policy = parse_policy("quick:backoff=1m/2m,limit=10")
+    name, policy = parse_policy("quick:backoff=1m/2m,tick_limit=10")
 
     assert policy.pacing is not None
     assert ("quick", (timedelta(minutes=1), timedelta(minutes=2)), 10, 5) == (

@@ -91,7 +91,7 @@ def test_nudges_count_since_progress() -> None:
 
     assert (Verdict.DUE, 0, now, nudged) == (
         status.verdict,
-        status.nudges,
+        status.effective_nudges,
         status.next_due_at,
         status.last_nudged_at,
     )
@@ -110,7 +110,7 @@ def test_an_unabsorbed_claim_stamped_before_the_nudge_counts_as_progress() -> No
         policy=POLICY,
     )
 
-    assert (Verdict.DUE, 0, now) == (status.verdict, status.nudges, status.next_due_at)
+    assert (Verdict.DUE, 0, now) == (status.verdict, status.effective_nudges, status.next_due_at)
 
 
 def test_a_refunded_first_nudge_backs_off_with_none_spent() -> None:
@@ -127,7 +127,7 @@ def test_a_refunded_first_nudge_backs_off_with_none_spent() -> None:
 
     assert (Verdict.BACKING_OFF, 0, nudged + POLICY.backoff[0], nudged) == (
         status.verdict,
-        status.nudges,
+        status.effective_nudges,
         status.next_due_at,
         status.last_nudged_at,
     )

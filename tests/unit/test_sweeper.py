@@ -175,7 +175,7 @@ async def test_wakes_only_after_the_charge_returned(
 ) -> None:
     """The wake port sees a nudge only after charge_due returned, in the ledger's order."""
     outcome = ChargeOutcome(
-        now=clock.now, charged=(nudge("a"), nudge("b")), deleted=(("ep", "gone"),)
+        now=clock.now, charged=(nudge("a"), nudge("b")), drained=(("ep", "gone"),)
     )
     ledger = ScriptedLedger(events, clock, outcome)
     sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
@@ -192,9 +192,9 @@ async def test_wakes_only_after_the_charge_returned(
 
 
 async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeClock) -> None:
-    """The report holds the tick number, now, the charged and deleted, and the counts."""
+    """The report holds the tick number, now, the charged and drained, and the counts."""
     outcome = ChargeOutcome(
-        now=clock.now, charged=(nudge("a"), nudge("b"), nudge("c")), deleted=(("ep", "x"),)
+        now=clock.now, charged=(nudge("a"), nudge("b"), nudge("c")), drained=(("ep", "x"),)
     )
     wake = LoggingWake(events, refuse=frozenset({"b"}))
     sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=wake)
@@ -204,8 +204,8 @@ async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeC
     assert 1 == report.tick
     assert clock.now == report.now
     assert outcome.charged == report.charged
-    assert (("ep", "x"),) == report.deleted
-    assert (2, 1) == (report.delivered, report.failed)
+    assert (("ep", "x"),) == report.drained
+    assert (2, 1) == (report.queued, report.refused)
     assert 0.0 <= report.duration_s
     assert not report.skipped
 
@@ -213,12 +213,12 @@ async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeC
 async def test_empty_tick_reports_zeroes(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
-    """A tick with nothing due reports nothing charged, deleted, delivered or failed."""
+    """A tick with nothing due reports nothing charged, drained, queued or refused."""
     sweeper = Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events))
 
     report = await sweeper.tick()
 
-    assert ((), (), 0, 0) == (report.charged, report.deleted, report.delivered, report.failed)
+    assert ((), (), 0, 0) == (report.charged, report.drained, report.queued, report.refused)
     assert [] == [e for e in events if e[0] == "wake"]
 
 
@@ -259,7 +259,7 @@ async def test_nudge_delivery_fails_and_the_charge_is_refunded(
     with caplog.at_level(logging.WARNING, logger="stall_core.sweeper"):
         report = await sweeper.tick()
 
-    assert (0, 1) == (report.delivered, report.failed)
+    assert (0, 1) == (report.queued, report.refused)
     assert ["t1"] == [n.todo.id for n in wake.refused]
     assert [] == wake.sent
     # The count goes back; the stamp stays as the pacing base of the retry.
@@ -304,7 +304,7 @@ async def test_a_receipt_resolving_false_is_refunded_after_settle(clock: FakeClo
     await sweeper.settle()
 
     # Taken by the transport, so not a failure of the tick; then lost.
-    assert (1, 0) == (report.delivered, report.failed)
+    assert (1, 0) == (report.queued, report.refused)
     assert (["t1"], []) == ([n.todo.id for n in wake.lost], wake.sent)
     assert 0 == board.ledger["ep", "lane"].nudges
     assert clock.now == board.ledger["ep", "lane"].last_nudged_at
@@ -443,9 +443,9 @@ async def test_a_skipped_outcome_is_reported_and_wakes_nothing(
     assert (clock.now, (), (), 0, 0) == (
         report.now,
         report.charged,
-        report.deleted,
-        report.delivered,
-        report.failed,
+        report.drained,
+        report.queued,
+        report.refused,
     )
     assert [] == [e for e in events if e[0] == "wake"]
 
@@ -462,7 +462,7 @@ async def test_a_held_board_tick_is_skipped_and_wakes_nothing(clock: FakeClock) 
     released = await sweeper.tick()
     await sweeper.settle()
 
-    assert (True, (), 0, {}) == (held.skipped, held.charged, held.delivered, rows_while_held)
+    assert (True, (), 0, {}) == (held.skipped, held.charged, held.queued, rows_while_held)
     assert clock.now == held.now
     assert [1] == [n.number for n in released.charged]
     assert not released.skipped
@@ -489,7 +489,7 @@ async def test_one_failed_wake_does_not_stop_the_others(
     await sweeper.settle()
 
     assert [("wake", "a"), ("wake", "b")] == [e for e in events if e[0] == "wake"]
-    assert (1, 1) == (report.delivered, report.failed)
+    assert (1, 1) == (report.queued, report.refused)
     assert ["a"] == [n.queue for n in ledger.refunds]
 
 
@@ -532,7 +532,7 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
 
     assert 3 == ran
     assert [3] == [r.tick for r in reports]
-    assert [1] == [r.delivered for r in reports]
+    assert [1] == [r.queued for r in reports]
     assert [
         "tick 1: sweep failed, the loop continues: connection reset",
         "tick 2: sweep failed, the loop continues: unexpected",

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from adapters.http import HookDispatcher, parse_secret, sign
 from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, describe, migrate
-from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
+from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError, format_duration
 from stall_testing import (
     EmbeddedUnavailable,
     FakeClock,
@@ -75,8 +75,7 @@ class VirtualClock(FakeClock):
         self.start = self.now
 
     def offset(self) -> str:
-        seconds = int((self.now - self.start).total_seconds())
-        return f"+{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+        return "+" + format_duration(self.now - self.start)
 
 
 class Timeline:
@@ -261,7 +260,7 @@ async def _play(pool: asyncpg.Pool) -> int:
             while clock.now - last_wake < QUIET:
                 clock.now += TICK
                 report = await sweeper.tick()
-                if report.charged or report.deleted:
+                if report.charged or report.drained:
                     rows = dict(await ledger.ledger_rows())
                     for nudge in report.charged:
                         last_wake = clock.now
@@ -271,7 +270,7 @@ async def _play(pool: asyncpg.Pool) -> int:
                             nudge=nudge.number,
                             row=_row(rows, nudge.queue),
                         )
-                    for _, queue in report.deleted:
+                    for _, queue in report.drained:
                         timeline.say(
                             f"sweep: {queue} drained, ledger row deleted", row=_row(rows, queue)
                         )

@@ -6,14 +6,14 @@ import argparse
 import json
 import math
 import random
-import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import attrs
 
-from stall_core import PacingPolicy
+from stall_core import PacingPolicy, format_duration
+from stall_core import parse_duration as parse_any_duration
 from stall_core.sim import (
     Bursts,
     Consumer,
@@ -29,8 +29,6 @@ from ._common import CliError
 
 __all__ = ["parse_duration", "parse_policy", "register"]
 
-_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _BUILT_IN = "default, edge-only, fixed-<duration>"
 
 
@@ -41,7 +39,8 @@ def register(subparsers: Any) -> None:
         help="what-if runs of the nudge pacing policy",
         description=(
             "Simulate queue-stall nudges over a board of (endpoint, queue) pairs and "
-            "print the policies side by side. Durations take s, m, h or d (default s)."
+            "print the policies side by side. Durations take ms, s, m, h or d, combined "
+            "as in 1h30m (a bare number is seconds)."
         ),
     )
     add = p.add_argument
@@ -75,7 +74,7 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="NAME:SPEC",
         help=(
-            "a custom policy, e.g. slow:backoff=10m/1h/6h,cap=4,limit=8,threshold=2m "
+            "a custom policy, e.g. slow:backoff=10m/1h/6h,cap=4,tick_limit=8,threshold=2m "
             "(unset keys keep the default's); repeatable"
         ),
     )
@@ -123,21 +122,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def parse_duration(option: str, text: str) -> timedelta:
-    """Parse ``90s``, ``5m``, ``1.5h``, ``2d`` or plain seconds; CliError otherwise."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise CliError(f"{option}: expected a duration like 90s, 5m, 1h or 2d, got {text!r}")
-    seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if seconds <= 0:
+    """A positive duration (``90s``, ``5m``, ``1h30m``, plain seconds); CliError otherwise."""
+    duration = _duration(option, text)
+    if duration <= timedelta(0):
         raise CliError(f"{option}: must be positive, got {text!r}")
+    return duration
+
+
+def _duration(option: str, text: str) -> timedelta:
     try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
-        raise CliError(f"{option}: {text!r} is too long") from None
+        return parse_any_duration(text)
+    except ValueError as exc:
+        raise CliError(f"{option}: {exc}") from None
 
 
 def parse_policy(spec: str) -> tuple[str, SimPolicy]:
-    """Parse ``NAME:key=value,...`` (keys threshold, backoff, cap, limit) into a named policy."""
+    """Parse ``NAME:key=value,...`` (threshold, backoff, cap, tick_limit) into a named policy."""
     name, sep, body = spec.partition(":")
     name = name.strip()
     if not sep or not name or not body.strip():
@@ -157,10 +157,12 @@ def parse_policy(spec: str) -> tuple[str, SimPolicy]:
             fields["backoff"] = tuple(parse_duration(option, step) for step in value.split("/"))
         elif key == "cap":
             fields["cap"] = _number(option, value, int, low=1)
-        elif key == "limit":
+        elif key == "tick_limit":
             fields["tick_limit"] = _number(option, value, int, low=1)
         else:
-            raise CliError(f"--policy {name}: unknown key {key!r} (threshold, backoff, cap, limit)")
+            raise CliError(
+                f"--policy {name}: unknown key {key!r} (threshold, backoff, cap, tick_limit)"
+            )
     try:
         return name, SimPolicy(name=name, pacing=PacingPolicy(**fields))
     except ValueError as exc:
@@ -258,24 +260,14 @@ def _days(option: str, days: float) -> timedelta:
 
 
 def _non_negative_duration(option: str, text: str) -> timedelta:
-    if text.strip() in {"0", "0s"}:
-        return timedelta(0)
-    return parse_duration(option, text)
+    return _duration(option, text)
 
 
 # -- output --------------------------------------------------------------------
 
 
 def _human(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3_600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86_400:
-        return f"{seconds / 3_600:.1f}h"
-    return f"{seconds / 86_400:.1f}d"
+    return "-" if seconds is None else format_duration(timedelta(seconds=seconds))
 
 
 _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (

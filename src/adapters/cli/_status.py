@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from adapters.postgres import PostgresLedger
-from stall_core import LedgerError, PacingPolicy, PairStatus
+from stall_core import LedgerError, PacingPolicy, PairStatus, format_duration
 
 from ._common import CliError, add_dsn_argument, open_pool, resolve_dsn
 from ._json import dumps
@@ -60,7 +60,7 @@ def render_table(pairs: list[PairStatus], now: datetime) -> list[str]:
             str(p.pending_gated),
             str(p.pending_ungated),
             _age(p.oldest_age),
-            "-" if p.nudges is None else str(p.nudges),
+            "-" if p.effective_nudges is None else str(p.effective_nudges),
             "-" if p.last_nudged_at is None else _age(now - p.last_nudged_at) + " ago",
             _due(p.next_due_at, now),
             p.verdict.value,
@@ -76,13 +76,7 @@ def render_table(pairs: list[PairStatus], now: datetime) -> list[str]:
 
 
 def _age(delta: timedelta | None) -> str:
-    if delta is None:
-        return "-"
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds}s"
+    return "-" if delta is None else format_duration(delta)
 
 
 def _due(at: datetime | None, now: datetime) -> str:

@@ -75,7 +75,7 @@ def _print(report: TickReport, stats: DispatchStats, *, as_json: bool) -> None:
     print(
         f"{report.now.isoformat(timespec='seconds')} tick {report.tick}: "
         f"charged {len(report.charged)}{' [' + woke + ']' if woke else ''}, "
-        f"deleted {len(report.deleted)}, queued {report.delivered}, failed {report.failed}; "
+        f"drained {len(report.drained)}, queued {report.queued}, refused {report.refused}; "
         f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped} "
         f"({report.duration_s * 1000:.1f} ms)",
         flush=True,

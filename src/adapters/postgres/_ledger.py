@@ -220,7 +220,7 @@ def _ledger_row(r: asyncpg.Record) -> LedgerRow:
 
 
 def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
-    """The ChargeOutcome of charge_due's result rows: charges in rank order, deletions sorted."""
+    """The ChargeOutcome of charge_due's result rows: charges in rank order, drains sorted."""
     charged = tuple(
         Nudge(
             endpoint_id=r["endpoint_id"],
@@ -232,8 +232,8 @@ def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
         for r in rows
         if r["kind"] == "charge"
     )
-    deleted = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "delete"))
-    return ChargeOutcome(now=now, charged=charged, deleted=deleted)
+    drained = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "drain"))
+    return ChargeOutcome(now=now, charged=charged, drained=drained)
 
 
 def charge_due_parameters(now: datetime, policy: PacingPolicy) -> tuple[object, ...]:

@@ -129,7 +129,7 @@ swept AS (
     INSERT INTO stall_nudge_sweeps AS s (full_pass_at) VALUES ($1)
     ON CONFLICT (singleton) DO UPDATE SET full_pass_at = EXCLUDED.full_pass_at
 ),
-stale AS (
+to_drain AS (
     -- Ledger rows whose pair has no gate-passing pending todo left. NOT IN (a hashed
     -- subplan; no column here is ever NULL) keeps this linear whatever the planner
     -- guesses about the size of "work".
@@ -215,7 +215,7 @@ judged_rows AS (
 work_rows AS (
     SELECT * FROM judged_rows WHERE todo_id IS NOT NULL
 ),
-stale AS (
+to_drain AS (
     SELECT j.row_ctid, j.endpoint_id, j.queue, j.row_nudges AS nudges, j.last_nudged_at
       FROM judged_rows j
      WHERE j.todo_id IS NULL AND j.row_ctid IS NOT NULL

@@ -121,7 +121,7 @@ SELECT oldest_w.id, oldest_w.created_at
 -- How a tick acts on its judgement, the same for the full pass and the usual tick.
 -- It follows the CTEs "work_rows" (each judged pair with work: its oldest, todo_id and
 -- created_at, and its ledger row's row_ctid, row_nudges, last_nudged_at, NULL
--- without one), "stale" (judged ledger rows whose pair has no work: row_ctid,
+-- without one), "to_drain" (judged ledger rows whose pair has no work: row_ctid,
 -- endpoint_id, queue, nudges, last_nudged_at) and "judged" (the pairs whose held-back
 -- entry this tick decides), and uses the charge's parameters $1..$6. Rows are written
 -- by ctid (a TID scan), each compare-and-set on its columns as locked.
@@ -129,9 +129,9 @@ drained AS (
     -- Matching nudges and last_nudged_at re-checks the locked row: a row another
     -- sweeper charged since our snapshot is not deleted.
     DELETE FROM queue_stall_nudges n
-     WHERE n.ctid = ANY (ARRAY(SELECT s.row_ctid FROM stale s))
+     WHERE n.ctid = ANY (ARRAY(SELECT s.row_ctid FROM to_drain s))
        AND (n.endpoint_id, n.queue, n.nudges, n.last_nudged_at)
-           IN (SELECT s.endpoint_id, s.queue, s.nudges, s.last_nudged_at FROM stale s)
+           IN (SELECT s.endpoint_id, s.queue, s.nudges, s.last_nudged_at FROM to_drain s)
     RETURNING n.endpoint_id, n.queue
 ),
 candidate AS MATERIALIZED (
@@ -243,6 +243,6 @@ SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at,
   JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
   JOIN todos t ON t.id = {{host_id(todos, d.todo_id)}}
 UNION ALL
-SELECT 'delete', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'drain', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL
   FROM drained x
 ORDER BY 1, 9

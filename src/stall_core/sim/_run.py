@@ -375,7 +375,7 @@ class _Run:
         charged = [(nudge.key, nudge.number, nudge.charged_at) for nudge in plan.charges]
         # Claims at a tick's instant come before its sweep, so charge_stamp is ``now``.
         expected = [(pair.key, spent + 1, now_at) for spent, pair in chosen]
-        if charged != expected or plan.deletions:
+        if charged != expected or plan.drained:
             raise AssertionError(f"tick {tick}: plan_tick charged {charged}, expected {expected}")
         tally.charged_ticks += 1
         started = 0

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import attrs
 
+from stall_core._durations import format_duration
 from stall_core._policy import PacingPolicy
 from stall_core._values import PairKey, aware
 
@@ -176,13 +177,5 @@ class SimPolicy:
 
         Threshold and tick limit stay the default's, so only the repeat differs.
         """
-        label = name if name is not None else f"fixed-{_short(every)}"
+        label = name if name is not None else f"fixed-{format_duration(every)}"
         return cls(name=label, pacing=PacingPolicy(backoff=(every,), cap=UNCAPPED))
-
-
-def _short(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{delta.total_seconds():g}s"
