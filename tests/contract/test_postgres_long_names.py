@@ -123,12 +123,12 @@ async def test_a_long_named_pair_is_nudged_backs_off_and_drains(
     await sweep(driver, T0 + minutes(16), wake)
     await driver.claim(todo, owner="consumer", at=T0 + minutes(17))
     await driver.complete(todo)
-    drained = await sweep(driver, T0 + minutes(18), wake)
+    last = await sweep(driver, T0 + minutes(18), wake)
 
     assert [(LONG_QUEUE, todo, 1), (LONG_QUEUE, todo, 2)] == [
         (n.queue, n.todo.id, n.number) for n in wake.sent
     ]
-    assert 1 == len(drained.deleted)
+    assert 1 == len(last.drained)
     assert {} == await driver.ledger_rows()
 
 
