@@ -275,3 +275,23 @@ async def test_the_printed_sql_migrates_as_migrate_does(
     finally:
         await conn.close()
         await migrated.close()
+
+
+async def test_print_sql_builds_only_a_large_tables_indexes_concurrently(empty_dsn: str) -> None:
+    """A todos table the planner puts at 150,000 rows gets CONCURRENTLY; small tables do not."""
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await conn.execute(host_schema_sql())
+        await conn.execute("UPDATE pg_class SET reltuples = 150000 WHERE oid = 'todos'::regclass")
+
+        printed = await migration_sql(conn)
+
+        concurrent = {
+            line.split()[-1]
+            for line in printed.splitlines()
+            if line.startswith("CREATE INDEX CONCURRENTLY IF NOT EXISTS")
+        }
+        assert {"stall_nudge_todos_pending_short", "stall_nudge_todos_pending_long"} == concurrent
+        assert "DROP INDEX CONCURRENTLY IF EXISTS stall_nudge_todos_claimed;" in printed
+    finally:
+        await conn.close()

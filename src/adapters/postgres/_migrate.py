@@ -7,6 +7,7 @@ the same steps for a DBA; ``schema_behind`` says what a database lacks.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import asyncpg
@@ -227,8 +228,9 @@ async def migration_sql(conn: asyncpg.Connection, *, concurrently: bool = False)
 
 
 def _host_index_table(sql: str) -> str | None:
-    words = sql.split()
-    return words[words.index("ON") + 1] if "ON" in words else None
+    """The table a step's CREATE INDEX is on (its "ON table" line)."""
+    found = re.search(r"^\s*ON (\w+) ", sql, re.MULTILINE)
+    return found.group(1) if found else None
 
 
 async def migrate(
