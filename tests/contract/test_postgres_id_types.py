@@ -21,7 +21,7 @@ import attrs
 import pytest
 
 from adapters.memory import Todo
-from adapters.postgres import PostgresHooks, migrate
+from adapters.postgres import PostgresHooks, PostgresLedger, migrate
 from stall_core import ChargeOutcome, LedgerPort, LedgerRow, Nudge, PacingPolicy, PairKey
 from stall_testing import PostgresDriver, RecordingWake
 from stall_testing.contract import LedgerContract, stalled_queue, sweep
@@ -274,6 +274,17 @@ class TestBigintHost(LedgerContract):
 
         assert [(driver.ids.id("ep-1"), "lane-l")] == [tuple(r) for r in rows]
         assert [("ep-1", todo)] == [(n.endpoint_id, n.todo.id) for n in wake.sent]
+
+    async def test_status_reads_a_bigint_host(self, driver: TypedIdDriver) -> None:
+        """status on a bigint host names the pair by its endpoint id's text and judges it due."""
+        await stalled_queue(driver, todos=2)
+        ledger = PostgresLedger(driver.pool, clock=lambda: T0 + minutes(10))
+
+        _, pairs = await ledger.status(policy=PacingPolicy())
+
+        assert [(driver.ids.id("ep-1"), "lane-l", 2, "due")] == [
+            (p.endpoint_id, p.queue, p.pending_gated, p.verdict.value) for p in pairs
+        ]
 
     async def test_the_hook_directory_reads_and_counts_bigint_hooks(
         self, driver: TypedIdDriver
