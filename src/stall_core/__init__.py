@@ -33,7 +33,7 @@ from ._durations import format_duration, parse_duration
 from ._policy import PacingPolicy
 from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
-from ._sweeper import Clock, Sweeper, TickReport
+from ._sweeper import Clock, Sweeper, TickFailure, TickReport
 from ._values import (
     QUARANTINE_QUEUE,
     ChargeOutcome,
@@ -90,6 +90,7 @@ __all__ = [
     "SimPolicy",
     "SimResult",
     "Sweeper",
+    "TickFailure",
     "TickPlan",
     "TickReport",
     "TodoRef",

@@ -8,6 +8,12 @@ decision. The event loop's monotonic timer measures tick duration only.
 A charged nudge is handed to the wake port, whose receipt later tells
 whether any receiver answered. One that reached nobody is refunded in the
 ledger (compare-and-set), so it does not count toward the cap.
+
+Logging: each woken nudge is a record at info; each tick's summary is a
+record at info when the tick charged, drained or refused something, else
+at debug (an idle sidecar is quiet). Records carry their facts as fields
+(``extra=``): ``tick``, and for a nudge ``endpoint``, ``queue``, ``nudge``
+and ``todo``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 import attrs
 
@@ -24,7 +31,7 @@ from ._policy import PacingPolicy
 from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._values import Nudge, PairKey
 
-__all__ = ["Clock", "Sweeper", "TickReport"]
+__all__ = ["Clock", "Sweeper", "TickFailure", "TickReport"]
 
 log = logging.getLogger("stall_core.sweeper")
 
@@ -50,6 +57,27 @@ class TickReport:
     skipped: bool = False
 
 
+@attrs.frozen(kw_only=True)
+class TickFailure:
+    """A tick that failed: nothing was charged, so nothing was woken."""
+
+    tick: int
+    #: One line saying why (the ledger's error text; never a secret).
+    error: str
+    duration_s: float
+
+
+def _fields(tick: int, nudge: Nudge) -> dict[str, Any]:
+    """The structured fields of a log record about one nudge."""
+    return {
+        "tick": tick,
+        "endpoint": nudge.endpoint_id,
+        "queue": nudge.queue,
+        "nudge": nudge.number,
+        "todo": nudge.todo.id,
+    }
+
+
 class Sweeper:
     """Runs the stall sweep on the host's reaper tick.
 
@@ -71,6 +99,8 @@ class Sweeper:
         self._ticks = 0
         self._receipts: set[asyncio.Task[None]] = set()
         self.refunded = 0
+        #: Nudges that reached nobody and whose refund failed: they count toward the cap.
+        self.unrefunded = 0
 
     @property
     def policy(self) -> PacingPolicy:
@@ -102,13 +132,34 @@ class Sweeper:
                     exc,
                     # A refusal is an expected outcome; anything else deserves its traceback.
                     exc_info=not isinstance(exc, WakeError),
+                    extra=_fields(self._ticks, nudge),
                 )
                 await self._refund(nudge)
             else:
                 queued += 1
+                log.info(
+                    "tick %d: nudge %d for %s/%s (todo %s) handed to the wake port",
+                    self._ticks,
+                    nudge.number,
+                    nudge.endpoint_id,
+                    nudge.queue,
+                    nudge.todo.id,
+                    extra=_fields(self._ticks, nudge),
+                )
                 task = asyncio.create_task(self._follow(nudge, receipt))
                 self._receipts.add(task)
                 task.add_done_callback(self._receipts.discard)
+        busy = bool(outcome.charged or outcome.drained or refused)
+        log.log(
+            logging.INFO if busy else logging.DEBUG,
+            "tick %d: %s",
+            self._ticks,
+            "skipped (another instance holds the tick)"
+            if outcome.skipped
+            else f"charged {len(outcome.charged)}, drained {len(outcome.drained)}, "
+            f"queued {queued}, refused {refused}",
+            extra={"tick": self._ticks},
+        )
         return TickReport(
             tick=self._ticks,
             now=outcome.now,
@@ -127,7 +178,19 @@ class Sweeper:
         when the transport has finished with its nudge.
         """
         while self._receipts:
-            await asyncio.gather(*list(self._receipts))
+            await asyncio.gather(*list(self._receipts), return_exceptions=True)
+
+    async def abandon(self) -> None:
+        """Stop following the receipts handed over so far, without refunding them.
+
+        For a prompt shutdown (a cancelled embedder): a nudge whose outcome
+        was not known yet keeps its charge, which costs its pair one backoff
+        step, never work.
+        """
+        tasks = list(self._receipts)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _follow(self, nudge: Nudge, receipt: WakeReceipt) -> None:
         """Refund the nudge unless its receipt says a receiver answered.
@@ -161,7 +224,9 @@ class Sweeper:
                 nudge.number,
                 exc,
                 exc_info=not isinstance(exc, LedgerError),
+                extra=_fields(self._ticks, nudge),
             )
+            self.unrefunded += 1
             return
         if refunded:
             self.refunded += 1
@@ -170,26 +235,34 @@ class Sweeper:
                 nudge.endpoint_id,
                 nudge.queue,
                 nudge.number,
+                extra=_fields(self._ticks, nudge),
             )
 
     async def run(
         self,
         *,
-        interval: float,
+        interval: float | timedelta,
         stop: asyncio.Event,
         on_report: Callable[[TickReport], None] | None = None,
+        on_error: Callable[[TickFailure], None] | None = None,
     ) -> int:
-        """Tick every ``interval`` seconds until ``stop`` is set; return the ticks run.
+        """Tick every ``interval`` until ``stop`` is set; return the ticks run.
 
-        A failing tick is logged with its number and the loop goes on: the
-        queue is still drained by pull, and the next tick tries again.
+        Each tick goes to ``on_report``, or, when it failed, to ``on_error``
+        as a ``TickFailure``. A failing tick is logged with its number and
+        the loop goes on: the queue is still drained by pull, and the next
+        tick tries again.
         """
-        if not interval > 0:
+        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        if not seconds > 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
+        loop = asyncio.get_running_loop()
         ran = 0
         while not stop.is_set():
+            started = loop.time()
+            result: TickReport | TickFailure
             try:
-                report = await self.tick()
+                result = await self.tick()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -198,15 +271,35 @@ class Sweeper:
                     self._ticks,
                     exc,
                     exc_info=not isinstance(exc, LedgerError),
+                    extra={"tick": self._ticks},
                 )
-            else:
-                if on_report is not None:
-                    try:
-                        on_report(report)
-                    except Exception:
-                        # A broken report sink (a closed pipe, say) must not stop the sweep.
-                        log.exception("tick %d: reporting failed; the loop continues", report.tick)
+                result = TickFailure(
+                    tick=self._ticks,
+                    error=str(exc).strip() or type(exc).__name__,
+                    duration_s=loop.time() - started,
+                )
+            self._hand_over(result, on_report, on_error)
             ran += 1
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                await asyncio.wait_for(stop.wait(), timeout=seconds)
         return ran
+
+    def _hand_over(
+        self,
+        result: TickReport | TickFailure,
+        on_report: Callable[[TickReport], None] | None,
+        on_error: Callable[[TickFailure], None] | None,
+    ) -> None:
+        try:
+            if isinstance(result, TickReport):
+                if on_report is not None:
+                    on_report(result)
+            elif on_error is not None:
+                on_error(result)
+        except Exception:
+            # A broken report sink (a closed pipe, say) must not stop the sweep.
+            log.exception(
+                "tick %d: reporting failed; the loop continues",
+                result.tick,
+                extra={"tick": result.tick},
+            )

@@ -6,84 +6,17 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-import attrs
 import pytest
-from aiohttp import web
-from standardwebhooks.webhooks import Webhook
 
 from adapters.postgres import PostgresLedger
 from stall_testing import PostgresHost
 from tests import pg
+from tests.cli.conftest import SECRET, Hook, Result, cli
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 pytestmark = pytest.mark.postgres
-
-
-@attrs.frozen
-class Result:
-    status: int
-    out: str
-    err: str
-
-
-async def cli(*args: str, env: dict[str, str] | None = None, limit: float = 60) -> Result:
-    """Run `stall-nudge ARGS` in a fresh interpreter and collect its output."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "adapters.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), limit)
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
-
-
-class Hook:
-    """A loopback notify hook that verifies every delivery with standardwebhooks."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, object]] = []
-        self._runner: web.AppRunner | None = None
-        self.url = ""
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/hook", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/hook"
-
-    async def stop(self) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        payload = Webhook(SECRET).verify(body, dict(request.headers))
-        self.bodies.append(payload)
-        return web.Response(status=204)
-
-    def stalled(self) -> list[tuple[object, object]]:
-        metas = [b["meta"] for b in self.bodies]
-        return [(m["todo_id"], m["queue"]) for m in metas if m["reason"] == "stalled"]  # type: ignore[index]
-
-
-@pytest.fixture(name="hook")
-async def _hook() -> AsyncIterator[Hook]:
-    hook = Hook()
-    await hook.start()
-    yield hook
-    await hook.stop()
 
 
 @pytest.fixture(name="board")
@@ -148,7 +81,7 @@ async def test_sweep_once_wakes_the_stalled_queue(
     assert [("l-0", "lane-l")] == hook.stalled()
     report = json.loads(result.out)
     assert 1 == report["dispatch"]["delivered"]
-    assert [1] == [n["number"] for n in report["tick"]["charged"]]
+    assert [1] == [n["nudge"] for n in report["charged"]]
 
 
 async def test_concurrent_sweep_processes_fire_each_wake_once(
@@ -173,11 +106,11 @@ async def test_sweep_skips_while_another_instance_holds_the_tick(
 
     assert (0, 0, 0) == (text.status, as_json.status, released.status)
     assert "tick 1: skipped (another instance holds the tick)" in text.out
-    tick = json.loads(as_json.out)["tick"]
-    assert (True, []) == (tick["skipped"], tick["charged"])
+    tick = json.loads(as_json.out)
+    assert ("skipped", []) == (tick["outcome"], tick["charged"])
     assert [] == held_stalled
     assert [("l-0", "lane-l")] == hook.stalled()
-    assert False is json.loads(released.out)["tick"]["skipped"]
+    assert "ok" == json.loads(released.out)["outcome"]
 
 
 async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: Hook) -> None:
@@ -188,7 +121,7 @@ async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: H
     table = await cli("status", "--dsn", pg_dsn)
 
     def verdicts(result: Result) -> dict[str, str]:
-        return {row["queue"]: row["verdict"] for row in map(json.loads, result.out.splitlines())}
+        return {row["queue"]: row["verdict"] for row in json.loads(result.out)["pairs"]}
 
     assert {"lane-l": "due", "fresh": "fresh"} == verdicts(before)
     assert {"lane-l": "backing-off", "fresh": "fresh"} == verdicts(after)
@@ -206,7 +139,7 @@ async def test_sweep_loop_stops_cleanly_on_sigterm(
         "adapters.cli",
         "sweep",
         "--interval",
-        "0.2",
+        "200ms",
         "--json",
         "--dsn",
         pg_dsn,
@@ -219,7 +152,7 @@ async def test_sweep_loop_stops_cleanly_on_sigterm(
     _, err = await asyncio.wait_for(proc.communicate(), 30)
 
     assert 0 == proc.returncode, err.decode()
-    assert [1, 2, 3] == [json.loads(line)["tick"]["tick"] for line in lines]
+    assert [1, 2, 3] == [json.loads(line)["tick"] for line in lines]
     assert [("l-0", "lane-l")] == hook.stalled()
 
 
@@ -229,8 +162,8 @@ async def test_sweep_loop_stops_cleanly_on_sigterm(
         (("sweep", "--once"), "no database given"),
         (("sweep", "--once", "--dsn", "mysql://x"), "malformed DSN"),
         (("status", "--dsn", "postgresql://nobody@127.0.0.1:1/x"), "cannot connect"),
-        (("sweep", "--interval", "0", "--dsn", "postgresql://x@h/db"), "positive number"),
-        (("sweep", "--interval", "soon", "--dsn", "postgresql://x@h/db"), "not a number"),
+        (("sweep", "--interval", "0s", "--dsn", "postgresql://x@h/db"), "positive duration"),
+        (("sweep", "--interval", "soon", "--dsn", "postgresql://x@h/db"), "expected a duration"),
         (("status", "--bogus"), "unrecognized arguments"),
     ],
 )

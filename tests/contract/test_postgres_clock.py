@@ -113,7 +113,7 @@ async def sidecar_tick(dsn: str, skew: str) -> dict[str, object]:
     )
     out, err = await proc.communicate()
     assert (0, b"") == (proc.returncode, err), err.decode()
-    line: dict[str, object] = json.loads(out.decode().splitlines()[-1])["tick"]
+    line: dict[str, object] = json.loads(out.decode().splitlines()[-1])
     return line
 
 
@@ -143,7 +143,7 @@ async def test_a_skewed_sidecar_decides_on_the_database_clock(
     assert "s1" == await host.claim_next("ep-1", "stalled", owner="consumer")
     rest = [await sidecar_tick(pg_dsn, skew) for _ in range(3)]
 
-    numbers = [[(c["queue"], c["number"]) for c in t["charged"]] for t in [first, *rest]]  # type: ignore[attr-defined]
+    numbers = [[(c["queue"], c["nudge"]) for c in t["charged"]] for t in [first, *rest]]  # type: ignore[attr-defined]
     assert [[("stalled", 1)], [("stalled", 1)], [], []] == numbers
     assert [("stalled", "s1"), ("stalled", "s2")] == [(m["queue"], m["todo_id"]) for m in got]
     rows = await PostgresLedger(pg_pool).ledger_rows()

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.cli._json import dumps
-from adapters.cli._status import render_table
+from adapters.cli._status import render_table, status_json
 from adapters.http import (
     DeliveryPolicy,
     HookDispatcher,
@@ -126,7 +125,9 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
             await dispatcher.drain()
             await sweeper.settle()
     now, statuses = await ledger.status(policy=PacingPolicy())
-    shown = "\n".join([caplog.text, *render_table(statuses, now), *map(dumps, statuses)])
+    shown = "\n".join(
+        [caplog.text, *render_table(statuses, now), status_json(statuses, now, PacingPolicy())]
+    )
 
     assert T0 == now
     assert (1, 0) == (report.queued, sweeper.refunded)

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from adapters.cli._json import dumps
-from adapters.cli._status import render_table
+from adapters.cli._status import render_table, status_json
+from adapters.cli._text import printable
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
@@ -95,9 +95,10 @@ async def test_hostile_names_flow_through_unchanged(
     [status] = statuses
     assert T0 == now
     assert (endpoint, queue) == (status.endpoint_id, status.queue)
-    as_json = json.loads(dumps(status))
+    [as_json] = json.loads(status_json(statuses, now, POLICY))["pairs"]
     assert (endpoint, queue) == (as_json["endpoint_id"], as_json["queue"])
-    assert endpoint in "\n".join(render_table(statuses, now))
+    # The table shows control characters escaped (a sender must not drive the terminal).
+    assert printable(endpoint) in "\n".join(render_table(statuses, now))
     assert "t1" == await host.claim_next(endpoint, queue, owner="c", at=T0)
 
 

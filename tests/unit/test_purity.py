@@ -117,7 +117,9 @@ def test_importing_the_core_loads_no_adapter_or_driver() -> None:
 
 
 ADAPTERS = CORE.parent / "adapters"
-#: Each adapter follows one technology line; only the CLI, the composition root, wires them.
+ROOT = CORE.parent / "stall_nudge"
+#: Each adapter follows one technology line; only the composition roots (stall_nudge for
+#: embedders, and the CLI that uses it) wire them.
 TECHNOLOGY = {"memory": set(), "postgres": {"asyncpg"}, "http": {"aiohttp"}}
 
 
@@ -139,7 +141,10 @@ def test_no_adapter_imports_another_or_another_technology(path: Path) -> None:
             modules.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module)
-    others = {f"adapters.{name}" for name in TECHNOLOGY if name != own} | {"adapters.cli"}
+    others = {f"adapters.{name}" for name in TECHNOLOGY if name != own} | {
+        "adapters.cli",
+        "stall_nudge",
+    }
     drivers = set().union(*TECHNOLOGY.values()) - TECHNOLOGY[own]
     crossing = {
         m for m in modules if m.partition(".")[0] in drivers or any(m.startswith(o) for o in others)
@@ -147,9 +152,36 @@ def test_no_adapter_imports_another_or_another_technology(path: Path) -> None:
     assert set() == crossing
 
 
+def test_the_composition_root_has_modules() -> None:
+    """The scan found stall_nudge's modules (a wrong path would make its checks vacuous)."""
+    assert {"__init__.py", "_reaper.py"} <= {p.name for p in ROOT.rglob("*.py")}
+
+
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE.parent))
+)
+def test_the_composition_root_wires_postgres_and_http_only(path: Path) -> None:
+    """stall_nudge imports the core and the postgres and http adapters, never the CLI or memory."""
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    adapters = {m for m in modules if m.partition(".")[0] == "adapters"}
+
+    assert set() == {m for m in adapters if m not in {"adapters.postgres", "adapters.http"}}
+
+
 @pytest.mark.parametrize(
     "path",
-    sorted([*MODULES, *(p for p in ADAPTERS.rglob("*.py") if adapter_of(p) != "cli")]),
+    sorted(
+        [
+            *MODULES,
+            *(p for p in ADAPTERS.rglob("*.py") if adapter_of(p) != "cli"),
+            *ROOT.rglob("*.py"),
+        ]
+    ),
     ids=lambda p: str(p.relative_to(CORE.parent)),
 )
 def test_production_code_never_imports_the_test_support(path: Path) -> None:

@@ -17,6 +17,7 @@ from stall_core import (
     Nudge,
     PacingPolicy,
     Sweeper,
+    TickFailure,
     TickReport,
     TodoRef,
     WakeError,
@@ -657,3 +658,131 @@ async def test_run_rejects_non_positive_intervals(
         )
 
     assert [] == ledger.calls
+
+
+async def test_a_failed_tick_reaches_on_error(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """A tick whose ledger fails is handed to on_error as a TickFailure, then the loop goes on."""
+    ledger = ScriptedLedger(events, clock, LedgerError("timed out after 30 s"))
+    stop = asyncio.Event()
+    failures: list[TickFailure] = []
+    reports: list[TickReport] = []
+
+    def on_report(report: TickReport) -> None:
+        reports.append(report)
+        stop.set()
+
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+    ran = await asyncio.wait_for(
+        sweeper.run(interval=0.001, stop=stop, on_report=on_report, on_error=failures.append), 5
+    )
+
+    assert 2 == ran
+    assert [(1, "timed out after 30 s")] == [(f.tick, f.error) for f in failures]
+    assert [2] == [r.tick for r in reports]
+
+
+async def test_a_failing_error_sink_does_not_stop_the_loop(
+    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An on_error callback that raises is logged and the loop still ticks again."""
+    ledger = ScriptedLedger(events, clock, LedgerError("down"))
+    stop = asyncio.Event()
+
+    def sink(failure: TickFailure) -> None:
+        raise BrokenPipeError("stdout closed")
+
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+    with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
+        ran = await asyncio.wait_for(
+            sweeper.run(interval=0.001, stop=stop, on_report=lambda _: stop.set(), on_error=sink),
+            5,
+        )
+
+    assert 2 == ran
+    assert "tick 1: reporting failed; the loop continues" in [
+        r.getMessage() for r in caplog.records
+    ]
+
+
+async def test_an_idle_tick_logs_at_debug_and_a_busy_one_at_info(
+    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tick that charged, drained or refused nothing logs its summary at debug, others at info."""
+    ledger = ScriptedLedger(
+        events,
+        clock,
+        ChargeOutcome(now=clock.now),
+        ChargeOutcome(now=clock.now, skipped=True),
+        ChargeOutcome(now=clock.now, charged=(nudge("a"),)),
+    )
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+    with caplog.at_level(logging.DEBUG, logger="stall_core.sweeper"):
+        for _ in range(3):
+            await sweeper.tick()
+
+    summaries = [
+        (r.tick, r.levelno)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if not hasattr(r, "nudge")
+    ]
+    assert [(1, logging.DEBUG), (2, logging.DEBUG), (3, logging.INFO)] == summaries
+
+
+async def test_log_records_carry_structured_fields(
+    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A woken nudge's record carries tick, endpoint, queue, nudge and todo as fields."""
+    ledger = ScriptedLedger(events, clock, ChargeOutcome(now=clock.now, charged=(nudge("a", 2),)))
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+    with caplog.at_level(logging.DEBUG, logger="stall_core.sweeper"):
+        await sweeper.tick()
+
+    woke = [r for r in caplog.records if hasattr(r, "nudge")]
+    assert [(1, "ep", "a", 2, "t-a")] == [
+        (r.tick, r.endpoint, r.queue, r.nudge, r.todo)  # type: ignore[attr-defined]
+        for r in woke
+    ]
+
+
+async def test_abandon_stops_following_receipts_without_refunds(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """abandon() ends the wait on unresolved receipts at once: nothing is refunded, none left."""
+    pending: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    class Hanging:
+        async def wake(self, nudge: Nudge) -> WakeReceipt:
+            return pending
+
+    ledger = ScriptedLedger(events, clock, ChargeOutcome(now=clock.now, charged=(nudge("a"),)))
+    sweeper = Sweeper(ledger=ledger, wake=Hanging())
+    await sweeper.tick()
+
+    await sweeper.abandon()
+    await asyncio.wait_for(sweeper.settle(), timeout=1)
+
+    assert [] == ledger.refunds
+    assert False is pending.cancelled()
+
+
+async def test_run_takes_the_interval_as_a_timedelta(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """run(interval=timedelta(...)) ticks as run(interval=seconds) does."""
+    ledger = ScriptedLedger(events, clock)
+    stop = asyncio.Event()
+    seen: list[int] = []
+
+    def on_report(report: TickReport) -> None:
+        seen.append(report.tick)
+        if report.tick == 2:
+            stop.set()
+
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
+    ran = await asyncio.wait_for(
+        sweeper.run(interval=timedelta(milliseconds=1), stop=stop, on_report=on_report), 5
+    )
+
+    assert (2, [1, 2]) == (ran, seen)

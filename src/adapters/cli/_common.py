@@ -1,4 +1,4 @@
-"""What every subcommand shares: errors, the DSN, and connecting."""
+"""What every subcommand shares: errors, exit statuses, the DSN, and connecting."""
 
 from __future__ import annotations
 
@@ -6,21 +6,39 @@ import argparse
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import asyncpg
 
-from adapters.postgres import DATABASE_ERRORS, describe
+import stall_nudge
+from stall_core import parse_duration
+
+__all__ = [
+    "ATTENTION",
+    "FAILED",
+    "OK",
+    "USAGE",
+    "CliError",
+    "add_dsn_argument",
+    "open_pool",
+    "positive_duration",
+    "resolve_dsn",
+]
+
+#: Exit statuses, the same for every command (docs/operations.md, "Exit statuses").
+OK = 0  # done, and nothing needs a person
+FAILED = 1  # could not do it: the database is unreachable or unusable, or the tick failed
+USAGE = 2  # a bad option or DSN (argparse uses 2 as well)
+ATTENTION = 3  # done, and something needs a person (status --check, an unrefunded nudge)
 
 #: Seconds any one statement may take before it is abandoned.
 COMMAND_TIMEOUT_S = 60.0
-
-__all__ = ["CliError", "add_dsn_argument", "open_pool", "positive_float", "resolve_dsn"]
 
 
 class CliError(Exception):
     """A user mistake or an unusable environment: reported as one line, exit ``status``."""
 
-    def __init__(self, message: str, *, status: int = 2) -> None:
+    def __init__(self, message: str, *, status: int = USAGE) -> None:
         super().__init__(message)
         self.status = status
 
@@ -33,53 +51,33 @@ def add_dsn_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_dsn(args: argparse.Namespace) -> str:
+    """The DSN from --dsn or STALL_DSN, checked before it reaches the driver."""
     dsn: str | None = args.dsn or os.environ.get("STALL_DSN")
     if not dsn:
         raise CliError("no database given: pass --dsn DSN or set STALL_DSN")
-    if not dsn.startswith(("postgresql://", "postgres://")):
-        raise CliError(f"malformed DSN {_redact(dsn)!r}: expected postgresql://user@host:port/db")
+    try:
+        stall_nudge.check_dsn(dsn)
+    except stall_nudge.StartupError as exc:
+        raise CliError(str(exc)) from None
     return dsn
 
 
-def positive_float(text: str) -> float:
-    """argparse type for intervals: a finite number of seconds above zero."""
+def positive_duration(text: str) -> timedelta:
+    """argparse type for intervals: ``15s``, ``2m``, ``1h``, ``1h30m``, or bare seconds, above 0."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not value > timedelta(0):
+        raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}")
     return value
 
 
 @asynccontextmanager
 async def open_pool(dsn: str, *, max_size: int = 4) -> AsyncIterator[asyncpg.Pool]:
-    """An asyncpg pool, or a one-line CliError naming why the database is unusable."""
+    """stall_nudge's pool (every statement bounded), or a one-line CliError saying why not."""
     try:
-        pool = await asyncpg.create_pool(
-            dsn,
-            min_size=1,
-            max_size=max_size,
-            timeout=10,
-            # A hung server or a long lock wait fails the tick instead of freezing the loop.
-            command_timeout=COMMAND_TIMEOUT_S,
-            server_settings={"application_name": "stall-nudge"},
-        )
-    except DATABASE_ERRORS as exc:
-        raise CliError(f"cannot connect to {_redact(dsn)}: {describe(exc)}", status=1) from None
-    except ValueError as exc:  # asyncpg's DSN parser
-        raise CliError(f"malformed DSN {_redact(dsn)!r}: {exc}") from None
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-def _redact(dsn: str) -> str:
-    """The DSN with any password replaced, for messages."""
-    scheme, sep, rest = dsn.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at or ":" not in creds:
-        return dsn
-    user = creds.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{host}"
+        async with stall_nudge.connect(dsn, timeout=COMMAND_TIMEOUT_S, max_size=max_size) as pool:
+            yield pool
+    except stall_nudge.StartupError as exc:
+        raise CliError(str(exc), status=FAILED) from None

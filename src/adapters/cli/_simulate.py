@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from stall_core.sim import (
 )
 
 from ._common import CliError
+from ._json import dumps
 
 __all__ = ["parse_duration", "parse_policy", "register"]
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, scenario, results)
     if args.json:
-        print(json.dumps(_as_json(scenario, seed, results), indent=2))
+        print(dumps(_as_json(scenario, seed, results)))
     else:
         print(_describe(scenario, seed))
         print()

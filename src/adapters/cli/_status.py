@@ -8,10 +8,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from adapters.postgres import PostgresLedger
-from stall_core import LedgerError, PacingPolicy, PairStatus, format_duration
+from stall_core import LedgerError, PacingPolicy, PairStatus, Verdict, format_duration
 
-from ._common import CliError, add_dsn_argument, open_pool, resolve_dsn
-from ._json import dumps
+from ._common import ATTENTION, FAILED, OK, CliError, add_dsn_argument, open_pool, resolve_dsn
+from ._json import dumps, seconds, utc
+from ._text import printable
 
 
 def register(subparsers: Any) -> None:
@@ -22,41 +23,87 @@ def register(subparsers: Any) -> None:
         "counts, oldest age, nudges, next due, and the sweep's verdict.",
     )
     add_dsn_argument(parser)
-    parser.add_argument("--json", action="store_true", help="one JSON object per pair")
+    parser.add_argument(
+        "--json", action="store_true", help='one JSON object: {"at": ..., "pairs": [...]}'
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit {ATTENTION} when a pair needs a person (capped, or no receiver or an "
+        f"inactive endpoint with work past the threshold), {OK} otherwise",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args)
-    lines = asyncio.run(_status(dsn, as_json=args.json))
+    policy = PacingPolicy()
+    now, pairs = asyncio.run(_status(dsn, policy))
+    lines = [status_json(pairs, now, policy)] if args.json else render_table(pairs, now)
     for line in lines:
         print(line)
-    return 0
+    if args.check and any(needs_person(p, policy) for p in pairs):
+        return ATTENTION
+    return OK
 
 
-async def _status(dsn: str, *, as_json: bool) -> list[str]:
+async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
     async with open_pool(dsn, max_size=1) as pool:
         try:
             # Judged on the database's clock, as the sweep judges.
-            now, pairs = await PostgresLedger(pool).status(policy=PacingPolicy())
+            return await PostgresLedger(pool).status(policy=policy)
         except LedgerError as exc:
-            raise CliError(str(exc), status=1) from None
-    if as_json:
-        return [dumps(p) for p in pairs]
-    return render_table(pairs, now)
+            raise CliError(str(exc), status=FAILED) from None
+
+
+def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
+    """Whether the sweep can no longer get this pair's work claimed without a person.
+
+    Capped: woken five times, never claimed. No receiver, or an inactive
+    endpoint, with work older than the threshold: nothing will wake it.
+    Fresh work on such a pair may still get a hook or a resume in time.
+    """
+    if pair.verdict is Verdict.CAPPED:
+        return True
+    stuck = pair.oldest_age is not None and pair.oldest_age > policy.threshold
+    return stuck and pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}
+
+
+def status_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) -> str:
+    """The JSON record of `status --json`: the instant judged at and every pair."""
+    return dumps(
+        {
+            "at": utc(now),
+            "pairs": [
+                {
+                    "endpoint_id": p.endpoint_id,
+                    "queue": p.queue,
+                    "pending_gated": p.pending_gated,
+                    "pending_ungated": p.pending_ungated,
+                    "oldest_age_s": seconds(p.oldest_age),
+                    "effective_nudges": p.effective_nudges,
+                    "last_nudged_at": utc(p.last_nudged_at),
+                    "next_due_at": utc(p.next_due_at),
+                    "verdict": p.verdict.value,
+                    "needs_person": needs_person(p, policy),
+                }
+                for p in pairs
+            ],
+        }
+    )
 
 
 _COLUMNS = ("ENDPOINT", "QUEUE", "GATED", "UNGATED", "OLDEST", "NUDGES", "LAST NUDGE", "NEXT DUE")
 
 
 def render_table(pairs: list[PairStatus], now: datetime) -> list[str]:
-    """A fixed-width table, one pair a line, verdict last."""
+    """A fixed-width table, one pair a line, verdict last; names with control characters escaped."""
     if not pairs:
         return ["no pending work and no ledger rows: every queue is drained"]
     rows = [
         (
-            p.endpoint_id,
-            p.queue,
+            printable(p.endpoint_id),
+            printable(p.queue),
             str(p.pending_gated),
             str(p.pending_ungated),
             _age(p.oldest_age),

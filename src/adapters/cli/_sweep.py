@@ -1,4 +1,8 @@
-"""`stall-nudge sweep`: the reaper loop as a sidecar, or one tick with --once."""
+"""`stall-nudge sweep`: the reaper loop as a sidecar, or one tick with --once.
+
+Built by ``stall_nudge.open_reaper``, the entry point embedders use: the same
+bounds, start-up check and shutdown deadline.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,25 @@ import argparse
 import asyncio
 import signal
 import sys
+from datetime import timedelta
 from typing import Any
 
 import attrs
 
-from adapters.http import DispatchStats, HookDispatcher
-from adapters.postgres import HOST_TABLES, PostgresHooks, PostgresLedger, missing_tables
-from stall_core import LedgerError, Sweeper, TickReport
+import stall_nudge
+from stall_core import LedgerError, TickFailure, TickReport
 
-from ._common import CliError, add_dsn_argument, open_pool, positive_float, resolve_dsn
-from ._json import dumps
-
-#: Seconds `close()` gives in-flight deliveries (a retry may be 30 s away) on shutdown.
-SHUTDOWN_DEADLINE = 45.0
+from ._common import (
+    ATTENTION,
+    FAILED,
+    OK,
+    CliError,
+    add_dsn_argument,
+    positive_duration,
+    resolve_dsn,
+)
+from ._json import dumps, utc
+from ._text import printable
 
 
 def register(subparsers: Any) -> None:
@@ -32,16 +42,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--once",
         action="store_true",
-        help="run one tick, wait for its deliveries (retries included), exit 0 (1 if it failed)",
+        help=f"run one tick and wait for its deliveries (retries included); exit {OK} when "
+        f"each nudge reached a receiver or was refunded, {FAILED} when the tick failed, "
+        f"{ATTENTION} when a nudge reached nobody and its refund failed",
     )
     parser.add_argument(
         "--interval",
-        type=positive_float,
-        default=15.0,
-        metavar="SECONDS",
-        help="seconds between ticks (default: 15)",
+        type=positive_duration,
+        default=timedelta(seconds=15),
+        metavar="DURATION",
+        help="time between ticks: 15s, 2m, 1h, 1h30m, or bare seconds (default: 15s)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON report per tick")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON record per tick on stdout"
+    )
     parser.set_defaults(run=run)
 
 
@@ -50,83 +64,116 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_sweep(dsn, once=args.once, interval=args.interval, as_json=args.json))
 
 
-@attrs.frozen(kw_only=True)
-class _Line:
-    """What one tick printed: the sweep's report and the dispatcher's counters so far."""
+def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict[str, Any]:
+    """One tick as the JSON convention has it (docs/operations.md): the same keys every time."""
+    stats = attrs.asdict(reaper.stats)
+    common = {
+        "tick": result.tick,
+        "duration_s": result.duration_s,
+        "dispatch": stats,
+        "refunded_since_start": reaper.refunded,
+    }
+    if isinstance(result, TickFailure):
+        return {
+            **common,
+            "outcome": "failed",
+            "error": result.error,
+            "at": None,
+            "charged": [],
+            "drained": [],
+            "queued": 0,
+            "refused": 0,
+        }
+    return {
+        **common,
+        "outcome": "skipped" if result.skipped else "ok",
+        "error": None,
+        "at": utc(result.now),
+        "charged": [
+            {
+                "endpoint_id": n.endpoint_id,
+                "queue": n.queue,
+                "nudge": n.number,
+                "todo_id": n.todo.id,
+                "todo_created_at": utc(n.todo.created_at),
+                "charged_at": utc(n.charged_at),
+            }
+            for n in result.charged
+        ],
+        "drained": [{"endpoint_id": e, "queue": q} for e, q in result.drained],
+        "queued": result.queued,
+        "refused": result.refused,
+    }
 
-    tick: TickReport
-    dispatch: DispatchStats
 
-
-def _print(report: TickReport, stats: DispatchStats, *, as_json: bool) -> None:
-    if as_json:
-        print(dumps(_Line(tick=report, dispatch=stats)), flush=True)
-        return
-    woke = ", ".join(
-        f"{n.endpoint_id}/{n.queue} nudge {n.number} (todo {n.todo.id})" for n in report.charged
-    )
+def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
+    """The one line `sweep --once` prints without --json; names escaped."""
+    at = report.now.isoformat(timespec="seconds")
     if report.skipped:
-        print(
-            f"{report.now.isoformat(timespec='seconds')} tick {report.tick}: skipped "
-            "(another instance holds the tick)",
-            flush=True,
-        )
-        return
-    print(
-        f"{report.now.isoformat(timespec='seconds')} tick {report.tick}: "
-        f"charged {len(report.charged)}{' [' + woke + ']' if woke else ''}, "
-        f"drained {len(report.drained)}, queued {report.queued}, refused {report.refused}; "
-        f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped} "
-        f"({report.duration_s * 1000:.1f} ms)",
-        flush=True,
+        return f"{at} tick {report.tick}: skipped (another instance holds the tick)"
+    woke = ", ".join(
+        f"{printable(n.endpoint_id)}/{printable(n.queue)} nudge {n.number} "
+        f"(todo {printable(n.todo.id)})"
+        for n in report.charged
+    )
+    stats = reaper.stats
+    return (
+        f"{at} tick {report.tick}: charged {len(report.charged)}"
+        f"{' [' + woke + ']' if woke else ''}, drained {len(report.drained)}, "
+        f"queued {report.queued}, refused {report.refused}; "
+        f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped}; "
+        f"refunded {reaper.refunded} ({report.duration_s * 1000:.1f} ms)"
     )
 
 
-async def _sweep(dsn: str, *, once: bool, interval: float, as_json: bool) -> int:
-    async with open_pool(dsn) as pool:
-        async with pool.acquire() as conn:
-            missing = await missing_tables(conn)
-        if any(t in HOST_TABLES for t in missing):
-            raise CliError(
-                f"host tables missing: {', '.join(t for t in missing if t in HOST_TABLES)} "
-                "(for a demo or test database: stall-nudge migrate --host-schema)",
-                status=1,
-            )
-        if missing:
-            raise CliError(
-                f"stall-nudge's own tables missing: {', '.join(missing)} (run stall-nudge migrate)",
-                status=1,
-            )
-        async with HookDispatcher(hooks=PostgresHooks(pool)) as dispatcher:
-            sweeper = Sweeper(ledger=PostgresLedger(pool), wake=dispatcher)
+async def _sweep(dsn: str, *, once: bool, interval: timedelta, as_json: bool) -> int:
+    try:
+        async with stall_nudge.open_reaper(dsn) as reaper:
             if once:
-                try:
-                    report = await sweeper.tick()
-                except LedgerError as exc:
-                    print(f"stall-nudge: error: {exc}", file=sys.stderr)
-                    return 1
-                await dispatcher.drain()
-                await sweeper.settle()
-                _print(report, dispatcher.stats, as_json=as_json)
-                return 0
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            signals = (signal.SIGINT, signal.SIGTERM)
+                return await _once(reaper, as_json=as_json)
+            await _loop(reaper, interval=interval, as_json=as_json)
+    except stall_nudge.StartupError as exc:
+        raise CliError(str(exc), status=FAILED) from None
+    return OK
 
-            def stopping() -> None:
-                stop.set()
-                # A second signal during shutdown gets the default behaviour: quit now.
-                for sig in signals:
-                    loop.remove_signal_handler(sig)
 
-            for sig in signals:
-                loop.add_signal_handler(sig, stopping)
-            await sweeper.run(
-                interval=interval,
-                stop=stop,
-                on_report=lambda r: _print(r, dispatcher.stats, as_json=as_json),
-            )
-            await dispatcher.close(deadline=SHUTDOWN_DEADLINE)
-            # Abandoned and failed deliveries resolve their receipts: refund them now.
-            await sweeper.settle()
-    return 0
+async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        report = await reaper.tick()
+    except LedgerError as exc:
+        failure = TickFailure(tick=1, error=str(exc), duration_s=loop.time() - started)
+        if as_json:
+            print(dumps(record(failure, reaper)), flush=True)
+        print(f"stall-nudge: error: tick 1 failed: {printable(str(exc))}", file=sys.stderr)
+        return FAILED
+    await reaper.drain()
+    print(dumps(record(report, reaper)) if as_json else _summary(report, reaper), flush=True)
+    return ATTENTION if reaper.unrefunded else OK
+
+
+async def _loop(reaper: stall_nudge.Reaper, *, interval: timedelta, as_json: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def stopping() -> None:
+        stop.set()
+        # A second signal during shutdown gets the default behaviour: quit now.
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+    for sig in signals:
+        loop.add_signal_handler(sig, stopping)
+
+    def emit(result: TickReport | TickFailure) -> None:
+        print(dumps(record(result, reaper)), flush=True)
+
+    # Without --json the sweeper's own log records are the sidecar's output (stderr).
+    await reaper.run(
+        interval=interval,
+        stop=stop,
+        on_report=emit if as_json else None,
+        on_error=emit if as_json else None,
+    )

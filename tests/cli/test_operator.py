@@ -1,0 +1,209 @@
+"""The operator surface scripts rely on: exit statuses, one JSON convention, safe text, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from stall_testing import PostgresHost
+from tests import pg
+from tests.cli.conftest import SECRET, Hook, cli
+
+pytestmark = pytest.mark.postgres
+
+#: Raw control characters a sender could put in a queue name, endpoint id or todo id.
+HOSTILE = "lane\x1b[2J\x07\r\x9bfake\u202e"
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]")
+
+
+def old(minutes: int) -> datetime:
+    return datetime.now(UTC) - timedelta(minutes=minutes)
+
+
+@pytest.fixture(name="host")
+def _host(pg_pool: asyncpg.Pool) -> PostgresHost:
+    return PostgresHost(pg_pool)
+
+
+async def add_capped_pair(host: PostgresHost, pool: asyncpg.Pool, hook: Hook) -> None:
+    """ep-c/lane: five nudges since progress, work 3 hours old."""
+    await host.add_endpoint("ep-c")
+    await host.add_hook("hook-c", endpoint_id="ep-c", url=hook.url, secret=SECRET)
+    await host.create_todo("c-0", endpoint_id="ep-c", queue="lane", created_at=old(180))
+    await pool.execute(
+        "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at) "
+        "VALUES ('ep-c', 'lane', 5, now() - interval '1 minute')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("due", 0),
+        ("fresh-without-receiver", 0),
+        ("capped", 3),
+        ("stale-without-receiver", 3),
+        ("stale-on-paused-endpoint", 3),
+    ],
+)
+async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
+    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook, setup: str, expected: int
+) -> None:
+    """status --check: 0 when the sweep has it in hand, 3 when capped or nothing can wake it."""
+    if setup == "capped":
+        await add_capped_pair(host, pg_pool, hook)
+    else:
+        state = "paused" if setup == "stale-on-paused-endpoint" else "active"
+        await host.add_endpoint("ep-1", state=state)
+        if setup in {"due", "stale-on-paused-endpoint"}:
+            await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+        age = 0 if setup.startswith("fresh") else 30
+        await host.create_todo("t-0", endpoint_id="ep-1", queue="lane", created_at=old(age))
+
+    text = await cli("status", "--check", "--dsn", pg_dsn)
+    as_json = await cli("status", "--check", "--json", "--dsn", pg_dsn)
+
+    assert (expected, expected) == (text.status, as_json.status), text.err
+    pairs = json.loads(as_json.out)["pairs"]
+    assert [expected == 3] == [p["needs_person"] for p in pairs]
+
+
+async def test_an_empty_board_is_valid_json_and_passes_the_check(pg_dsn: str) -> None:
+    """With nothing pending, status --json prints an object with an empty pair list; exit 0."""
+    result = await cli("status", "--json", "--check", "--dsn", pg_dsn)
+
+    assert 0 == result.status
+    document = json.loads(result.out)
+    assert [] == document["pairs"]
+    assert document["at"].endswith("+00:00")
+
+
+async def test_status_json_names_units_and_gives_utc_times(
+    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+) -> None:
+    """Durations are seconds under *_s keys; instants are ISO 8601 in UTC."""
+    await add_capped_pair(host, pg_pool, hook)
+
+    pair = json.loads((await cli("status", "--json", "--dsn", pg_dsn)).out)["pairs"][0]
+
+    assert 180 * 60 <= pair["oldest_age_s"]
+    assert (5, "capped") == (pair["effective_nudges"], pair["verdict"])
+    assert pair["last_nudged_at"].endswith("+00:00")
+    assert "oldest_age" not in pair
+
+
+async def test_control_characters_are_escaped_in_every_output(
+    pg_dsn: str, host: PostgresHost, hook: Hook
+) -> None:
+    """A sender's ESC, BEL, CR, CSI and bidi override never reach the terminal raw."""
+    await host.add_endpoint(HOSTILE)
+    await host.add_hook("hook-h", endpoint_id=HOSTILE, url=hook.url, secret=SECRET)
+    await host.create_todo(
+        HOSTILE, endpoint_id=HOSTILE, queue=HOSTILE, created_at=old(30), title=HOSTILE
+    )
+
+    table = await cli("status", "--dsn", pg_dsn)
+    as_json = await cli("status", "--json", "--dsn", pg_dsn)
+    swept = await cli("sweep", "--once", "--dsn", pg_dsn, "--log-level", "debug")
+    swept_json = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
+
+    for result in (table, as_json, swept, swept_json):
+        assert 0 == result.status, result.err
+        assert [] == RAW.findall(result.out + result.err)
+    assert "lane\\x1b[2J\\x07\\x0d\\x9bfake\\u202e" in table.out
+    assert "\\x1b" in swept.out
+    assert "\\x1b" in swept.err
+    assert [HOSTILE] == [p["queue"] for p in json.loads(as_json.out)["pairs"]]
+
+
+@pytest.fixture(name="locked_out_dsn")
+async def _locked_out_dsn(pg_server: str, pg_dsn: str) -> AsyncIterator[str]:
+    """A DSN for a role that can log in and see the tables but read none of them."""
+    role = pg.unique_name("stall_nobody")
+    conn = await asyncpg.connect(pg_server)
+    await conn.execute(f"CREATE ROLE {role} LOGIN")
+    await conn.close()
+    yield pg_dsn.replace("postgres@", f"{role}@", 1)
+    conn = await asyncpg.connect(pg_server)
+    await conn.execute(f"DROP ROLE {role}")
+    await conn.close()
+
+
+async def test_a_failed_tick_is_a_json_record_and_exit_1(locked_out_dsn: str) -> None:
+    """sweep --once --json: a tick the database refuses prints a failed record and exits 1."""
+    result = await cli("sweep", "--once", "--json", "--dsn", locked_out_dsn)
+
+    assert 1 == result.status, result.err
+    tick = json.loads(result.out)
+    assert ("failed", 1, [], None) == (tick["outcome"], tick["tick"], tick["charged"], tick["at"])
+    assert "permission denied" in tick["error"]
+    assert 1 == len(result.err.splitlines())
+    assert "Traceback" not in result.err
+
+
+async def test_the_loop_prints_a_record_for_each_failed_tick(locked_out_dsn: str) -> None:
+    """The sidecar with --json prints failed ticks on stdout as records, and goes on."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "adapters.cli", "sweep", "--interval", "50ms", "--json"),
+        *("--dsn", locked_out_dsn),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    lines = [await asyncio.wait_for(proc.stdout.readline(), 30) for _ in range(2)]
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+
+    assert 0 == proc.returncode, err.decode()
+    assert [(1, "failed"), (2, "failed")] == [
+        (r["tick"], r["outcome"]) for r in map(json.loads, lines)
+    ]
+
+
+async def sidecar_log(dsn: str, *options: str, until: str) -> str:
+    """Run the text sidecar until stderr shows ``until``, then a few idle ticks; stop it."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "adapters.cli", *options, "sweep", "--interval", "20ms"),
+        *("--dsn", dsn),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    seen = []
+    while until not in "".join(seen):
+        seen.append((await asyncio.wait_for(proc.stderr.readline(), 30)).decode())
+    await asyncio.sleep(0.3)  # some idle ticks: what they log is what the test checks
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert 0 == proc.returncode
+    return "".join(seen) + err.decode()
+
+
+async def test_idle_ticks_are_quiet_by_default_and_records_carry_fields(
+    pg_dsn: str, host: PostgresHost, hook: Hook
+) -> None:
+    """At the default level a busy tick and its nudge are logged with fields; idle ticks are not."""
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.create_todo("l-0", endpoint_id="ep-1", queue="lane-l", created_at=old(30))
+
+    log = await sidecar_log(pg_dsn, until="tick 1: charged 1")
+
+    assert "[tick=1 endpoint=ep-1 queue=lane-l nudge=1 todo=l-0]" in log
+    assert "tick 1: charged 1, drained 0, queued 1, refused 0 [tick=1]" in log
+    assert "tick 2:" not in log
+
+
+async def test_log_level_debug_shows_idle_ticks(pg_dsn: str) -> None:
+    """--log-level debug brings each idle tick's summary back."""
+    log = await sidecar_log(pg_dsn, "--log-level", "debug", until="tick 2: charged 0")
+
+    assert "tick 1: charged 0, drained 0, queued 0, refused 0 [tick=1]" in log

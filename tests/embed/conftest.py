@@ -1,0 +1,40 @@
+"""Shared by the embedding tests: a loopback notify hook that says when it was called."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import attrs
+import pytest
+from aiohttp import web
+
+
+@attrs.frozen
+class Hook:
+    url: str
+    received: asyncio.Event
+
+
+@pytest.fixture(name="hook")
+async def _hook() -> AsyncIterator[Hook]:
+    """A loopback notify hook that answers 204 to every delivery and sets ``received``."""
+    received = asyncio.Event()
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        received.set()
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield Hook(f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received)
+    await runner.cleanup()
+
+
+@pytest.fixture(name="hook_url")
+def _hook_url(hook: Hook) -> str:
+    return hook.url
