@@ -67,12 +67,12 @@ def _ignore_claims(sql: str) -> str:
     """The charge never reads the claim log: no progress, and a stamp of ``now`` alone."""
     sql = _edit(
         sql,
-        r"\n\s*OR EXISTS \(SELECT 1 FROM stall_nudge_claims progress_c\n.*?queue\)\)( AS fresh)",
+        r"\n\s*OR EXISTS \(SELECT 1 FROM stall_nudge_claims progress_c\n.*?queue\)\)\)( AS fresh)",
         r")\1",
     )
     return _edit(
         sql,
-        r"\(SELECT max\(claim_c\.claimed_at\) FROM stall_nudge_claims claim_c\n.*?queue\)",
+        r"\(SELECT max\(claim_c\.claimed_at\) FROM stall_nudge_claims claim_c\n.*?queue\)\)",
         "NULL",
     )
 

@@ -167,7 +167,7 @@ INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
 SELECT 'ep-' || lpad(e::text, 4, '0'), 'q-' || lpad(q::text, 3, '0'), $1::int,
        $2::timestamptz - interval '1 hour'
   FROM generate_series(0, {endpoints} - 1) e, generate_series(0, {queues} - 1) q
-ON CONFLICT (endpoint_id, queue) DO UPDATE
+ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO UPDATE
    SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
 """
 

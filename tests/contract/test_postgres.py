@@ -113,7 +113,9 @@ class TestPostgresLedger(LedgerContract):
 
         # Nothing else changed: once migrated again, the next tick nudges afresh.
         async with driver.pool.acquire() as conn:
-            assert ("queue_stall_nudges", "stall_nudge_ledger_due") == (await migrate(conn)).created
+            assert ("queue_stall_nudges", "stall_nudge_ledger_pair", "stall_nudge_ledger_due") == (
+                await migrate(conn)
+            ).created
         report = await sweeper.tick()
         assert [1] == [n.number for n in report.charged]
 

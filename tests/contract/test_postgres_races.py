@@ -50,7 +50,7 @@ FAST = {"synchronous_commit": "off"}
 RESET_ROW = """
     INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
     VALUES ($1, $2, $3, $4)
-    ON CONFLICT (endpoint_id, queue) DO UPDATE
+    ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO UPDATE
        SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
 """
 

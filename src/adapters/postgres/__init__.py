@@ -9,25 +9,37 @@ from ._hooks import PostgresHooks
 from ._ledger import TICK_LOCK_KEY, PostgresLedger
 from ._migrate import (
     CLAIMS_TABLE,
+    HOST_ID_TYPES,
     HOST_TABLES,
     LEDGER_TABLE,
+    SCHEMA_VERSION,
+    MigrationError,
     MigrationReport,
     MissingHostTables,
+    host_schema_sql,
     migrate,
+    migration_sql,
     missing_tables,
+    schema_behind,
 )
 
 __all__ = [
     "CLAIMS_TABLE",
     "DATABASE_ERRORS",
+    "HOST_ID_TYPES",
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "SCHEMA_VERSION",
     "TICK_LOCK_KEY",
+    "MigrationError",
     "MigrationReport",
     "MissingHostTables",
     "PostgresHooks",
     "PostgresLedger",
     "describe",
+    "host_schema_sql",
     "migrate",
+    "migration_sql",
     "missing_tables",
+    "schema_behind",
 ]

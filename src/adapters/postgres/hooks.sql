@@ -3,7 +3,7 @@
 
 -- name: hooks_covering
 -- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
-SELECT h.id, h.endpoint_id, h.url, h.secret
+SELECT h.id::text AS id, h.endpoint_id::text AS endpoint_id, h.url, h.secret
   FROM notify_hooks h
  WHERE {{covers(h, $1, $2)}}
  ORDER BY h.id;
@@ -12,7 +12,7 @@ SELECT h.id, h.endpoint_id, h.url, h.secret
 -- Reset a hook's consecutive failure count after a delivered message.
 UPDATE notify_hooks
 SET consecutive_failures = 0
-WHERE id = $1 AND consecutive_failures <> 0;
+WHERE id = {{host_id(notify_hooks, $1)}} AND consecutive_failures <> 0;
 
 -- name: record_failure
 -- Count one failed delivery; the $2-th in a row disables the hook at $3 for reason $4.
@@ -23,5 +23,5 @@ SET consecutive_failures = consecutive_failures + 1,
                        THEN $3 ELSE disabled_at END,
     disabled_reason = CASE WHEN enabled AND consecutive_failures + 1 >= $2
                            THEN $4 ELSE disabled_reason END
-WHERE id = $1
+WHERE id = {{host_id(notify_hooks, $1)}}
 RETURNING consecutive_failures, enabled;

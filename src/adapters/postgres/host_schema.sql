@@ -1,24 +1,26 @@
 -- The reference host schema (DESIGN.md): switchboard's tables as the sweep
 -- reads them. Switchboard owns these; the library ships them for tests, the
--- demo and embedders who want a starting point. Idempotent.
+-- demo and embedders who want a starting point. Idempotent. Every id is
+-- text here; adapters.postgres.host_schema_sql builds it with uuid or bigint ids
+-- instead (each "text /* id type */" below).
 
 CREATE TABLE IF NOT EXISTS endpoints (
-    id    text PRIMARY KEY,
+    id    text /* id type */ PRIMARY KEY,
     state text NOT NULL CHECK (state IN ('active', 'paused', 'disabled'))
 );
 
 CREATE TABLE IF NOT EXISTS deliveries (
-    id          text PRIMARY KEY,
-    endpoint_id text NOT NULL REFERENCES endpoints (id),
+    id          text /* id type */ PRIMARY KEY,
+    endpoint_id text /* id type */ NOT NULL REFERENCES endpoints (id),
     verified    boolean NOT NULL,
     received_at timestamptz NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS todos (
-    id               text PRIMARY KEY,
-    endpoint_id      text NOT NULL REFERENCES endpoints (id),
+    id               text /* id type */ PRIMARY KEY,
+    endpoint_id      text /* id type */ NOT NULL REFERENCES endpoints (id),
     queue            text NOT NULL,
-    delivery_id      text NULL REFERENCES deliveries (id),
+    delivery_id      text /* id type */ NULL REFERENCES deliveries (id),
     state            text NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed')),
     title            text NULL,
     created_at       timestamptz NOT NULL,
@@ -31,8 +33,8 @@ CREATE TABLE IF NOT EXISTS todos (
 );
 
 CREATE TABLE IF NOT EXISTS notify_hooks (
-    id                   text PRIMARY KEY,
-    endpoint_id          text NOT NULL REFERENCES endpoints (id),
+    id                   text /* id type */ PRIMARY KEY,
+    endpoint_id          text /* id type */ NOT NULL REFERENCES endpoints (id),
     url                  text NOT NULL,
     secret               text NOT NULL,
     queues               text[] NULL,

@@ -32,9 +32,9 @@ SELECT pg_advisory_xact_lock($1);
 -- $1 endpoint_id, $2 queue, $3 the nudge's number, $4 its charged_at (the stamp it wrote).
 -- A later charge changed the stamp and a drain deleted the row: neither is undone. Run
 -- after hold_tick in the same transaction, so no sweep's snapshot straddles a refund.
-UPDATE queue_stall_nudges
+UPDATE queue_stall_nudges r
    SET nudges = nudges - 1
- WHERE endpoint_id = $1 AND queue = $2 AND nudges = $3 AND last_nudged_at = $4
+ WHERE {{pair_is(r, $1, $2)}} AND nudges = $3 AND last_nudged_at = $4
 RETURNING nudges;
 
 -- name: charge_due
@@ -49,46 +49,70 @@ RETURNING nudges;
 -- pending todo; then only cheap work per pair (the head's delivery, the ledger
 -- row, and the claim log only for pairs that have a ledger row). See
 -- docs/benchmarks.md.
-WITH RECURSIVE heads AS (
-    -- Skip scan over stall_nudge_todos_pending: one step per pair with a pending todo.
+WITH RECURSIVE heads_short AS (
+    -- Skip scan over stall_nudge_todos_pending_short: one step per pair with a pending todo.
     -- The index orders a pair's entries oldest first, so each step's row is the
     -- pair's oldest pending todo (ties by id in "C" order, as the core breaks them).
     -- ~<~ / ~>~ are the byte-wise (text_pattern_ops) order the index is built in:
     -- each step checks the bound on every entry of the page it lands on, and a
     -- memcmp costs far less there than a locale-aware comparison.
-    (SELECT t.endpoint_id, t.queue, t.created_at, t.id, t.delivery_id
+    (SELECT t.endpoint_id::text AS endpoint_id, t.queue, t.created_at, t.id::text AS id,
+            t.delivery_id
        FROM todos t
-      WHERE t.state = 'pending'
-      ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
+      WHERE t.state = 'pending' AND {{short_names(t)}}
+      ORDER BY t.endpoint_id::text USING ~<~, t.queue USING ~<~, t.created_at,
+               t.id::text COLLATE "C"
       LIMIT 1)
     UNION ALL
     SELECT nxt.endpoint_id, nxt.queue, nxt.created_at, nxt.id, nxt.delivery_id
-      FROM heads h
+      FROM heads_short h
      CROSS JOIN LATERAL (
-            SELECT t.endpoint_id, t.queue, t.created_at, t.id, t.delivery_id
+            SELECT t.endpoint_id::text AS endpoint_id, t.queue, t.created_at, t.id::text AS id,
+                   t.delivery_id
               FROM todos t
-             WHERE t.state = 'pending'
-               AND (t.endpoint_id, t.queue) ~>~ (h.endpoint_id, h.queue)
-             ORDER BY t.endpoint_id USING ~<~, t.queue USING ~<~, t.created_at, t.id COLLATE "C"
+             WHERE t.state = 'pending' AND {{short_names(t)}}
+               AND (t.endpoint_id::text, t.queue) ~>~ (h.endpoint_id, h.queue)
+             ORDER BY t.endpoint_id::text USING ~<~, t.queue USING ~<~, t.created_at,
+                      t.id::text COLLATE "C"
              LIMIT 1) nxt
+),
+heads_long AS (
+    -- Each pair's oldest pending todo among those whose names are too long for the
+    -- short index (rare): a scan of stall_nudge_todos_pending_long, which holds only them.
+    SELECT DISTINCT ON (t.endpoint_id::text, t.queue)
+           t.endpoint_id::text AS endpoint_id, t.queue, t.created_at, t.id::text AS id,
+           t.delivery_id
+      FROM todos t
+     WHERE t.state = 'pending' AND {{long_names(t)}}
+     ORDER BY t.endpoint_id::text, t.queue, t.created_at, t.id::text COLLATE "C"
+),
+heads AS (
+    -- One head per pair. A pair with todos on both sides ("mixed") is searched whole below.
+    SELECT s.*, (s.endpoint_id, s.queue) IN (SELECT l.endpoint_id, l.queue FROM heads_long l)
+                AS mixed
+      FROM heads_short s
+    UNION ALL
+    SELECT l.*, false
+      FROM heads_long l
+     WHERE (l.endpoint_id, l.queue) NOT IN (SELECT s.endpoint_id, s.queue FROM heads_short s)
 ),
 gated AS (
     -- Does each head pass the sender gate? Quarantine is not work.
-    SELECT h.endpoint_id, h.queue, h.id, h.created_at, {{passes_gate(h)}} AS passes
+    SELECT h.endpoint_id, h.queue, h.id, h.created_at, h.mixed, {{passes_gate(h)}} AS passes
       FROM heads h
      WHERE h.queue <> $6
 ),
 work AS (
     -- Each pair's oldest pending todo that passes the sender gate: the head itself,
-    -- or, for a pair whose head does not pass, a search of the pair.
+    -- or, for a pair whose head does not pass (or a mixed pair), a search of the pair.
     SELECT g.endpoint_id, g.queue, g.id AS todo_id, g.created_at
       FROM gated g
-     WHERE g.passes
+     WHERE g.passes AND NOT g.mixed
     UNION ALL
     SELECT g.endpoint_id, g.queue, o.id, o.created_at
       FROM gated g
      CROSS JOIN LATERAL ({{oldest_work(g.endpoint_id, g.queue, $6)}}) o
-     WHERE NOT g.passes
+     WHERE NOT g.passes OR g.mixed
 ),
 work_rows AS (
     -- Each pair's work with its ledger row, if any.
@@ -133,16 +157,26 @@ changed AS (
     SELECT x.endpoint_id, x.queue FROM stall_nudge_changes x
      WHERE x.queue IS NOT NULL AND {{stalled(x.look_after, $1, $2)}}
     UNION
-    -- Every pair of a reconfigured endpoint: its pending todos' queues, its ledger rows.
+    -- Every pair of a reconfigured endpoint: its pending todos' queues (on both sides
+    -- of the pending index), its ledger rows.
     SELECT e.endpoint_id, q.queue
       FROM reconfigured e
      CROSS JOIN LATERAL (SELECT DISTINCT t.queue FROM todos t
-                          WHERE t.endpoint_id = e.endpoint_id AND t.state = 'pending') q
+                          WHERE t.endpoint_id::text = e.endpoint_id AND t.state = 'pending'
+                            AND {{short_names(t)}}) q
+    UNION
+    SELECT e.endpoint_id, q.queue
+      FROM reconfigured e
+     CROSS JOIN LATERAL (SELECT DISTINCT t.queue FROM todos t
+                          WHERE md5(t.endpoint_id::text) = md5(e.endpoint_id)
+                            AND t.endpoint_id::text = e.endpoint_id AND t.state = 'pending'
+                            AND {{long_names(t)}}) q
     UNION
     SELECT e.endpoint_id, n.queue
       FROM reconfigured e
      CROSS JOIN LATERAL (SELECT DISTINCT n.queue FROM queue_stall_nudges n
-                          WHERE n.endpoint_id = e.endpoint_id) n
+                          WHERE md5(n.endpoint_id) = md5(e.endpoint_id)
+                            AND n.endpoint_id = e.endpoint_id) n
     UNION
     SELECT r.endpoint_id, r.queue
       FROM generate_series(0, $4 - 1) AS s (nudges)
@@ -175,7 +209,7 @@ judged_rows AS (
       LEFT JOIN LATERAL ({{oldest_work(j.endpoint_id, j.queue, $6)}}) o ON true
       LEFT JOIN LATERAL (SELECT r.ctid, r.nudges, r.last_nudged_at
                            FROM queue_stall_nudges r
-                          WHERE r.endpoint_id = j.endpoint_id AND r.queue = j.queue
+                          WHERE {{pair_is(r, j.endpoint_id, j.queue)}}
                           LIMIT 1) r ON true
 ),
 work_rows AS (
@@ -201,17 +235,17 @@ SELECT endpoint_id, queue, nudges, last_nudged_at FROM queue_stall_nudges;
 -- The same rules as charge_due decide what each column says; stall_core.pair_status
 -- turns them into the verdict.
 WITH pairs AS (
-    SELECT endpoint_id, queue FROM todos WHERE state = 'pending'
+    SELECT endpoint_id::text AS endpoint_id, queue FROM todos WHERE state = 'pending'
     UNION
     SELECT endpoint_id, queue FROM queue_stall_nudges
 ),
 counts AS (
-    SELECT t.endpoint_id, t.queue,
+    SELECT t.endpoint_id::text AS endpoint_id, t.queue,
            count(*) FILTER (WHERE {{passes_gate(t)}}) AS gated,
            count(*) FILTER (WHERE NOT {{passes_gate(t)}}) AS ungated
       FROM todos t
      WHERE t.state = 'pending'
-     GROUP BY t.endpoint_id, t.queue
+     GROUP BY t.endpoint_id::text, t.queue
 )
 SELECT p.endpoint_id, p.queue,
        coalesce(c.gated, 0) AS gated,
@@ -225,10 +259,21 @@ SELECT p.endpoint_id, p.queue,
   LEFT JOIN counts c ON c.endpoint_id = p.endpoint_id AND c.queue = p.queue
   LEFT JOIN queue_stall_nudges r ON r.endpoint_id = p.endpoint_id AND r.queue = p.queue
   LEFT JOIN LATERAL (
-        SELECT t.id, t.created_at, t.title
-          FROM todos t
-         WHERE t.endpoint_id = p.endpoint_id AND t.queue = p.queue AND t.state = 'pending'
-           AND {{passes_gate(t)}}
-         ORDER BY t.created_at, t.id COLLATE "C"
+        -- The pair's oldest gate-passing pending todo: a descent of each side of the index.
+        SELECT o.id, o.created_at, o.title
+          FROM ((SELECT t.id::text AS id, t.created_at, t.title
+                   FROM todos t
+                  WHERE t.endpoint_id::text = p.endpoint_id AND t.queue = p.queue
+                    AND t.state = 'pending' AND {{short_names(t)}} AND {{passes_gate(t)}}
+                  ORDER BY t.created_at, t.id::text COLLATE "C"
+                  LIMIT 1)
+                UNION ALL
+                (SELECT t.id::text, t.created_at, t.title
+                   FROM todos t
+                  WHERE {{long_pair(t, p.endpoint_id, p.queue)}}
+                    AND t.state = 'pending' AND {{long_names(t)}} AND {{passes_gate(t)}}
+                  ORDER BY t.created_at, t.id::text COLLATE "C"
+                  LIMIT 1)) o
+         ORDER BY o.created_at, o.id COLLATE "C"
          LIMIT 1) o ON true
  ORDER BY p.endpoint_id COLLATE "C", p.queue COLLATE "C";

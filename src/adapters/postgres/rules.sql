@@ -4,6 +4,10 @@
 -- reference (alias.column) or a $n parameter, never user input.
 -- The Python core (stall_core._decide) is the reference; the contract suite and the
 -- differential tests hold these to it.
+--
+-- Host ids may be text, uuid or bigint: the sweep handles every id as its text form
+-- (column::text, the column itself on a text host), and our own tables store that form.
+-- Our tables key pairs by md5 of each name, so a name of any length fits their indexes.
 
 -- rule: passes_gate(todo)
 -- The sender gate (SPEC-0011): no delivery (an operator's todo), or a verified one.
@@ -19,11 +23,11 @@
 -- rule: endpoint_active(endpoint_id)
 -- Only an active endpoint's queues are nudged (a paused or disabled one keeps its row).
 EXISTS (SELECT 1 FROM endpoints active_e
-         WHERE active_e.id = {endpoint_id} AND active_e.state = 'active')
+         WHERE active_e.id::text = {endpoint_id} AND active_e.state = 'active')
 
 -- rule: covers(hook, endpoint_id, queue)
 -- An enabled notify hook of the endpoint whose queue filter covers the queue (NULL: all).
-({hook}.endpoint_id = {endpoint_id} AND {hook}.enabled
+({hook}.endpoint_id::text = {endpoint_id} AND {hook}.enabled
  AND ({hook}.queues IS NULL OR {queue} = ANY ({hook}.queues)))
 
 -- rule: has_receiver(endpoint_id, queue)
@@ -35,17 +39,22 @@ EXISTS (SELECT 1 FROM notify_hooks receiver_h
 -- Older than the stall threshold, strictly (a todo exactly that old is still fresh).
 ({created_at} < {now}::timestamptz - {threshold_us}::bigint * interval '1 microsecond')
 
+-- rule: pair_is(row, endpoint_id, queue)
+-- A row of our tables is the pair's: one descent of the table's (md5(endpoint_id),
+-- md5(queue)) index, the names themselves compared too.
+(md5({row}.endpoint_id) = md5({endpoint_id}::text) AND md5({row}.queue) = md5({queue}::text)
+ AND {row}.endpoint_id = {endpoint_id} AND {row}.queue = {queue})
+
 -- rule: unabsorbed_claim_at(endpoint_id, queue)
 -- The latest claim in the pair that no charge has absorbed yet (the claim log), or NULL.
 (SELECT max(claim_c.claimed_at) FROM stall_nudge_claims claim_c
-  WHERE claim_c.endpoint_id = {endpoint_id} AND claim_c.queue = {queue})
+  WHERE {{pair_is(claim_c, {endpoint_id}, {queue})}})
 
 -- rule: starts_over(pair)
 -- The next nudge is nudge 1, due at once: no ledger row, or progress (an unabsorbed claim).
 ({pair}.row_nudges IS NULL
  OR EXISTS (SELECT 1 FROM stall_nudge_claims progress_c
-             WHERE progress_c.endpoint_id = {pair}.endpoint_id
-               AND progress_c.queue = {pair}.queue))
+             WHERE {{pair_is(progress_c, {pair}.endpoint_id, {pair}.queue)}}))
 
 -- rule: backoff_step(nudges, backoff_us)
 -- The wait after nudge number nudges (a refunded first nudge, 0, waits the first step;
@@ -62,15 +71,46 @@ EXISTS (SELECT 1 FROM notify_hooks receiver_h
 -- Without progress, nudge nudges + 1 may fire: below the cap, and its backoff ended.
 ({nudges} < {cap} AND {{backoff_ended({nudges}, {last_nudged_at}, {now}, {backoff_us})}})
 
+-- rule: short_names(todo)
+-- A todo whose names fit an entry of stall_nudge_todos_pending_short (a btree entry
+-- stops near 2.7 kB): the pending index splits on this, so no host write can fail.
+(octet_length({todo}.endpoint_id::text) + octet_length({todo}.queue)
+ + octet_length({todo}.id::text) + coalesce(octet_length({todo}.delivery_id::text), 0) <= 2000)
+
+-- rule: long_names(todo)
+-- The other todos, in stall_nudge_todos_pending_long, keyed by md5 of the pair's names.
+(octet_length({todo}.endpoint_id::text) + octet_length({todo}.queue)
+ + octet_length({todo}.id::text) + coalesce(octet_length({todo}.delivery_id::text), 0) > 2000)
+
+-- rule: long_pair(todo, endpoint_id, queue)
+-- The todo's pair is (endpoint_id, queue): a descent of stall_nudge_todos_pending_long.
+(md5({todo}.endpoint_id::text) = md5({endpoint_id}::text) AND md5({todo}.queue) = md5({queue}::text)
+ AND {todo}.endpoint_id::text = {endpoint_id} AND {todo}.queue = {queue})
+
 -- rule: oldest_work(endpoint_id, queue, quarantine)
 -- The pair's oldest pending todo that is work (ties by id in "C" order, as the core
--- breaks them): one descent of stall_nudge_todos_pending.
-SELECT work_t.id, work_t.created_at
-  FROM todos work_t
- WHERE work_t.endpoint_id = {endpoint_id} AND work_t.queue = {queue}
-   AND {{is_work(work_t, {quarantine})}}
- ORDER BY work_t.created_at, work_t.id COLLATE "C"
+-- breaks them): one descent of each side of the pending index.
+SELECT oldest_w.id, oldest_w.created_at
+  FROM ((SELECT work_t.id::text AS id, work_t.created_at
+           FROM todos work_t
+          WHERE work_t.endpoint_id::text = {endpoint_id} AND work_t.queue = {queue}
+            AND {{short_names(work_t)}} AND {{is_work(work_t, {quarantine})}}
+          ORDER BY work_t.created_at, work_t.id::text COLLATE "C"
+          LIMIT 1)
+        UNION ALL
+        (SELECT long_t.id::text, long_t.created_at
+           FROM todos long_t
+          WHERE {{long_pair(long_t, {endpoint_id}, {queue})}}
+            AND {{long_names(long_t)}} AND {{is_work(long_t, {quarantine})}}
+          ORDER BY long_t.created_at, long_t.id::text COLLATE "C"
+          LIMIT 1)) oldest_w
+ ORDER BY oldest_w.created_at, oldest_w.id COLLATE "C"
  LIMIT 1
+
+-- rule: host_id(table, id)
+-- The host's id (text, uuid or bigint: the type of table.id) of its text form, so a
+-- lookup descends the host's primary key whatever the id type.
+(json_populate_record(NULL::{table}, json_build_object('id', {id}::text))).id
 
 -- rule: charge_order(spent, created_at, endpoint_id, queue)
 -- Which due pairs a tick charges first: least nudged, then oldest work, then endpoint
@@ -130,7 +170,7 @@ inserted AS (
     SELECT d.endpoint_id, d.queue, d.spent + 1, d.stamp
       FROM due d
      WHERE d.row_nudges IS NULL
-    ON CONFLICT (endpoint_id, queue) DO NOTHING
+    ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO NOTHING
     RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
 ),
 advanced AS (
@@ -158,9 +198,9 @@ absorbed AS (
      WHERE EXISTS (SELECT 1 FROM charged x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
         OR EXISTS (SELECT 1 FROM drained x WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
         OR NOT EXISTS (SELECT 1 FROM queue_stall_nudges n
-                        WHERE n.endpoint_id = c.endpoint_id AND n.queue = c.queue)
+                        WHERE {{pair_is(n, c.endpoint_id, c.queue)}})
         OR EXISTS (SELECT 1 FROM stall_nudge_claims k
-                    WHERE k.endpoint_id = c.endpoint_id AND k.queue = c.queue
+                    WHERE {{pair_is(k, c.endpoint_id, c.queue)}}
                       AND (k.claimed_at, k.ctid) > (c.claimed_at, c.ctid))
 ),
 held_back AS (
@@ -175,7 +215,7 @@ held AS (
     INSERT INTO stall_nudge_held AS h (endpoint_id, queue, todo_id, created_at)
     SELECT b.endpoint_id, b.queue, b.todo_id, b.created_at
       FROM held_back b
-    ON CONFLICT (endpoint_id, queue)
+    ON CONFLICT ((md5(endpoint_id)), (md5(queue)))
     DO UPDATE SET todo_id = EXCLUDED.todo_id, created_at = EXCLUDED.created_at
      WHERE (h.todo_id, h.created_at) IS DISTINCT FROM (EXCLUDED.todo_id, EXCLUDED.created_at)
 ),
@@ -186,7 +226,7 @@ released AS (
             SELECT k.ctid
               FROM judged j
              CROSS JOIN LATERAL (SELECT k.ctid FROM stall_nudge_held k
-                                  WHERE k.endpoint_id = j.endpoint_id AND k.queue = j.queue
+                                  WHERE {{pair_is(k, j.endpoint_id, j.queue)}}
                                   LIMIT 1) k
              WHERE (j.endpoint_id, j.queue) NOT IN (SELECT b.endpoint_id, b.queue
                                                       FROM held_back b)))
@@ -201,7 +241,7 @@ SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at,
        d.todo_id, d.created_at, t.title, d.rank
   FROM charged c
   JOIN due d ON d.endpoint_id = c.endpoint_id AND d.queue = c.queue
-  JOIN todos t ON t.id = d.todo_id
+  JOIN todos t ON t.id = {{host_id(todos, d.todo_id)}}
 UNION ALL
 SELECT 'drain', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL
   FROM drained x
