@@ -96,7 +96,7 @@ def pair_state(created_us: int, claim_at: datetime | None = None) -> PairState:
 def test_first_stalled_tick_is_the_first_tick_is_candidate_holds(
     created_us: int, threshold_us: int, tick_us: int
 ) -> None:
-    """first_stalled_tick is the first tick where is_candidate (strict D3 threshold) is True."""
+    """first_stalled_tick is the first tick where is_candidate (the strict threshold) is True."""
     policy = PacingPolicy(threshold=threshold_us * US)
     tick = first_stalled_tick(created_us, threshold_us, tick_us)
     pair = pair_state(created_us)
