@@ -181,13 +181,25 @@ class PostgresHost:
 
 
 def _storable(**fields: str | None) -> None:
-    """Refuse text PostgreSQL cannot store (NUL) by field name; the value is never quoted."""
+    """Refuse text PostgreSQL cannot store (NUL, a lone surrogate) by field name, unquoted.
+
+    asyncpg's own error would quote the whole value, a secret included.
+    """
     for name, value in fields.items():
-        if value is not None and "\x00" in value:
+        if value is None:
+            continue
+        if "\x00" in value:
             raise HostError(
                 f"{name.replace('_', ' ')} contains a NUL character, which PostgreSQL text "
                 "cannot store; nothing was written"
             )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HostError(
+                f"{name.replace('_', ' ')} holds text that cannot be encoded (a lone "
+                "surrogate); nothing was written"
+            ) from None
 
 
 def _instant(at: datetime | None) -> datetime | None:

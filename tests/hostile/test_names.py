@@ -147,6 +147,23 @@ async def test_nul_in_hook_or_endpoint_is_a_clear_error(pg_pool: asyncpg.Pool) -
     assert 0 == await pg_pool.fetchval("SELECT count(*) FROM notify_hooks")
 
 
+async def test_a_lone_surrogate_in_a_secret_or_url_is_refused_by_field_unquoted(
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """A secret or URL that is not encodable is refused naming the field, never quoting it."""
+    host = PostgresHost(pg_pool)
+    await host.add_endpoint("e1")
+    with pytest.raises(HostError, match=r"^secret holds text that cannot be encoded") as secret:
+        await host.add_hook(
+            "h1", endpoint_id="e1", url="http://127.0.0.1/", secret=SECRET + "\ud800"
+        )
+    with pytest.raises(HostError, match=r"^url holds text that cannot be encoded") as url:
+        await host.add_hook("h1", endpoint_id="e1", url="http://127.0.0.1/\udfff", secret=SECRET)
+
+    assert (False, False) == (SECRET in str(secret.value), "127.0.0.1" in str(url.value))
+    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM notify_hooks")
+
+
 async def test_pair_too_long_for_notify_is_still_created(pg_pool: asyncpg.Pool) -> None:
     """A pair whose todo_ready payload passes NOTIFY's 8000-byte limit still gets its todo."""
     host = PostgresHost(pg_pool)
