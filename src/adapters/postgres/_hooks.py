@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import asyncpg
-
 from adapters._sql import queries
 from stall_core import HookDirectory, HookHealth, HookTarget
+
+from ._types import Queryable
 
 __all__ = ["PostgresHooks"]
 
@@ -34,7 +34,7 @@ def _storable(field: str, value: str) -> str:
 class PostgresHooks:
     """``notify_hooks`` as a hook directory; the pool is the caller's (the composition root's)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: Queryable) -> None:
         self._pool = pool
 
     async def hooks_covering(self, endpoint_id: str, queue: str) -> tuple[HookTarget, ...]:

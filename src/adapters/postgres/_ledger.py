@@ -31,6 +31,7 @@ from stall_core import (
 )
 
 from ._errors import DATABASE_ERRORS, as_ledger_error
+from ._types import PooledConnection
 
 if TYPE_CHECKING:
     from stall_core import LedgerPort
@@ -93,6 +94,7 @@ class PostgresLedger:
             lock = await conn.fetchrow(
                 _SQL["tick_lock"], TICK_LOCK_KEY, str(int(self._timeout * 1000))
             )
+            assert lock is not None  # a SELECT with no FROM returns its one row
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
             if not lock["got"]:
                 return ChargeOutcome(now=now, skipped=True)
@@ -127,7 +129,7 @@ class PostgresLedger:
     @asynccontextmanager
     async def _connection(
         self, what: str, *, transaction: bool = False
-    ) -> AsyncIterator[asyncpg.Connection]:
+    ) -> AsyncIterator[PooledConnection]:
         """A pooled connection for at most ``timeout`` seconds in all, acquiring included.
 
         Past the deadline the connection is cut off, not rolled back (a
@@ -136,7 +138,7 @@ class PostgresLedger:
         ``LedgerError`` naming ``what`` failed.
         """
         deadline = asyncio.get_running_loop().time() + self._timeout
-        conn: asyncpg.Connection | None = None
+        conn: PooledConnection | None = None
         # Set once the connection is known idle: only then is it handed back. Any
         # other way out (the deadline, a cancellation, even before BEGIN) cuts it
         # off, since a release waits for the server to acknowledge, which a

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-import asyncpg
 import attrs
 
 from adapters._sql import parse_queries, queries, script
+
+from ._types import Connection
 
 __all__ = [
     "CLAIMS_TABLE",
@@ -116,33 +117,33 @@ def host_schema_sql(id_type: str = "text") -> str:
     return text.replace("text /* id type */", f"{id_type} /* id type */")
 
 
-async def _existing(conn: asyncpg.Connection, names: tuple[str, ...]) -> set[str]:
+async def _existing(conn: Connection, names: tuple[str, ...]) -> set[str]:
     rows = await conn.fetch(_SQL["existing_relations"], list(names))
     return {r["relname"] for r in rows}
 
 
-async def _ids_are_text(conn: asyncpg.Connection) -> bool:
+async def _ids_are_text(conn: Connection) -> bool:
     return bool(await conn.fetchval(_SQL["endpoint_ids_are_text"]))
 
 
-async def _plan(conn: asyncpg.Connection) -> list[tuple[str, str]]:
+async def _plan(conn: Connection) -> list[tuple[str, str]]:
     """The steps this database's migration runs: every step, less the keyed index on text ids."""
     text_ids = await _ids_are_text(conn)
     return [(n, sql) for n, sql in _steps().items() if not (n == _KEYED_STEP and text_ids)]
 
 
-async def _wanted_indexes(conn: asyncpg.Connection) -> tuple[str, ...]:
+async def _wanted_indexes(conn: Connection) -> tuple[str, ...]:
     return _OWN_INDEXES if await _ids_are_text(conn) else (*_OWN_INDEXES, _KEYED_INDEX)
 
 
-async def missing_tables(conn: asyncpg.Connection) -> list[str]:
+async def missing_tables(conn: Connection) -> list[str]:
     """The host tables and our own tables that this database lacks, in that order."""
     wanted = (*HOST_TABLES, *_OWN_TABLES)
     present = await _existing(conn, wanted)
     return [t for t in wanted if t not in present]
 
 
-async def schema_behind(conn: asyncpg.Connection) -> list[str]:
+async def schema_behind(conn: Connection) -> list[str]:
     """Why this database's schema is behind this build, one reason a line; empty when current."""
     missing_host = [t for t in HOST_TABLES if t not in await _existing(conn, HOST_TABLES)]
     if missing_host:
@@ -181,7 +182,7 @@ async def schema_behind(conn: asyncpg.Connection) -> list[str]:
     return reasons
 
 
-async def migration_sql(conn: asyncpg.Connection, *, concurrently: bool = False) -> str:
+async def migration_sql(conn: Connection, *, concurrently: bool = False) -> str:
     """The SQL ``migrate`` would run on this database, for a DBA to read or run by hand.
 
     Host-table indexes of tables of at least ``LARGE_TABLE_ROWS`` rows (or all
@@ -234,7 +235,7 @@ def _host_index_table(sql: str) -> str | None:
 
 
 async def migrate(
-    conn: asyncpg.Connection, *, host_schema: bool = False, host_id_type: str = "text"
+    conn: Connection, *, host_schema: bool = False, host_id_type: str = "text"
 ) -> MigrationReport:
     """Create our tables, triggers and indexes; with ``host_schema``, the host tables first.
 
