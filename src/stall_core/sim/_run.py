@@ -76,6 +76,48 @@ def simulate(
 class _Run:
     """One policy over one scenario."""
 
+    # Slots: with more attributes than CPython specializes in an instance
+    # dict (30), every ``self.`` lookup in the hot loop would be a dict search.
+    __slots__ = (
+        "agenda",
+        "arrival",
+        "arrivals",
+        "arrivals_per_us",
+        "chance",
+        "check",
+        "claim_probability",
+        "claims",
+        "claims_when_started",
+        "created_us",
+        "draw_chance",
+        "draw_gap",
+        "draw_workload",
+        "due",
+        "due_ticks",
+        "end_us",
+        "flaky",
+        "flaky_miss",
+        "last_tick",
+        "latency_us",
+        "no_event",
+        "pacing",
+        "pair_count",
+        "pairs",
+        "policy",
+        "record",
+        "scenario",
+        "scheduled",
+        "service_us",
+        "sweeping",
+        "tally",
+        "threshold_us",
+        "tick_us",
+        "timeline",
+        "unverified_share",
+        "wake_loss",
+        "workload",
+    )
+
     def __init__(
         self,
         scenario: Scenario,
@@ -104,6 +146,8 @@ class _Run:
             end_us=micros(scenario.duration),
         )
         self.end_us = self.timeline.end_us
+        self.tick_us = self.timeline.tick_us
+        self.last_tick = self.timeline.last_tick
         self.threshold_us = micros(self.pacing.threshold) if self.pacing else 0
         self.due_ticks = (
             DueTicks(policy=self.pacing, timeline=self.timeline) if self.pacing else None
@@ -340,9 +384,9 @@ class _Run:
         if not gated and charged_us is None:
             pair.agenda_tick = NOT_SCHEDULED  # nothing to decide until work arrives
             return
-        timeline = self.timeline
-        tick_us = timeline.tick_us
-        tick = next_sweep = timeline.tick_at_or_after(since_us)
+        tick_us = self.tick_us
+        # Timeline.tick_at_or_after, written out: this runs for millions of events.
+        tick = next_sweep = -(-since_us // tick_us)
         claim_at = pair.claim_at_us
         if claim_at is not None and next_sweep * tick_us >= claim_at:
             # Its consumer claims before the next sweep, and a claim takes at
@@ -363,7 +407,7 @@ class _Run:
                 return
             tick = max(tick, pair.due_tick)
         claimed_first = claim_at is not None and tick * tick_us >= claim_at
-        if tick > timeline.last_tick or claimed_first:
+        if tick > self.last_tick or claimed_first:
             pair.agenda_tick = NOT_SCHEDULED
         elif gated and tick == next_sweep:
             pair.agenda_tick = NOT_SCHEDULED
