@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import attrs
 
@@ -95,8 +96,8 @@ class Tally:
     max_started_in_tick: int = 0
     held_back_ticks: int = 0
     charged_ticks: int = 0
-    #: Creation-to-claim wait of every claimed todo.
-    waits_us: list[int] = attrs.field(factory=list)
+    #: Creation-to-claim wait of every claimed todo (an array: see ``_Run.created_us``).
+    waits_us: array[int] = attrs.field(factory=lambda: array("q"))
     nudge_log: list[Nudge] = attrs.field(factory=list)
     trace: list[Created | Claimed] = attrs.field(factory=list)
 

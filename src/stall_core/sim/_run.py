@@ -26,6 +26,7 @@ as a ledger would read it, must charge and drain exactly what the run did.
 from __future__ import annotations
 
 import math
+from array import array
 from heapq import heappop, heappush, heapreplace
 
 from stall_core._decide import plan_tick
@@ -173,8 +174,10 @@ class _Run:
         }[consumer.kind]
         self.flaky_miss = ConsumerClaims(up_to=0)
 
-        #: The creation instant of every todo, by todo number.
-        self.created_us: list[int] = []
+        #: The creation instant of every todo, by todo number. Arrays, here and
+        #: for the waits, not lists: millions of long-lived int objects would
+        #: scatter the short-lived ones the hot loop uses and cost it its cache.
+        self.created_us: array[int] = array("q")
         #: Host events wait for their instant in two heaps of event keys, each
         #: ``at_us * pairs + pair index`` (ints sift faster than tuples). A pair
         #: has at most one arrival and one claim on its way, so keys are unique
