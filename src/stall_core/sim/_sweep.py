@@ -34,7 +34,8 @@ class SweepAgenda:
 
     def ensure(self, tick: int) -> None:
         """Sweep on ``tick`` even if no pair is listed on it (held-back pairs wait)."""
-        self.pairs_at.setdefault(tick, [])
+        if tick not in self.pairs_at:  # not setdefault: that builds a list on every call
+            self.pairs_at[tick] = []
 
     def pop(self, tick: int) -> list[SimPair] | None:
         """The pairs listed on ``tick``, now taken off; None when ``tick`` needs no sweep."""
