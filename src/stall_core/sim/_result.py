@@ -96,8 +96,9 @@ class Tally:
     max_started_in_tick: int = 0
     held_back_ticks: int = 0
     charged_ticks: int = 0
-    #: Creation-to-claim wait of every claimed todo (an array: see ``_Run.created_us``).
-    waits_us: array[int] = attrs.field(factory=lambda: array("q"))
+    #: Creation-to-claim wait of every claimed todo, as doubles (exact below 2**53;
+    #: an array, not a list: see ``_Run.created_us``).
+    waits_us: array[float] = attrs.field(factory=lambda: array("d"))
     nudge_log: list[Nudge] = attrs.field(factory=list)
     trace: list[Created | Claimed] = attrs.field(factory=list)
 
