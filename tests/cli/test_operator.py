@@ -131,7 +131,9 @@ async def _locked_out_dsn(pg_server: str, pg_dsn: str) -> AsyncIterator[str]:
     conn = await asyncpg.connect(pg_server)
     await conn.execute(f"CREATE ROLE {role} LOGIN")
     await conn.close()
-    yield pg_dsn.replace("postgres@", f"{role}@", 1)
+    # The user part of the DSN becomes the role, whatever the server's DSN spells (a
+    # password or none, as the embedded server's has).
+    yield re.sub(r"^(postgres(?:ql)?://)[^@/]*@", rf"\g<1>{role}@", pg_dsn, count=1)
     conn = await asyncpg.connect(pg_server)
     await conn.execute(f"DROP ROLE {role}")
     await conn.close()
