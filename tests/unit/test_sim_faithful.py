@@ -26,6 +26,8 @@ from stall_core.sim import (
 )
 from stall_testing import RecordingWake
 
+from .sim_strategies import scenarios as sim_scenarios
+
 #: (time, endpoint, queue, todo, nudge number): what the faithfulness test compares.
 NudgeRow = tuple[datetime, str, str, str, int]
 
@@ -185,30 +187,10 @@ def test_held_back_case_is_held_back() -> None:
     assert result.held_back_ticks > 0
 
 
-scenarios = st.builds(
-    Scenario,
-    pairs=st.integers(1, 9),
-    duration=st.sampled_from([timedelta(hours=2), timedelta(hours=5)]),
-    tick=st.sampled_from([timedelta(seconds=15), timedelta(seconds=20), timedelta(seconds=45)]),
-    queues_per_endpoint=st.integers(1, 4),
-    arrivals=st.one_of(
-        st.builds(Poisson, per_hour=st.sampled_from([0.0, 1.0, 4.0])),
-        st.builds(Bursts, per_hour=st.sampled_from([0.5, 2.0]), size=st.integers(2, 4)),
-    ),
-    backlog=st.integers(0, 3),
-    unverified_share=st.sampled_from([0.0, 0.3]),
-    hookless_share=st.sampled_from([0.0, 0.3]),
-    consumer=st.builds(
-        Consumer,
-        kind=st.sampled_from(list(ConsumerKind)),
-        latency=st.sampled_from(
-            [timedelta(seconds=1), timedelta(seconds=30), timedelta(minutes=3)]
-        ),
-        service=st.sampled_from([timedelta(0), timedelta(seconds=10), timedelta(minutes=2)]),
-        batch=st.integers(1, 3),
-        claim_probability=st.sampled_from([0.0, 0.5]),
-    ),
-    wake_loss=st.sampled_from([0.0, 0.2, 0.6]),
+scenarios = sim_scenarios(
+    max_pairs=9,
+    durations=[timedelta(hours=2), timedelta(hours=5)],
+    latencies=[timedelta(seconds=1), timedelta(seconds=30), timedelta(minutes=3)],
 )
 pacings = st.builds(
     PacingPolicy,

@@ -33,10 +33,8 @@ from stall_core import (
     plan_tick,
 )
 from stall_core.sim import (
-    Bursts,
     Consumer,
     ConsumerKind,
-    Poisson,
     Scenario,
     SimPolicy,
     SimResult,
@@ -54,6 +52,8 @@ from stall_core.sim._rules import (
 )
 from stall_core.sim._scenario import pair_keys
 from stall_core.sim._sweep import DuePairs
+
+from .sim_strategies import scenarios as sim_scenarios
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -279,30 +279,10 @@ def test_charge_order_round_trips(
 
 # -- whole boards: the fast path against plan_tick on every tick -----------------------------
 
-boards = st.builds(
-    Scenario,
-    pairs=st.integers(1, 12),
-    duration=st.sampled_from([timedelta(hours=3), timedelta(hours=8)]),
-    tick=st.sampled_from([timedelta(seconds=15), timedelta(seconds=20), timedelta(seconds=45)]),
-    queues_per_endpoint=st.integers(1, 4),
-    arrivals=st.one_of(
-        st.builds(Poisson, per_hour=st.sampled_from([0.0, 1.0, 4.0])),
-        st.builds(Bursts, per_hour=st.sampled_from([0.5, 2.0]), size=st.integers(2, 4)),
-    ),
-    backlog=st.integers(0, 3),
-    unverified_share=st.sampled_from([0.0, 0.3]),
-    hookless_share=st.sampled_from([0.0, 0.3]),
-    consumer=st.builds(
-        Consumer,
-        kind=st.sampled_from(list(ConsumerKind)),
-        latency=st.sampled_from(
-            [timedelta(microseconds=1), timedelta(seconds=1), timedelta(seconds=30)]
-        ),
-        service=st.sampled_from([timedelta(0), timedelta(seconds=10), timedelta(minutes=2)]),
-        batch=st.integers(1, 3),
-        claim_probability=st.sampled_from([0.0, 0.5]),
-    ),
-    wake_loss=st.sampled_from([0.0, 0.2, 0.6]),
+boards = sim_scenarios(
+    max_pairs=12,
+    durations=[timedelta(hours=3), timedelta(hours=8)],
+    latencies=[timedelta(microseconds=1), timedelta(seconds=1), timedelta(seconds=30)],
 )
 
 
