@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
 
 import asyncpg
 
@@ -14,6 +13,7 @@ from adapters.http import DispatchStats, HookDispatcher
 from adapters.postgres import (
     DATABASE_ERRORS,
     HOST_TABLES,
+    BoundedPool,
     PostgresHooks,
     PostgresLedger,
     describe,
@@ -162,46 +162,6 @@ class _BoundedWake:
             ) from None
 
 
-class _BoundedPool:
-    """The calls the hook directory makes, each bounded by ``timeout`` seconds in all.
-
-    Past the deadline (or on cancellation) the connection is cut off rather
-    than handed back mid-statement: a black-holed server would never answer
-    the reset that a release sends.
-    """
-
-    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
-        self._pool = pool
-        self._timeout = timeout
-
-    async def fetch(self, query: str, *args: object) -> Any:
-        return await self._call("fetch", query, args)
-
-    async def fetchrow(self, query: str, *args: object) -> Any:
-        return await self._call("fetchrow", query, args)
-
-    async def execute(self, query: str, *args: object) -> Any:
-        return await self._call("execute", query, args)
-
-    async def _call(self, method: str, query: str, args: tuple[object, ...]) -> Any:
-        conn: Any = None
-        done = False
-        try:
-            async with asyncio.timeout(self._timeout):
-                conn = await self._pool.acquire()
-                result = await getattr(conn, method)(query, *args)
-                done = True
-        except TimeoutError:
-            raise TimeoutError(f"timed out after {self._timeout:g} s") from None
-        finally:
-            if conn is not None:
-                if done:
-                    await self._pool.release(conn, timeout=self._timeout)
-                else:
-                    conn.terminate()  # hands it back to the pool, closed
-        return result
-
-
 async def _check_tables(pool: asyncpg.Pool, within: float) -> None:
     """Refuse a database that lacks the host's tables or ours, naming what to run."""
     try:
@@ -274,7 +234,7 @@ async def open_reaper(
     async with _pool(database, timeout) as pool:
         await _check_tables(pool, timeout)
         dispatcher = HookDispatcher(
-            hooks=PostgresHooks(_BoundedPool(pool, timeout)), refuse_private=refuse_private
+            hooks=PostgresHooks(BoundedPool(pool, timeout)), refuse_private=refuse_private
         )
         sweeper = Sweeper(
             ledger=PostgresLedger(pool, timeout=timeout),

@@ -197,6 +197,37 @@ async def test_cancelling_a_tick_on_a_silent_database_returns_at_once(pg_dsn: st
             pool.terminate()
 
 
+async def test_a_connection_the_server_terminates_mid_call_is_a_ledger_error(
+    pg_dsn: str, pg_pool: asyncpg.Pool
+) -> None:
+    """A backend killed mid-statement fails that call as a LedgerError; the next call works.
+
+    asyncpg hands such a connection back to its pool by itself, so the ledger
+    must not try to cut it off a second time.
+    """
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1)
+    try:
+        ledger = PostgresLedger(pool, timeout=30)
+        pid = await pool.fetchval("SELECT pg_backend_pid()")
+        # Every read the ledger makes is held up behind this lock until the kill.
+        async with pg_pool.acquire() as locker, locker.transaction():
+            await locker.execute("LOCK TABLE queue_stall_nudges IN ACCESS EXCLUSIVE MODE")
+            read = asyncio.create_task(ledger.status(policy=PacingPolicy()))
+            async with asyncio.timeout(10):
+                blocked = False
+                while not blocked:
+                    blocked = await pg_pool.fetchval(
+                        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                        pid,
+                    )
+            assert await pg_pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+            with pytest.raises(LedgerError, match="reading the queue status failed"):
+                await read
+        assert [] == (await ledger.status(policy=PacingPolicy()))[1]
+    finally:
+        pool.terminate()
+
+
 async def test_a_refund_is_bounded_too(pg_dsn: str) -> None:
     """A refund against a black-holed database fails within the ledger's timeout."""
     async with BlackHoleProxy(pg_dsn) as proxy:

@@ -22,6 +22,7 @@ from ._migrate import (
     missing_tables,
     schema_behind,
 )
+from ._pool import BoundedPool
 
 __all__ = [
     "CLAIMS_TABLE",
@@ -31,6 +32,7 @@ __all__ = [
     "LEDGER_TABLE",
     "SCHEMA_VERSION",
     "TICK_LOCK_KEY",
+    "BoundedPool",
     "MigrationError",
     "MigrationReport",
     "MissingHostTables",

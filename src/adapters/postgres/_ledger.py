@@ -31,6 +31,7 @@ from stall_core import (
 )
 
 from ._errors import DATABASE_ERRORS, as_ledger_error
+from ._pool import hand_back
 from ._types import PooledConnection
 
 if TYPE_CHECKING:
@@ -169,13 +170,7 @@ class PostgresLedger:
             raise LedgerError(f"{what} failed: timed out after {self._timeout:g} s") from None
         finally:
             if conn is not None:
-                if idle and not conn.is_in_transaction():
-                    # A connection the server cut mid-call fails here too; what
-                    # committed above stands.
-                    with contextlib.suppress(*DATABASE_ERRORS):
-                        await self._pool.release(conn)
-                else:
-                    conn.terminate()  # hands it back to the pool, closed
+                await hand_back(self._pool, conn, idle=idle, within=self._timeout)
 
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         """Every ledger row, keyed by pair."""
