@@ -33,6 +33,10 @@ class BlackHoleProxy:
         self._open.set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Every stream, closed on exit: a pipe task cancelled before it first runs
+        # never reaches its own close.
+        self._writers: list[asyncio.StreamWriter] = []
+        self._closed = False
 
     @property
     def dsn(self) -> str:
@@ -61,16 +65,25 @@ class BlackHoleProxy:
         tb: TracebackType | None,
     ) -> None:
         assert self._server is not None
+        self._closed = True
         self._server.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
         if self._socket is not None:
             upstream_reader, upstream_writer = await asyncio.open_unix_connection(self._socket)
         else:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        self._writers.append(upstream_writer)
+        if self._closed:  # the proxy closed while this connection was being made
+            writer.close()
+            upstream_writer.close()
+            return
         for source, sink in ((reader, upstream_writer), (upstream_reader, writer)):
             task = asyncio.create_task(self._pipe(source, sink))
             self._tasks.add(task)
