@@ -209,7 +209,7 @@ async def test_an_earlier_build_schema_is_behind_and_upgrades_in_place(empty_dsn
 
         await migrate(conn)
 
-        assert "schema version unrecorded, this build needs 1" in behind
+        assert f"schema version unrecorded, this build needs {SCHEMA_VERSION}" in behind
         assert any(r.startswith("indexes missing: stall_nudge_ledger_pair") for r in behind)
         assert [] == await schema_behind(conn)
         assert set() == set(RETIRED) & await relations(conn)
@@ -220,6 +220,29 @@ async def test_an_earlier_build_schema_is_behind_and_upgrades_in_place(empty_dsn
             tuple(r)
             for r in await conn.fetch("SELECT endpoint_id, queue, nudges FROM queue_stall_nudges")
         ]
+    finally:
+        await conn.close()
+
+
+async def test_a_version_1_schema_upgrades_its_ledger_delete_function(pg_dsn: str) -> None:
+    """Version 1 logged a hand-deleted row as '-infinity'; migrating replaces the function."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(
+            "UPDATE stall_nudge_schema SET version = 1;"
+            " CREATE OR REPLACE FUNCTION stall_nudge_log_ledger_delete() RETURNS trigger"
+            " LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$"
+        )
+        behind = await schema_behind(conn)
+
+        await migrate(conn)
+
+        assert [f"schema version 1, this build needs {SCHEMA_VERSION}"] == behind
+        assert [] == await schema_behind(conn)
+        body = await conn.fetchval(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'stall_nudge_log_ledger_delete'"
+        )
+        assert "look_after IS NOT NULL" in body
     finally:
         await conn.close()
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from adapters._sql import parse_queries, queries, script
+from adapters._sql import expand, parse_queries, parse_rules, queries, script
 
 from ._types import Connection
 
@@ -36,7 +36,8 @@ __all__ = [
 
 #: The version of our schema this build needs and ``migrate`` writes. 1 is the first
 #: recorded one; a database with our tables but no record was migrated by an earlier build.
-SCHEMA_VERSION = 1
+#: 2: a ledger row deleted by hand is logged stamped with its pair's oldest pending todo.
+SCHEMA_VERSION = 2
 
 LEDGER_TABLE = "queue_stall_nudges"
 #: The progress log: claims not yet absorbed by a charge (filled by a trigger on todos).
@@ -106,7 +107,9 @@ class MissingHostTables(MigrationError):
 def _steps() -> Mapping[str, str]:
     """migration.sql's steps by name, in file order, with this build's schema version."""
     text = script("adapters.postgres", "migration.sql")
-    return parse_queries(text.replace("@schema_version@", str(SCHEMA_VERSION)))
+    steps = parse_queries(text.replace("@schema_version@", str(SCHEMA_VERSION)))
+    rules = parse_rules(script("adapters.postgres", "rules.sql"))
+    return {name: expand(sql, rules) for name, sql in steps.items()}
 
 
 def host_schema_sql(id_type: str = "text") -> str:
@@ -154,16 +157,15 @@ async def schema_behind(conn: Connection) -> list[str]:
     if absent:
         reasons.append(f"tables missing: {', '.join(absent)}")
     version = await conn.fetchval(_SQL["schema_version"]) if SCHEMA_TABLE in present else None
-    if True:
-        if version is None or version < SCHEMA_VERSION:
-            reasons.append(
-                f"schema version {version or 'unrecorded'}, this build needs {SCHEMA_VERSION}"
-            )
-        elif version > SCHEMA_VERSION:
-            reasons.append(
-                f"schema version {version} is newer than this build's "
-                f"{SCHEMA_VERSION}: upgrade stall-nudge"
-            )
+    if version is None or version < SCHEMA_VERSION:
+        reasons.append(
+            f"schema version {version or 'unrecorded'}, this build needs {SCHEMA_VERSION}"
+        )
+    elif version > SCHEMA_VERSION:
+        reasons.append(
+            f"schema version {version} is newer than this build's "
+            f"{SCHEMA_VERSION}: upgrade stall-nudge"
+        )
     indexes = await _wanted_indexes(conn)
     absent_indexes = [i for i in indexes if i not in await _existing(conn, indexes)]
     if absent_indexes:

@@ -124,6 +124,10 @@ judged AS (
     -- A full pass judges every held pair again.
     SELECT h.endpoint_id, h.queue FROM stall_nudge_held h
 ),
+cut AS (
+    -- ...and every change.
+    SELECT NULL::timestamptz AS look_after
+),
 swept AS (
     -- The fleet's last full pass is now.
     INSERT INTO stall_nudge_sweeps AS s (full_pass_at) VALUES ($1)
@@ -141,12 +145,51 @@ to_drain AS (
 
 -- name: charge_changed
 -- The usual tick: judge only the pairs that changed, charge and delete drained rows, in one statement.
--- $1..$6 as charge_due. The pairs judged: those with an unabsorbed claim, with a
--- change past the threshold (stall_nudge_changes), with a ledger row whose backoff
--- ended, and the best tick_limit of the pairs an earlier tick held back. Each is
--- judged on the current rows, by the same rules as the full pass. A steady board
--- (every pair capped, nothing new) costs a few empty index probes.
-WITH reconfigured AS (
+-- $1..$6 as charge_due. The pairs judged: those with an unabsorbed claim, of a
+-- reconfigured endpoint, with a ledger row whose backoff ended, the best tick_limit
+-- of the pairs an earlier tick held back, and those of the pair changes past the
+-- threshold up to the cut (see "walk"). Each is judged on the current rows, by the
+-- same rules as the full pass. A steady board (every pair capped, nothing new)
+-- costs a few empty index probes; a storm of changes costs about what it charges.
+--
+-- Why the cut is enough: a pair change's look_after is at or before the oldest work
+-- it can give its pair (the todo's created_at; for a ledger row deleted by hand, the
+-- pair's oldest pending todo then), and a pair with no ledger row and no held entry
+-- has all its work behind changes still in the log. So no pair left unjudged ranks
+-- ahead of (0 nudges spent, work as old as the first change past the cut). The walk
+-- stops once tick_limit pairs it judged rank ahead of that, so they, or pairs that
+-- rank ahead of them, are what the tick charges: the same as judging every change.
+-- It also stops when the changes or its steps run out; then every change is judged.
+WITH RECURSIVE walk (look_after, next, pairs, ages, steps) AS (
+    -- Pair changes past the threshold, one instant at a time, oldest first. Each step
+    -- judges the pairs changed at that instant and keeps those due a first nudge
+    -- (no ledger row), with the age of their oldest work; "next" is the next instant.
+    SELECT g.look_after, n.look_after, j.pairs, j.ages, 1
+      FROM (SELECT min(x.look_after) AS look_after FROM stall_nudge_changes x
+             WHERE x.queue IS NOT NULL AND {{stalled(x.look_after, $1, $2)}}) g
+     CROSS JOIN LATERAL ({{changes_after(g.look_after, $1, $2)}}) n
+     CROSS JOIN LATERAL ({{first_nudges_at(g.look_after, $1, $2, $6)}}) j
+     WHERE g.look_after IS NOT NULL
+    UNION ALL
+    SELECT w.next, n.look_after, w.pairs || j.pairs, w.ages || j.ages, w.steps + 1
+      FROM walk w
+     CROSS JOIN LATERAL ({{changes_after(w.next, $1, $2)}}) n
+     CROSS JOIN LATERAL ({{first_nudges_at(w.next, $1, $2, $6)}}) j
+     WHERE w.next IS NOT NULL AND w.steps < {{walk_steps($5)}}
+       AND NOT {{walk_filled(w.pairs, w.ages, w.next, $5)}}
+),
+last_step AS MATERIALIZED (
+    SELECT w.look_after, {{walk_filled(w.pairs, w.ages, w.next, $5)}} AS filled
+      FROM walk w
+     ORDER BY w.steps DESC
+     LIMIT 1
+),
+cut AS (
+    -- The last instant judged, if the walk filled the tick limit; otherwise no cut:
+    -- every change is judged.
+    SELECT s.look_after FROM last_step s WHERE s.filled
+),
+reconfigured AS (
     -- Endpoints whose state, hooks or deliveries' verification changed.
     SELECT DISTINCT x.endpoint_id FROM stall_nudge_changes x
      WHERE x.queue IS NULL AND {{stalled(x.look_after, $1, $2)}}
@@ -156,6 +199,7 @@ changed AS (
     UNION
     SELECT x.endpoint_id, x.queue FROM stall_nudge_changes x
      WHERE x.queue IS NOT NULL AND {{stalled(x.look_after, $1, $2)}}
+       AND {{within_cut(x.look_after)}}
     UNION
     -- Every pair of a reconfigured endpoint: its pending todos' queues (on both sides
     -- of the pending index), its ledger rows.

@@ -209,14 +209,19 @@ $$;
 
 -- name: ledger_delete_function
 -- A ledger row deleted outside a sweep (by hand, or by an older build): its pair's
--- next nudge is a first one, so the next tick looks at it. A sweep's own deletions
--- are drains, which need no second look; it marks its transaction to skip this.
+-- next nudge is a first one, so a tick looks at it, stamped with its oldest pending
+-- todo (no work can be older; none pending: nothing to look at). A sweep's own
+-- deletions are drains, which need no second look; it marks its transaction to skip this.
 CREATE OR REPLACE FUNCTION stall_nudge_log_ledger_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF coalesce(current_setting('stall_nudge.sweeping', true), '') <> 'on' THEN
         INSERT INTO stall_nudge_changes (endpoint_id, queue, look_after)
-        SELECT gone.endpoint_id, gone.queue, '-infinity' FROM gone;
+        SELECT gone.endpoint_id, gone.queue, o.look_after
+          FROM gone
+         CROSS JOIN LATERAL (
+                SELECT {{oldest_pending_at(gone.endpoint_id, gone.queue)}} AS look_after) o
+         WHERE o.look_after IS NOT NULL;
     END IF;
     RETURN NULL;
 END

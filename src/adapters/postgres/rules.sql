@@ -107,6 +107,20 @@ SELECT oldest_w.id, oldest_w.created_at
  ORDER BY oldest_w.created_at, oldest_w.id COLLATE "C"
  LIMIT 1
 
+-- rule: oldest_pending_at(endpoint_id, queue)
+-- When the pair's oldest pending todo was created (NULL: none pending): at or before
+-- its oldest work, whatever the gate says.
+LEAST((SELECT pending_s.created_at FROM todos pending_s
+        WHERE pending_s.endpoint_id::text = {endpoint_id} AND pending_s.queue = {queue}
+          AND pending_s.state = 'pending' AND {{short_names(pending_s)}}
+        ORDER BY pending_s.created_at
+        LIMIT 1),
+      (SELECT pending_l.created_at FROM todos pending_l
+        WHERE {{long_pair(pending_l, {endpoint_id}, {queue})}}
+          AND pending_l.state = 'pending' AND {{long_names(pending_l)}}
+        ORDER BY pending_l.created_at
+        LIMIT 1))
+
 -- rule: host_id(table, id)
 -- The host's id (text, uuid or bigint: the type of table.id) of its text form, so a
 -- lookup descends the host's primary key whatever the id type.
@@ -117,14 +131,50 @@ SELECT oldest_w.id, oldest_w.created_at
 -- and queue by code point (the order of the core's plan_tick).
 {spent}, {created_at}, {endpoint_id} COLLATE "C", {queue} COLLATE "C"
 
+-- rule: changes_after(look_after, now, threshold_us)
+-- The next instant after look_after with a pair change past the threshold (NULL: none).
+SELECT min(after_x.look_after) AS look_after FROM stall_nudge_changes after_x
+ WHERE after_x.queue IS NOT NULL AND {{stalled(after_x.look_after, {now}, {threshold_us})}}
+   AND after_x.look_after > {look_after}
+
+-- rule: first_nudges_at(look_after, now, threshold_us, quarantine)
+-- The pairs changed at look_after that are due a first nudge (no ledger row, and a
+-- candidate as charge_judged says), as md5 keys, with the age of their oldest work.
+SELECT coalesce(array_agg(md5(first_x.endpoint_id) || md5(first_x.queue)), '{}') AS pairs,
+       coalesce(array_agg(first_w.created_at), '{}') AS ages
+  FROM (SELECT DISTINCT first_c.endpoint_id, first_c.queue FROM stall_nudge_changes first_c
+         WHERE first_c.look_after = {look_after} AND first_c.queue IS NOT NULL) first_x
+ CROSS JOIN LATERAL ({{oldest_work(first_x.endpoint_id, first_x.queue, {quarantine})}}) first_w
+ WHERE {{stalled(first_w.created_at, {now}, {threshold_us})}}
+   AND NOT EXISTS (SELECT 1 FROM queue_stall_nudges first_r
+                    WHERE {{pair_is(first_r, first_x.endpoint_id, first_x.queue)}})
+   AND {{endpoint_active(first_x.endpoint_id)}}
+   AND {{has_receiver(first_x.endpoint_id, first_x.queue)}}
+
+-- rule: walk_filled(pairs, ages, next, tick_limit)
+-- The walk has found tick_limit pairs due a first nudge, each with work older than
+-- the next instant: no pair changed then or later can rank ahead of them.
+((SELECT count(DISTINCT filled_u.pair) FROM unnest({pairs}, {ages}) AS filled_u (pair, age)
+   WHERE filled_u.age < {next}) >= {tick_limit})
+
+-- rule: walk_steps(tick_limit)
+-- How many instants the walk judges at most before it gives up and every change is
+-- judged (a log of changes that are mostly not due costs one pass, not two).
+(64 + 4 * {tick_limit})
+
+-- rule: within_cut(look_after)
+-- A change the tick judges: at or before the CTE "cut" (no cut: every change).
+({look_after} <= coalesce((SELECT within_c.look_after FROM cut within_c), 'infinity'))
+
 -- rule: charge_judged()
 -- How a tick acts on its judgement, the same for the full pass and the usual tick.
 -- It follows the CTEs "work_rows" (each judged pair with work: its oldest, todo_id and
 -- created_at, and its ledger row's row_ctid, row_nudges, last_nudged_at, NULL
 -- without one), "to_drain" (judged ledger rows whose pair has no work: row_ctid,
--- endpoint_id, queue, nudges, last_nudged_at) and "judged" (the pairs whose held-back
--- entry this tick decides), and uses the charge's parameters $1..$6. Rows are written
--- by ctid (a TID scan), each compare-and-set on its columns as locked.
+-- endpoint_id, queue, nudges, last_nudged_at), "judged" (the pairs whose held-back
+-- entry this tick decides) and "cut" (the last instant of pair changes judged; no
+-- row: every change), and uses the charge's parameters $1..$6. Rows are written by
+-- ctid (a TID scan), each compare-and-set on its columns as locked.
 drained AS (
     -- Matching nudges and last_nudged_at re-checks the locked row: a row another
     -- sweeper charged since our snapshot is not deleted.
@@ -232,9 +282,12 @@ released AS (
                                                       FROM held_back b)))
 ),
 looked AS (
-    -- Every change past the threshold has had its pair judged (by "changed", or by
-    -- the full pass): done with. Changes still within it wait for their time.
-    DELETE FROM stall_nudge_changes x WHERE {{stalled(x.look_after, $1, $2)}}
+    -- Every change past the threshold up to the cut has had its pair judged (by
+    -- "changed", or by the full pass): done with. Changes still within the threshold
+    -- wait for their time, those past the cut for a later run.
+    DELETE FROM stall_nudge_changes x
+     WHERE {{stalled(x.look_after, $1, $2)}}
+       AND (x.queue IS NULL OR {{within_cut(x.look_after)}})
 )
 -- The title is read for the (at most tick_limit) charged todos only.
 SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at,
