@@ -394,9 +394,9 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
             print("\nEXPLAIN (ANALYZE, BUFFERS) charge_changed, steady state at 1M:")
             print(await explain(pool, "charge_changed"))
 
-        # The storm: the ledger emptied by hand (a trigger logs each deleted row), so all
-        # pairs are newly stalled. The first tick judges them all and holds back all but
-        # four; each later tick walks the held pairs, charging four more.
+        # The storm: the ledger emptied by hand (a trigger logs each deleted row, stamped
+        # with its pair's oldest pending todo), so all pairs are newly stalled. Each tick
+        # walks those changes oldest first and stops once it has four pairs to charge.
         await conn.execute("DELETE FROM queue_stall_nudges")
         await conn.execute("VACUUM (ANALYZE) queue_stall_nudges, stall_nudge_changes")
         naive_storm = await timed(naive, NAIVE_RUNS, 1, expect(4))
