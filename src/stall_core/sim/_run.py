@@ -185,11 +185,12 @@ class _Run:
         #: Its arrival and its claim at one instant run in the order they were
         #: scheduled: ``arrival_seq`` and ``claim_seq`` of the pair, numbered
         #: from ``scheduled``, the last sequence number used.
-        self.arrivals: list[int] = []
-        self.claims: list[int] = []
-        self.scheduled = 0
-        #: A key past every host event the run acts on: after its end.
+        #: Each heap keeps ``no_event``, a key past every host event the run
+        #: acts on (after its end), so its top is always a key.
         self.no_event = (self.timeline.end_us + 1) * scenario.pairs
+        self.arrivals: list[int] = [self.no_event]
+        self.claims: list[int] = [self.no_event]
+        self.scheduled = 0
         self.agenda = SweepAgenda()
         self.due = DuePairs(order=ChargeOrder(pairs=scenario.pairs, end_us=self.timeline.end_us))
         self.tally = Tally()
@@ -240,23 +241,24 @@ class _Run:
         key before ``(floor(s) + 1) * pairs`` has run.
         """
         pairs, arrivals, claims = self.pairs, self.arrivals, self.claims
-        pair_count, no_event = self.pair_count, self.no_event
+        pair_count = self.pair_count
         until_key = (until_us + 1) * pair_count
         while True:
             sample_key = (math.floor(samples.next_at_us) + 1) * pair_count
             horizon = min(sample_key, until_key)
             while True:
-                arrival_key = arrivals[0] if arrivals else no_event
-                claim_key = claims[0] if claims else no_event
+                arrival_key, claim_key = arrivals[0], claims[0]
                 if claim_key < arrival_key or (
                     claim_key == arrival_key < horizon and self._claim_comes_first(claim_key)
                 ):
                     if claim_key >= horizon:
                         break
                     heappop(claims)
-                    self._claim(pairs[claim_key % pair_count], claim_key // pair_count)
+                    at_us, index = divmod(claim_key, pair_count)
+                    self._claim(pairs[index], at_us)
                 elif arrival_key < horizon:
-                    self._arrive(pairs[arrival_key % pair_count], arrival_key // pair_count)
+                    at_us, index = divmod(arrival_key, pair_count)
+                    self._arrive(pairs[index], at_us)
                 else:
                     break
             if horizon == until_key:
