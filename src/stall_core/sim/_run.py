@@ -3,15 +3,15 @@
 The run goes from tick to tick: first the host events up to the tick's
 instant (the next ``Arrival`` of some pair, or a started consumer's
 ``ConsumerClaims``, earliest first; host events at a tick's own instant come
-before its sweep), then the tick's sweep if the agenda lists it. Every
-change to a pair's work or ledger row reschedules it (``_reschedule``): a
-pair due on the very next sweep joins ``DuePairs`` at once under its charge
-rank; one that acts later goes on the agenda for the first tick where
-``decide`` would charge it or drain its row (``_rules``), and joins
-``DuePairs`` (or has its row drained) on that tick. Each sweep then charges
-the best ``tick_limit`` due pairs. Due pairs left over are the ones the
-tick limit holds back on a real board; they keep their rank until their
-state changes.
+before its sweep), then the tick's sweep if the agenda lists it or due
+pairs are held back. Every change to a pair's work or ledger row
+reschedules it (``_reschedule``): a pair due on the very next sweep joins
+``DuePairs`` at once under its charge rank; one that acts later goes on the
+agenda for the first tick where ``decide`` would charge it or drain its row
+(``_rules``), and joins ``DuePairs`` (or has its row drained) on that tick.
+Each sweep then charges the best ``tick_limit`` due pairs. Due pairs left
+over are the ones the tick limit holds back on a real board; they keep
+their rank until their state changes.
 
 A pair is looked at nowhere while it is idle, waiting for work or capped
 (``plan_tick`` would not act on it), nor on any tick after a claim already
@@ -185,11 +185,12 @@ class _Run:
         #: Its arrival and its claim at one instant run in the order they were
         #: scheduled: ``arrival_seq`` and ``claim_seq`` of the pair, numbered
         #: from ``scheduled``, the last sequence number used.
-        self.arrivals: list[int] = []
-        self.claims: list[int] = []
-        self.scheduled = 0
-        #: A key past every host event the run acts on: after its end.
+        #: Each heap keeps ``no_event``, a key past every host event the run
+        #: acts on (after its end), so its top is always a key.
         self.no_event = (self.timeline.end_us + 1) * scenario.pairs
+        self.arrivals: list[int] = [self.no_event]
+        self.claims: list[int] = [self.no_event]
+        self.scheduled = 0
         self.agenda = SweepAgenda()
         self.due = DuePairs(order=ChargeOrder(pairs=scenario.pairs, end_us=self.timeline.end_us))
         self.tally = Tally()
@@ -225,7 +226,7 @@ class _Run:
             now = tick * timeline.tick_us
             self._host_events_until(now, samples)
             listed = self.agenda.pop(tick)
-            if listed is not None or self.check:
+            if listed is not None or self.due.count or self.check:
                 samples.take_before(now, tally)
                 self._sweep(tick, listed or [])
         self._host_events_until(timeline.end_us, samples)
@@ -240,23 +241,24 @@ class _Run:
         key before ``(floor(s) + 1) * pairs`` has run.
         """
         pairs, arrivals, claims = self.pairs, self.arrivals, self.claims
-        pair_count, no_event = self.pair_count, self.no_event
+        pair_count = self.pair_count
         until_key = (until_us + 1) * pair_count
         while True:
             sample_key = (math.floor(samples.next_at_us) + 1) * pair_count
             horizon = min(sample_key, until_key)
             while True:
-                arrival_key = arrivals[0] if arrivals else no_event
-                claim_key = claims[0] if claims else no_event
+                arrival_key, claim_key = arrivals[0], claims[0]
                 if claim_key < arrival_key or (
                     claim_key == arrival_key < horizon and self._claim_comes_first(claim_key)
                 ):
                     if claim_key >= horizon:
                         break
                     heappop(claims)
-                    self._claim(pairs[claim_key % pair_count], claim_key // pair_count)
+                    at_us, index = divmod(claim_key, pair_count)
+                    self._claim(pairs[index], at_us)
                 elif arrival_key < horizon:
-                    self._arrive(pairs[arrival_key % pair_count], arrival_key // pair_count)
+                    at_us, index = divmod(arrival_key, pair_count)
+                    self._arrive(pairs[index], at_us)
                 else:
                     break
             if horizon == until_key:
@@ -415,7 +417,6 @@ class _Run:
         elif gated and tick == next_sweep:
             pair.agenda_tick = NOT_SCHEDULED
             self.due.add(pair, nudges_spent(pair.row_nudges, progressed), oldest_created_us)
-            self.agenda.ensure(tick)
         elif pair.agenda_tick != tick:
             pair.agenda_tick = tick
             self.agenda.add(pair, tick)
@@ -444,9 +445,7 @@ class _Run:
             if planned != done:
                 raise AssertionError(f"tick {tick}: plan_tick did {planned}, the run did {done}")
         if self.due.count:
-            self.tally.held_back_ticks += 1
-        if self.due.count and tick < self.timeline.last_tick:
-            self.agenda.ensure(tick + 1)
+            self.tally.held_back_ticks += 1  # and the next tick is swept for them
 
     def _charge(self, tick: int, chosen: list[tuple[int, SimPair]]) -> list[Nudge]:
         """Charge the chosen pairs and deliver their nudges; the Nudges when recorded or checked.

@@ -21,7 +21,8 @@ class SweepAgenda:
     ``agenda_tick`` moved since) is stale and skipped.
     """
 
-    #: Pairs to look at, by tick; a tick with an empty list is swept all the same.
+    #: Pairs to look at, by tick. A tick with held-back pairs is swept whether
+    #: or not it is listed here (``DuePairs.count``).
     pairs_at: dict[int, list[SimPair]] = attrs.field(factory=dict)
 
     def add(self, pair: SimPair, tick: int) -> None:
@@ -32,13 +33,8 @@ class SweepAgenda:
         else:
             pairs.append(pair)
 
-    def ensure(self, tick: int) -> None:
-        """Sweep on ``tick`` even if no pair is listed on it (held-back pairs wait)."""
-        if tick not in self.pairs_at:  # not setdefault: that builds a list on every call
-            self.pairs_at[tick] = []
-
     def pop(self, tick: int) -> list[SimPair] | None:
-        """The pairs listed on ``tick``, now taken off; None when ``tick`` needs no sweep."""
+        """The pairs listed on ``tick``, now taken off; None when none was listed."""
         return self.pairs_at.pop(tick, None)
 
 
