@@ -84,11 +84,11 @@ FAULT_SQL: dict[str, Callable[[str], str]] = {
     "no-lock": lambda sql: _edit(
         _edit(
             sql,
-            r"\n       AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at",
+            r"\n\s*AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at",
             "",
         ),
         r"n\.ctid = ANY \(ARRAY\(SELECT k\.row_ctid FROM due k WHERE k\.row_ctid IS NOT NULL\)\)"
-        r"\n       AND ",
+        r"\n\s*AND ",
         "",
     ),
     # The tick never absorbs the claims it sees, so a claim counts again at the next charge.

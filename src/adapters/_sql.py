@@ -21,7 +21,15 @@ from types import MappingProxyType
 
 import attrs
 
-__all__ = ["Rule", "expand", "parse_queries", "parse_rules", "queries", "script"]
+__all__ = [
+    "CACHEABLE_STATEMENT_SIZE",
+    "Rule",
+    "expand",
+    "parse_queries",
+    "parse_rules",
+    "queries",
+    "script",
+]
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _RULE_HEADER = re.compile(r"^-- rule: ([a-z_][a-z0-9_]*)\(([a-z_, ]*)\)\s*$", re.MULTILINE)
@@ -101,14 +109,32 @@ def parse_queries(text: str) -> Mapping[str, str]:
     return MappingProxyType(found)
 
 
+#: asyncpg keeps a statement prepared (parsed and planned once per connection) only
+#: up to this many characters of text, by default (``max_cacheable_statement_size``);
+#: a longer one is planned anew on every call, milliseconds per tick.
+CACHEABLE_STATEMENT_SIZE = 15 * 1024
+
+
 @functools.cache
 def queries(package: str, filename: str) -> Mapping[str, str]:
-    """The named queries of one ``.sql`` file in ``package``, its rules expanded."""
+    """The named queries of one ``.sql`` file in ``package``, as sent to the server.
+
+    Rules are expanded; of the comments only the description line is kept,
+    and no line is indented, so a statement stays short enough for asyncpg to
+    keep it prepared.
+    """
     parsed = parse_queries(script(package, filename))
-    if not any("{{" in sql for sql in parsed.values()):
-        return parsed
-    rules = parse_rules(script(package, "rules.sql"))
-    return MappingProxyType({name: expand(sql, rules) for name, sql in parsed.items()})
+    if any("{{" in sql for sql in parsed.values()):
+        rules = parse_rules(script(package, "rules.sql"))
+        parsed = {name: expand(sql, rules) for name, sql in parsed.items()}
+    return MappingProxyType({name: _without_comments(sql) for name, sql in parsed.items()})
+
+
+def _without_comments(sql: str) -> str:
+    """``sql`` less its comment lines (but the first, the description) and indentation."""
+    first, _, rest = sql.partition("\n")
+    kept = [line.strip() for line in rest.splitlines()]
+    return "\n".join([first, *(line for line in kept if line and not line.startswith("--"))])
 
 
 @functools.cache

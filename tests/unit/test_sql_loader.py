@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from adapters._sql import expand, parse_queries, parse_rules, queries
+from adapters._sql import (
+    CACHEABLE_STATEMENT_SIZE,
+    expand,
+    parse_queries,
+    parse_rules,
+    queries,
+    script,
+)
 
 TWO = """\
 -- Anything before the first header is the file's own comment, not a query.
@@ -93,6 +100,34 @@ def test_every_packaged_query_is_named_and_described(package: str, filename: str
     assert loaded
     for name, text in loaded.items():
         assert re.match(r"-- \S", text), f"{filename}:{name} has no description"
+
+
+@pytest.mark.parametrize(
+    ("package", "filename"),
+    [
+        ("adapters.postgres", "ledger.sql"),
+        ("adapters.postgres", "migrate.sql"),
+        ("adapters.postgres", "hooks.sql"),
+        ("stall_testing", "host.sql"),
+    ],
+)
+def test_every_packaged_query_stays_prepared_in_asyncpg(package: str, filename: str) -> None:
+    """No statement sent is longer than asyncpg caches by default: none is planned per call."""
+    sizes = {name: len(text) for name, text in queries(package, filename).items()}
+
+    assert {} == {name: size for name, size in sizes.items() if size > CACHEABLE_STATEMENT_SIZE}
+
+
+def test_a_query_is_sent_with_its_description_only_and_unindented() -> None:
+    """Comments past the description and indentation are the reader's, not the server's."""
+    file_text = script("adapters.postgres", "ledger.sql")
+    sent = queries("adapters.postgres", "ledger.sql")["charge_changed"]
+    first, *rest = sent.splitlines()
+
+    assert "-- Why the cut is enough" in file_text
+    assert first.startswith("-- The usual tick: judge only the pairs that changed")
+    assert [] == [line for line in rest if line.startswith("--") or line != line.strip()]
+    assert "WITH RECURSIVE walk" in sent
 
 
 def test_the_ledger_queries_the_adapter_runs_exist() -> None:
