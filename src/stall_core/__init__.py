@@ -46,6 +46,7 @@ from ._values import (
     TodoRef,
     aware,
     positive_int,
+    positive_seconds,
 )
 from .sim import (
     Bursts,
@@ -113,6 +114,7 @@ __all__ = [
     "parse_duration",
     "plan_tick",
     "positive_int",
+    "positive_seconds",
     "refunded_row",
     "simulate",
     "starts_over",

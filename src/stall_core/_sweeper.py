@@ -29,7 +29,7 @@ import attrs
 
 from ._policy import PacingPolicy
 from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
-from ._values import Nudge, PairKey
+from ._values import Nudge, PairKey, positive_seconds
 
 __all__ = ["Clock", "Sweeper", "TickFailure", "TickReport"]
 
@@ -253,9 +253,9 @@ class Sweeper:
         the loop goes on: the queue is still drained by pull, and the next
         tick tries again.
         """
-        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
-        if not seconds > 0:
-            raise ValueError(f"interval must be positive, got {interval!r}")
+        seconds = positive_seconds(
+            "interval", interval.total_seconds() if isinstance(interval, timedelta) else interval
+        )
         loop = asyncio.get_running_loop()
         ran = 0
         while not stop.is_set():

@@ -18,6 +18,7 @@ __all__ = [
     "TodoRef",
     "aware",
     "positive_int",
+    "positive_seconds",
 ]
 
 #: Held deliveries live here; they never count as pending work (SPEC-0038).
@@ -44,6 +45,14 @@ def positive_int(name: str, value: object) -> int:
     """Return ``value`` if it is an integer >= 1 (not a bool), else raise naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def positive_seconds(name: str, value: float) -> float:
+    """Return ``value`` if it is a finite number of seconds > 0, else raise naming ``name``."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (number and 0 < value < float("inf")):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     return value
 
 

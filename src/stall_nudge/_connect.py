@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import asyncpg
 
 from adapters.postgres import DATABASE_ERRORS, describe
+from stall_core import positive_seconds
 
 __all__ = ["StartupError", "check_dsn", "close_pool", "connect", "redact", "secrets_of"]
 
@@ -130,8 +131,7 @@ async def connect(
     within ``timeout`` seconds; leaving on an exception (a cancellation)
     cuts the connections off at once.
     """
-    if not 0 < timeout < float("inf"):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    positive_seconds("timeout", timeout)
     check_dsn(dsn)
     secrets = secrets_of(dsn)
     options: dict[str, Any] = {

@@ -28,6 +28,7 @@ from stall_core import (
     WakeError,
     WakePort,
     WakeReceipt,
+    positive_seconds,
 )
 
 from ._connect import StartupError, connect
@@ -225,8 +226,7 @@ async def open_reaper(
     was using when cancelled is cut off (a silent server would never
     acknowledge the cancel), never handed back mid-statement.
     """
-    if not 0 < timeout < float("inf"):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    positive_seconds("timeout", timeout)
     if not 0 <= shutdown_deadline < float("inf"):
         raise ValueError(
             f"shutdown_deadline must be a number of seconds, got {shutdown_deadline!r}"

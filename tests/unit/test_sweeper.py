@@ -652,7 +652,7 @@ async def test_run_rejects_non_positive_intervals(
     """A zero, negative or NaN interval is refused before any tick."""
     ledger = ScriptedLedger(events, clock)
 
-    with pytest.raises(ValueError, match="interval must be positive"):
+    with pytest.raises(ValueError, match="interval must be a positive number of seconds"):
         await Sweeper(ledger=ledger, wake=LoggingWake(events)).run(
             interval=interval, stop=asyncio.Event()
         )

@@ -28,6 +28,7 @@ from stall_core import (
     aware,
     full_pass_due,
     pair_status,
+    positive_seconds,
 )
 
 from ._errors import DATABASE_ERRORS, as_ledger_error
@@ -77,8 +78,7 @@ class PostgresLedger:
         timeout: float = 30.0,
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
     ) -> None:
-        if not 0 < timeout < float("inf"):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        positive_seconds("timeout", timeout)
         if not full_pass_interval > timedelta(0):
             raise ValueError(f"full_pass_interval must be positive, got {full_pass_interval!r}")
         self._pool = pool
