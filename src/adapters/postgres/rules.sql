@@ -284,7 +284,7 @@ released AS (
 looked AS (
     -- Every change past the threshold up to the cut has had its pair judged (by
     -- "changed", or by the full pass): done with. Changes still within the threshold
-    -- wait for their time, those past the cut for a later run.
+    -- wait for their time, those past the cut for a later tick.
     DELETE FROM stall_nudge_changes x
      WHERE {{stalled(x.look_after, $1, $2)}}
        AND (x.queue IS NULL OR {{within_cut(x.look_after)}})
