@@ -29,6 +29,7 @@ __all__ = [
     "parse_rules",
     "queries",
     "script",
+    "with_rules",
 ]
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -123,11 +124,16 @@ def queries(package: str, filename: str) -> Mapping[str, str]:
     and no line is indented, so a statement stays short enough for asyncpg to
     keep it prepared.
     """
-    parsed = parse_queries(script(package, filename))
-    if any("{{" in sql for sql in parsed.values()):
-        rules = parse_rules(script(package, "rules.sql"))
-        parsed = {name: expand(sql, rules) for name, sql in parsed.items()}
+    parsed = with_rules(package, parse_queries(script(package, filename)))
     return MappingProxyType({name: _without_comments(sql) for name, sql in parsed.items()})
+
+
+def with_rules(package: str, parsed: Mapping[str, str]) -> Mapping[str, str]:
+    """``parsed`` with every rule call expanded from ``package``'s ``rules.sql``."""
+    if not any("{{" in sql for sql in parsed.values()):
+        return parsed
+    rules = parse_rules(script(package, "rules.sql"))
+    return {name: expand(sql, rules) for name, sql in parsed.items()}
 
 
 def _without_comments(sql: str) -> str:

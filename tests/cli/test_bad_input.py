@@ -7,8 +7,9 @@ DSN (and in PGPASSWORD) is a marker that must appear nowhere in the output.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -87,6 +88,20 @@ def cases(pg_dsn: str, checking_server: str) -> dict[str, tuple[str, dict[str, s
     }
 
 
+@contextlib.asynccontextmanager
+async def tables_locked(dsn: str) -> AsyncIterator[None]:
+    """Hold our ledger and schema tables locked against every reader meanwhile."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "LOCK TABLE queue_stall_nudges, stall_nudge_schema IN ACCESS EXCLUSIVE MODE"
+            )
+            yield
+    finally:
+        await conn.close()
+
+
 #: Each case by name, with what its one line must say.
 REASONS = {
     "port 99999": "the port must be a number from 1 to 65535",
@@ -110,18 +125,9 @@ async def test_bad_input_gets_one_line_and_no_secret(
     dsn, extra = cases(pg_dsn, checking_server)[case]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | extra
 
-    if case == "statement_timeout=1 in options":
-        # Our tables held locked, every command's first read outlasts the 1 ms bound.
-        conn = await asyncpg.connect(pg_dsn)
-        try:
-            async with conn.transaction():
-                await conn.execute(
-                    "LOCK TABLE queue_stall_nudges, stall_nudge_schema IN ACCESS EXCLUSIVE MODE"
-                )
-                result = await cli(*command, "--dsn", dsn, env=env)
-        finally:
-            await conn.close()
-    else:
+    # With our tables locked, every command's first read outlasts a 1 ms statement timeout.
+    locked = case == "statement_timeout=1 in options"
+    async with tables_locked(pg_dsn) if locked else contextlib.nullcontext():
         result = await cli(*command, "--dsn", dsn, env=env)
 
     assert 0 != result.status

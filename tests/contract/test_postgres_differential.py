@@ -47,6 +47,8 @@ HOOK_ENDPOINT = {**{f"hook-{e}": e for e in ENDPOINTS}, "hook-ep-a-ops": "ep-a"}
 GATES = ("verified", "unverified", "none")
 
 US = timedelta(microseconds=1)
+#: How long ago stalled work was created (well past the threshold).
+MINUTES_10 = timedelta(minutes=10)
 #: The instants the schedule turns on, and one microsecond either side.
 BOUNDARIES = sorted(
     {
@@ -68,7 +70,7 @@ ARGS: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
         st.sampled_from(QUEUES),
         st.sampled_from(GATES),
         # created_at = now - age: fresh, either side of the threshold, or long stalled.
-        st.sampled_from([timedelta(0), *BOUNDARIES[2:5], timedelta(minutes=10)]),
+        st.sampled_from([timedelta(0), *BOUNDARIES[2:5], MINUTES_10]),
     ),
     "claim": st.tuples(st.integers(min_value=0, max_value=50)),
     "complete": st.tuples(st.integers(min_value=0, max_value=50)),
@@ -89,7 +91,7 @@ ARGS: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
         st.sampled_from(ENDPOINTS),
         st.sampled_from(QUEUES),
         st.sampled_from(GATES),
-        st.sampled_from([timedelta(0), *BOUNDARIES[2:5], timedelta(minutes=10)]),
+        st.sampled_from([timedelta(0), *BOUNDARIES[2:5], MINUTES_10]),
     ),
     # A storm: stalled work in several pairs at once, each a microsecond apart, so a tick
     # finds more pairs newly due than it may charge and stops its walk of the changes.
@@ -205,7 +207,7 @@ def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: 
                     f"{todo_id}-{i}",
                     endpoint_id=endpoint,
                     queue=queue,
-                    created_at=now - timedelta(minutes=10) + i * US,
+                    created_at=now - MINUTES_10 + i * US,
                     delivery_id=f"verified-{endpoint}",
                     title=f"burst {todo_id}-{i}",
                 )
@@ -336,7 +338,6 @@ def test_memory_and_postgres_agree_on_every_wake_and_ledger_row(
         agree()
 
 
-MINUTES_10 = timedelta(minutes=10)
 UNICODE = "ünïcødé-队列"
 #: Storms whose oldest changes a tick's walk must not count as pairs it will charge.
 #: (Each starts with a sweep: the first tick is a full pass.)
@@ -424,7 +425,7 @@ async def hidden(
                 queue,
                 delivery,
                 f"hidden {name}",
-                now - timedelta(minutes=10),
+                now - MINUTES_10,
             )
         else:
             (hook,) = args

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from adapters._sql import expand, parse_queries, parse_rules, queries, script
+from adapters._sql import parse_queries, queries, script, with_rules
 
 from ._types import Connection
 
@@ -108,8 +108,7 @@ def _steps() -> Mapping[str, str]:
     """migration.sql's steps by name, in file order, with this build's schema version."""
     text = script("adapters.postgres", "migration.sql")
     steps = parse_queries(text.replace("@schema_version@", str(SCHEMA_VERSION)))
-    rules = parse_rules(script("adapters.postgres", "rules.sql"))
-    return {name: expand(sql, rules) for name, sql in steps.items()}
+    return with_rules("adapters.postgres", steps)
 
 
 def host_schema_sql(id_type: str = "text") -> str:
