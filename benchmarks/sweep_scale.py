@@ -14,7 +14,8 @@ gate-passing todos, and times ticks through asyncpg as production runs them:
   all capped: the usual tick and the full pass.
 * host writes: a todo created and then claimed, each its own transaction,
   on a database with only the host schema and on one migrated (our triggers
-  and indexes), in alternating rounds; the overhead is the drop in rate.
+  and indexes), interleaved one write at a time (benchmarks/host_writes.py,
+  which also prices each part); the overhead is the drop in rate.
 
 The naive query is the same decision written the obvious way, read-only: one
 DISTINCT ON over every pending gate-passing todo, joined to the ledger.
@@ -42,18 +43,25 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import attrs
 
-from adapters._sql import queries, script
+from adapters._sql import queries
 from adapters.postgres import PostgresLedger, migrate
 from adapters.postgres._ledger import charge_due_parameters
 from stall_core import FULL_PASS_INTERVAL, PacingPolicy
 from stall_testing import create_database, drop_database, embedded_postgres, with_database
+
+if __package__ in (None, ""):  # run as a script: the repository is the root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# Needs the path set above when run as a script.
+from benchmarks.host_writes import WRITES, host_write_rates, overhead_pct
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
@@ -62,9 +70,6 @@ ENDPOINTS = 100
 QUEUES = 100
 SIZES = (100_000, 1_000_000)
 LEDGER_SQL = queries("adapters.postgres", "ledger.sql")
-#: The host write path is timed in rounds, bare and migrated, each on a fresh database.
-HOST_ROUNDS = 5
-HOST_WRITES = 1_000
 WARMUP = 6  # past asyncpg's prepare and PostgreSQL's switch to a generic plan (5 runs)
 TICKS = 15
 NAIVE_RUNS = 5
@@ -315,52 +320,6 @@ async def board_database(
             await conn.close()
 
 
-async def host_database(
-    dsn: str, stack: AsyncExitStack, *, migrated: bool
-) -> Callable[[str], Awaitable[None]]:
-    """A fresh database with the host schema (and our migration); returns its write path."""
-    db = await stack.enter_async_context(throwaway_database(dsn, False))
-    conn = await asyncpg.connect(db)
-    stack.push_async_callback(conn.close)
-    if migrated:
-        await migrate(conn, host_schema=True)
-    else:
-        await conn.execute(script("adapters.postgres", "host_schema.sql"))
-    await conn.execute(
-        "INSERT INTO endpoints VALUES ('ep', 'active');"
-        " INSERT INTO deliveries VALUES ('dlv', 'ep', true, now())"
-    )
-    insert = await conn.prepare(
-        "INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
-        " VALUES ($1, 'ep', 'lane', 'dlv', 'pending', 'work', now())"
-    )
-    claim = await conn.prepare(
-        "UPDATE todos SET state = 'claimed', claimed_at = now(), claim_owner = 'c',"
-        " lease_expires_at = now() + interval '5 minutes' WHERE id = $1"
-    )
-
-    async def write(todo_id: str) -> None:
-        await insert.fetch(todo_id)
-        await claim.fetch(todo_id)
-
-    return write
-
-
-async def host_write_rates(dsn: str) -> tuple[float, float]:
-    """Creates + claims per second, (bare, migrated): medians of alternating rounds."""
-    async with AsyncExitStack() as stack:
-        paths = [await host_database(dsn, stack, migrated=m) for m in (False, True)]
-        rates: list[list[float]] = [[], []]
-        for round_ in range(HOST_ROUNDS):
-            for which, write in enumerate(paths):
-                started = time.perf_counter()
-                for i in range(HOST_WRITES):
-                    await write(f"t-{round_}-{i}")
-                rates[which].append(HOST_WRITES / (time.perf_counter() - started))
-        bare, migrated = (statistics.median(r) for r in rates)
-        return bare, migrated
-
-
 async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
     size_big = SIZES[-1]
     async with board_database(dsn, keep, BOARD) as (conn, pool):
@@ -425,11 +384,11 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
             f"full pass {wide_full:8.1f} ms"
         )
 
-    bare, ours_rate = await host_write_rates(dsn)
-    overhead = (bare - ours_rate) / bare * 100
+    rates = await host_write_rates(dsn, ["bare", "migrated"])
+    overhead = overhead_pct(rates, "migrated")
     print(
-        f"host writes (create + claim), median of {HOST_ROUNDS} rounds of {HOST_WRITES}: "
-        f"{bare:,.0f}/s bare, {ours_rate:,.0f}/s migrated ({overhead:+.1f}%)"
+        f"host writes (create + claim), {WRITES:,} each, interleaved: "
+        f"{rates['bare']:,.0f}/s bare, {rates['migrated']:,.0f}/s migrated ({overhead:+.1f}%)"
     )
 
     small, large = steady[SIZES[0]], steady[SIZES[-1]]

@@ -7,7 +7,9 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["dispatch", "sim_speed", "soak", "soak_worker", "sweep_scale"])
+@pytest.mark.parametrize(
+    "name", ["dispatch", "host_writes", "sim_speed", "soak", "soak_worker", "sweep_scale"]
+)
 def test_benchmark_imports(name: str) -> None:
     """Each script under benchmarks/ imports and has a main entry point."""
     module = importlib.import_module(f"benchmarks.{name}")
