@@ -19,7 +19,9 @@ JSON command a line on stdin and answers each with one JSON line on stdout:
 End of input (or ``{"cmd": "exit"}``) closes the pool and exits 0.
 
 ``--fault`` swaps in a deliberately broken ledger, the judge's positive
-controls (``races.py --fault``): each must make its count non-zero.
+controls (``races.py --fault``): each must make its count non-zero. The SQL
+faults edit both charging statements, and the broken ledger runs the usual
+tick or the full pass as the real one would, so both are under test.
 
 - ``no-lock``: a build with neither the tick lock nor the ON CONFLICT re-check
   (duplicates);
@@ -48,7 +50,15 @@ import asyncpg
 
 from adapters.postgres import PostgresLedger
 from adapters.postgres._ledger import _SQL, TICK_LOCK_KEY, charge_due_parameters, charge_outcome
-from stall_core import ChargeOutcome, LedgerPort, Nudge, PacingPolicy, Sweeper, WakeReceipt
+from stall_core import (
+    ChargeOutcome,
+    LedgerPort,
+    Nudge,
+    PacingPolicy,
+    Sweeper,
+    WakeReceipt,
+    full_pass_due,
+)
 from stall_testing import RecordingWake
 
 #: The sweepers' connections carry this name (pg_stat_activity, logs).
@@ -77,7 +87,10 @@ def _ignore_claims(sql: str) -> str:
     )
 
 
-#: fault name -> how it edits charge_due
+#: Whether a tick is a full pass -> the statement it runs.
+STATEMENTS = {True: "charge_due", False: "charge_changed"}
+
+#: fault name -> how it edits both charging statements (they share these rules)
 FAULT_SQL: dict[str, Callable[[str], str]] = {
     # No tick lock, and no compare-and-set on the row as locked (neither on its columns
     # nor on its ctid, which a concurrent update also changes).
@@ -101,30 +114,45 @@ FAULTS = ("none", *FAULT_SQL, "no-refund", "hide-charge")
 
 
 class FaultyLedger:
-    """A deliberately broken PostgresLedger: the positive controls of the judge."""
+    """A deliberately broken PostgresLedger: the positive controls of the judge.
+
+    It picks the usual tick or the full pass as PostgresLedger does, so a
+    fault in either statement is one the judge must catch.
+    """
 
     def __init__(self, pool: asyncpg.Pool, fault: str) -> None:
         self._pool = pool
         self._fault = fault
         self._inner = PostgresLedger(pool, timeout=20.0)
-        edit = FAULT_SQL.get(fault)
-        self._sql = _SQL["charge_due"] if edit is None else edit(_SQL["charge_due"])
+        edit = FAULT_SQL.get(fault, lambda sql: sql)
+        self._sql = {full: edit(_SQL[name]) for full, name in STATEMENTS.items()}
 
     async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
         async with self._pool.acquire() as conn:
             if self._fault == "no-lock":
-                now = await conn.fetchval("SELECT clock_timestamp()")
-                rows = await conn.fetch(self._sql, *charge_due_parameters(now, policy))
-                return charge_outcome(rows, now)
+                lock = await conn.fetchrow(
+                    "SELECT clock_timestamp() AS now,"
+                    " (SELECT s.full_pass_at FROM stall_nudge_sweeps s) AS full_pass_at"
+                )
+                return charge_outcome(await self._charge(conn, lock, policy), lock["now"])
             async with conn.transaction():
                 lock = await conn.fetchrow(_SQL["tick_lock"], TICK_LOCK_KEY, "20000")
                 if not lock["got"]:
                     return ChargeOutcome(now=lock["now"], skipped=True)
-                rows = await conn.fetch(self._sql, *charge_due_parameters(lock["now"], policy))
+                rows = await self._charge(conn, lock, policy)
         outcome = charge_outcome(rows, lock["now"])
         if self._fault == "hide-charge":
             return ChargeOutcome(now=outcome.now, drained=outcome.drained)
         return outcome
+
+    async def _charge(
+        self, conn: asyncpg.Connection, lock: asyncpg.Record, policy: PacingPolicy
+    ) -> list[asyncpg.Record]:
+        statement = self._sql[full_pass_due(lock["full_pass_at"], lock["now"])]
+        rows: list[asyncpg.Record] = await conn.fetch(
+            statement, *charge_due_parameters(lock["now"], policy)
+        )
+        return rows
 
     async def refund(self, nudge: Nudge) -> bool:
         if self._fault == "no-refund":
