@@ -19,6 +19,8 @@ EXPECTED: dict[str, tuple[int | None, int | None, int, int]] = {
     "without_claim_log": (2, 0, 2, 4),
     "without_pending_indexes": (2, 2, 0, 6),
     "without_triggers": (0, 0, 2, 0),
+    "bare_queue_index": (None, None, 0, 0),
+    "migrated_queue_index": (2, 2, 2, 6),
 }
 
 
@@ -37,7 +39,7 @@ def test_every_variant_is_priced() -> None:
 @pytest.mark.parametrize("name", list(VARIANTS))
 async def test_a_variant_drops_exactly_its_part(pg_server: str, name: str) -> None:
     async with AsyncExitStack() as stack:
-        conn, write = await host_database(pg_server, stack, drop=VARIANTS[name])
+        conn, write = await host_database(pg_server, stack, *VARIANTS[name])
         await write("a")
         await write("b")
         found = (
@@ -53,8 +55,10 @@ async def test_a_variant_drops_exactly_its_part(pg_server: str, name: str) -> No
             ),
         )
         assert await conn.fetchval("SELECT count(*) FROM todos WHERE state = 'claimed'") == 2
+        own_index = await conn.fetchval("SELECT to_regclass('host_claim_next') IS NOT NULL")
 
     assert found == EXPECTED[name]
+    assert own_index == name.endswith("_queue_index")
 
 
 async def test_rates_come_from_every_variant_asked(pg_server: str) -> None:

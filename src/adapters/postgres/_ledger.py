@@ -64,7 +64,8 @@ class PostgresLedger:
     server (statement and lock timeouts).
 
     A tick judges only the pairs that changed since the ticks before it
-    (``charge_changed``); every ``full_pass_interval`` one tick of the fleet
+    (``charge_changed``), after a cheap test that there is one: planning that
+    statement is most of an idle tick's cost. Every ``full_pass_interval`` one tick of the fleet
     judges every pair (``charge_due``), which bounds how late a change the
     triggers cannot see is nudged. Only tests and simulations pass another
     interval than the core's ``FULL_PASS_INTERVAL``.
@@ -99,9 +100,14 @@ class PostgresLedger:
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
             if not lock["got"]:
                 return ChargeOutcome(now=now, skipped=True)
-            full = full_pass_due(lock["full_pass_at"], now, self._full_pass_interval)
-            statement = _SQL["charge_due" if full else "charge_changed"]
-            rows = await conn.fetch(statement, *charge_due_parameters(now, policy))
+            parameters = charge_due_parameters(now, policy)
+            if full_pass_due(lock["full_pass_at"], now, self._full_pass_interval):
+                statement = "charge_due"
+            elif await conn.fetchval(_SQL["anything_to_judge"], *parameters[:4]):
+                statement = "charge_changed"
+            else:
+                return ChargeOutcome(now=now)
+            rows = await conn.fetch(_SQL[statement], *parameters)
         return charge_outcome(rows, now)
 
     async def refund(self, nudge: Nudge) -> bool:
