@@ -34,7 +34,7 @@ async def test_check_exits_3_while_behind_and_0_once_migrated(blank_dsn: str) ->
         before.out,
     )
     assert 0 == created.status
-    assert (0, "schema version 2: up to date\n") == (after.status, after.out)
+    assert (0, "schema version 3: up to date\n") == (after.status, after.out)
 
 
 async def test_print_sql_prints_one_transaction_and_changes_nothing(blank_dsn: str) -> None:
@@ -46,7 +46,7 @@ async def test_print_sql_prints_one_transaction_and_changes_nothing(blank_dsn: s
     check = await cli("migrate", "--dsn", blank_dsn, "--check")
 
     assert 0 == printed.status
-    assert printed.out.startswith("-- stall-nudge schema version 2")
+    assert printed.out.startswith("-- stall-nudge schema version 3")
     assert "BEGIN;\n" in printed.out
     assert printed.out.endswith("COMMIT;\n")
     assert "CONCURRENTLY" not in printed.out

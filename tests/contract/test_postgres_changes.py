@@ -2,7 +2,8 @@
 
 The usual tick walks pair changes oldest first and stops once it has found
 what it may charge, so each change must be stamped no later than the oldest
-work it can give its pair: for a deleted row, the pair's oldest pending todo.
+work it can give its pair: for a deleted row, the pair's oldest pending todo
+past the gate.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from tests.contract.test_postgres_clock import SECRET, db_now
 pytestmark = pytest.mark.postgres
 
 
-async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_pending_todo(
+async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_work(
     pg_pool: asyncpg.Pool,
 ) -> None:
-    """Stamped with the oldest pending todo, gate or not; a pair with none pending logs nothing."""
+    """Stamped with the oldest pending todo past the gate; a pair with none logs nothing."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
     await host.add_hook("hook-1", endpoint_id="ep-1", url="http://127.0.0.1:9/", secret=SECRET)
@@ -36,10 +37,13 @@ async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_pending_todo(
     await host.create_todo("work", endpoint_id="ep-1", queue="q", created_at=work)
     await host.create_todo("done", endpoint_id="ep-1", queue="empty", created_at=work)
     await host.claim("done", owner="consumer", at=work)
-    # Both pairs capped an hour ago; then an operator wipes the ledger.
-    await pg_pool.execute(
-        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', 5, $1), ('ep-1', 'empty', 5, $1)",
-        now - timedelta(hours=1),
+    await host.create_todo(
+        "ungated", endpoint_id="ep-1", queue="ungated", created_at=held, delivery_id="open"
+    )
+    # The pairs capped an hour ago; then an operator wipes the ledger.
+    await pg_pool.executemany(
+        "INSERT INTO queue_stall_nudges VALUES ('ep-1', $1, 5, $2)",
+        [(queue, now - timedelta(hours=1)) for queue in ("q", "empty", "ungated")],
     )
     await pg_pool.execute("DELETE FROM stall_nudge_changes; DELETE FROM stall_nudge_claims")
     await pg_pool.execute("INSERT INTO stall_nudge_sweeps VALUES (true, $1)", now)
@@ -47,9 +51,17 @@ async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_pending_todo(
     await pg_pool.execute("DELETE FROM queue_stall_nudges")
 
     logged = await pg_pool.fetch("SELECT endpoint_id, queue, look_after FROM stall_nudge_changes")
-    assert [("ep-1", "q", held)] == [tuple(r) for r in logged]
+    assert [("ep-1", "q", work)] == [tuple(r) for r in logged]
     # The next usual tick finds the pair and charges a first nudge for its oldest work.
-    outcome = await PostgresLedger(pg_pool).charge_due(policy=PacingPolicy())
+    ledger = PostgresLedger(pg_pool)
+    outcome = await ledger.charge_due(policy=PacingPolicy())
     assert [("ep-1", "q", "work", 1)] == [
+        (n.endpoint_id, n.queue, n.todo.id, n.number) for n in outcome.charged
+    ]
+    # The gate lets the held-back todo through: its endpoint is logged, and the pair
+    # that had no work is judged at the next tick.
+    await pg_pool.execute("UPDATE deliveries SET verified = true WHERE id = 'open'")
+    outcome = await ledger.charge_due(policy=PacingPolicy())
+    assert [("ep-1", "ungated", "ungated", 1)] == [
         (n.endpoint_id, n.queue, n.todo.id, n.number) for n in outcome.charged
     ]

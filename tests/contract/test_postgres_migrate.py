@@ -224,12 +224,16 @@ async def test_an_earlier_build_schema_is_behind_and_upgrades_in_place(empty_dsn
         await conn.close()
 
 
-async def test_a_version_1_schema_upgrades_its_ledger_delete_function(pg_dsn: str) -> None:
-    """Version 1 logged a hand-deleted row as '-infinity'; migrating replaces the function."""
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_earlier_schema_upgrades_its_ledger_delete_function(
+    pg_dsn: str, version: int
+) -> None:
+    """Version 1 logged a hand-deleted row as '-infinity', 2 at its oldest pending todo
+    gate or not; migrating replaces the function with one that stamps its oldest work."""
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute(
-            "UPDATE stall_nudge_schema SET version = 1;"
+            f"UPDATE stall_nudge_schema SET version = {version};"
             " CREATE OR REPLACE FUNCTION stall_nudge_log_ledger_delete() RETURNS trigger"
             " LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$"
         )
@@ -237,12 +241,13 @@ async def test_a_version_1_schema_upgrades_its_ledger_delete_function(pg_dsn: st
 
         await migrate(conn)
 
-        assert [f"schema version 1, this build needs {SCHEMA_VERSION}"] == behind
+        assert [f"schema version {version}, this build needs {SCHEMA_VERSION}"] == behind
         assert [] == await schema_behind(conn)
         body = await conn.fetchval(
             "SELECT prosrc FROM pg_proc WHERE proname = 'stall_nudge_log_ledger_delete'"
         )
         assert "look_after IS NOT NULL" in body
+        assert "gate_d.verified" in body
     finally:
         await conn.close()
 

@@ -36,8 +36,9 @@ __all__ = [
 
 #: The version of our schema this build needs and ``migrate`` writes. 1 is the first
 #: recorded one; a database with our tables but no record was migrated by an earlier build.
-#: 2: a ledger row deleted by hand is logged stamped with its pair's oldest pending todo.
-SCHEMA_VERSION = 2
+#: 2: a ledger row deleted by hand is logged stamped with its pair's oldest pending todo;
+#: 3: with its oldest pending todo past the gate.
+SCHEMA_VERSION = 3
 
 LEDGER_TABLE = "queue_stall_nudges"
 #: The progress log: claims not yet absorbed by a charge (filled by a trigger on todos).

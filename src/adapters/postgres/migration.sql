@@ -210,7 +210,7 @@ $$;
 -- name: ledger_delete_function
 -- A ledger row deleted outside a sweep (by hand, or by an older build): its pair's
 -- next nudge is a first one, so a tick looks at it, stamped with its oldest pending
--- todo (no work can be older; none pending: nothing to look at). A sweep's own
+-- todo past the gate (no work can be older; none: nothing to look at). A sweep's own
 -- deletions are drains, which need no second look; it marks its transaction to skip this.
 CREATE OR REPLACE FUNCTION stall_nudge_log_ledger_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -220,7 +220,7 @@ BEGIN
         SELECT gone.endpoint_id, gone.queue, o.look_after
           FROM gone
          CROSS JOIN LATERAL (
-                SELECT {{oldest_pending_at(gone.endpoint_id, gone.queue)}} AS look_after) o
+                SELECT {{oldest_gated_at(gone.endpoint_id, gone.queue)}} AS look_after) o
          WHERE o.look_after IS NOT NULL;
     END IF;
     RETURN NULL;

@@ -107,17 +107,20 @@ SELECT oldest_w.id, oldest_w.created_at
  ORDER BY oldest_w.created_at, oldest_w.id COLLATE "C"
  LIMIT 1
 
--- rule: oldest_pending_at(endpoint_id, queue)
--- When the pair's oldest pending todo was created (NULL: none pending): at or before
--- its oldest work, whatever the gate says.
+-- rule: oldest_gated_at(endpoint_id, queue)
+-- When the pair's oldest pending todo past the gate was created (NULL: none): at or
+-- before its oldest work. A todo the gate holds back becomes work only when its
+-- delivery's verification changes, which logs its endpoint anyway.
 LEAST((SELECT pending_s.created_at FROM todos pending_s
         WHERE pending_s.endpoint_id::text = {endpoint_id} AND pending_s.queue = {queue}
           AND pending_s.state = 'pending' AND {{short_names(pending_s)}}
+          AND {{passes_gate(pending_s)}}
         ORDER BY pending_s.created_at
         LIMIT 1),
       (SELECT pending_l.created_at FROM todos pending_l
         WHERE {{long_pair(pending_l, {endpoint_id}, {queue})}}
           AND pending_l.state = 'pending' AND {{long_names(pending_l)}}
+          AND {{passes_gate(pending_l)}}
         ORDER BY pending_l.created_at
         LIMIT 1))
 
