@@ -65,10 +65,10 @@ class PostgresLedger:
 
     A tick judges only the pairs that changed since the ticks before it
     (``charge_changed``), after a cheap test that there is one: planning that
-    statement is most of an idle tick's cost. Every ``full_pass_interval`` one tick of the fleet
-    judges every pair (``charge_due``), which bounds how late a change the
-    triggers cannot see is nudged. Only tests and simulations pass another
-    interval than the core's ``FULL_PASS_INTERVAL``.
+    statement is most of an idle tick's cost. Every ``full_pass_interval``
+    one tick of the fleet judges every pair (``charge_due``), which bounds
+    how late a change the triggers cannot see is nudged. Only tests and
+    simulations pass another interval than the core's ``FULL_PASS_INTERVAL``.
     """
 
     def __init__(

@@ -109,8 +109,9 @@ SELECT oldest_w.id, oldest_w.created_at
 
 -- rule: oldest_gated_at(endpoint_id, queue)
 -- When the pair's oldest pending todo past the gate was created (NULL: none): at or
--- before its oldest work. A todo the gate holds back becomes work only when its
--- delivery's verification changes, which logs its endpoint anyway.
+-- before its oldest work. A todo the gate holds back becomes work when its delivery's
+-- verification changes, which logs its endpoint, or (on a host without the foreign
+-- key) when its delivery row arrives, which the full pass catches.
 LEAST((SELECT pending_s.created_at FROM todos pending_s
         WHERE pending_s.endpoint_id::text = {endpoint_id} AND pending_s.queue = {queue}
           AND pending_s.state = 'pending' AND {{short_names(pending_s)}}
