@@ -126,3 +126,21 @@ async def test_a_pair_held_back_alone_makes_the_tick_judge(pg_pool: asyncpg.Pool
     assert 1 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_held")
 
     assert [("ep", "b", "t-b", 1)] == charges(await looked_at(ledger, one_at_a_time))
+
+
+async def test_claims_of_pairs_with_no_ledger_row_are_absorbed_without_judging(
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """A busy host's claims in pairs never nudged: the tick absorbs them and charges nothing."""
+    host, ledger, now = await board(pg_pool)
+    for i in range(2):
+        await host.create_todo(f"t{i}", endpoint_id="ep", queue="busy", created_at=now)
+    await looked_at(ledger)  # the new todos are not stalled yet: nothing to judge
+
+    await host.claim("t0", owner="consumer")
+    logged = await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_claims")
+    outcome = await looked_at(ledger)
+
+    assert (1, [], ()) == (logged, charges(outcome), outcome.drained)
+    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_claims")
+    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM queue_stall_nudges")

@@ -146,20 +146,32 @@ to_drain AS (
 {{charge_judged()}}
 
 -- name: anything_to_judge
--- Whether the usual tick has a pair to judge, run first: charge_changed judges nothing
--- and writes nothing without one, and planning it costs more than this whole test.
--- $1..$4 as charge_due. Each branch is one source of charge_changed's pairs: a claim
--- not yet absorbed, a pair held back, a change past the threshold (an endpoint's
--- included), a ledger row whose backoff ended (a range scan per count). Its snapshot
--- is taken after the tick read the clock, so it sees every commit before "now".
-SELECT EXISTS (SELECT 1 FROM stall_nudge_claims)
-    OR EXISTS (SELECT 1 FROM stall_nudge_held)
-    OR EXISTS (SELECT 1 FROM stall_nudge_changes x WHERE {{stalled(x.look_after, $1, $2)}})
-    OR EXISTS (SELECT 1
-                 FROM generate_series(0, $4 - 1) AS s (nudges)
-                WHERE EXISTS (SELECT 1 FROM queue_stall_nudges r
-                               WHERE r.nudges = s.nudges
-                                 AND {{backoff_ended(s.nudges, r.last_nudged_at, $1, $3)}}));
+-- Whether the usual tick has a pair to judge, run first: planning charge_changed costs
+-- more than this whole test, and without a pair to judge it would only absorb claims.
+-- $1..$4 as charge_due. Each branch is one source of charge_changed's pairs: a claim of
+-- a pair with a ledger row (progress, a drain), a pair held back, a change past the
+-- threshold (an endpoint's included), a ledger row whose backoff ended (a range scan
+-- per count). When there is none, every claim is of a pair with no ledger row, and it is
+-- absorbed here as charge_changed would: a busy host's claims need no judging of their
+-- own (a pair with no ledger row and no held entry has its work behind changes in the
+-- log). The snapshot is taken after the tick read the clock: it sees every commit before "now".
+WITH judge AS (
+    SELECT EXISTS (SELECT 1 FROM stall_nudge_claims c
+                    WHERE EXISTS (SELECT 1 FROM queue_stall_nudges n
+                                   WHERE {{pair_is(n, c.endpoint_id, c.queue)}}))
+        OR EXISTS (SELECT 1 FROM stall_nudge_held)
+        OR EXISTS (SELECT 1 FROM stall_nudge_changes x WHERE {{stalled(x.look_after, $1, $2)}})
+        OR EXISTS (SELECT 1
+                     FROM generate_series(0, $4 - 1) AS s (nudges)
+                    WHERE EXISTS (SELECT 1 FROM queue_stall_nudges r
+                                   WHERE r.nudges = s.nudges
+                                     AND {{backoff_ended(s.nudges, r.last_nudged_at, $1, $3)}}))
+           AS judge
+),
+absorbed AS (
+    DELETE FROM stall_nudge_claims c WHERE NOT (SELECT j.judge FROM judge j)
+)
+SELECT j.judge FROM judge j;
 
 -- name: charge_changed
 -- The usual tick: judge only the pairs that changed, charge and delete drained rows, in one statement.
