@@ -156,9 +156,10 @@ to_drain AS (
 -- own (a pair with no ledger row and no held entry has its work behind changes in the
 -- log). The snapshot is taken after the tick read the clock: it sees every commit before "now".
 WITH judge AS (
+    -- OFFSET 0: one probe of the ledger's pair index per claim, never a hash of the ledger.
     SELECT EXISTS (SELECT 1 FROM stall_nudge_claims c
                     WHERE EXISTS (SELECT 1 FROM queue_stall_nudges n
-                                   WHERE {{pair_is(n, c.endpoint_id, c.queue)}}))
+                                   WHERE {{pair_is(n, c.endpoint_id, c.queue)}} OFFSET 0))
         OR EXISTS (SELECT 1 FROM stall_nudge_held)
         OR EXISTS (SELECT 1 FROM stall_nudge_changes x WHERE {{stalled(x.look_after, $1, $2)}})
         OR EXISTS (SELECT 1
