@@ -180,12 +180,12 @@ SELECT j.judge FROM judge j;
 -- reconfigured endpoint, with a ledger row whose backoff ended, the best tick_limit
 -- of the pairs an earlier tick held back, and those of the pair changes past the
 -- threshold up to the cut (see "walk"). Each is judged on the current rows, by the
--- same rules as the full pass. A steady board (every pair capped, nothing new)
--- costs a few empty index probes; a storm of changes costs about what it charges.
+-- same rules as the full pass. Run only when anything_to_judge finds a pair to judge;
+-- a storm of changes costs about what it charges.
 --
 -- Why the cut is enough: a pair change's look_after is at or before the oldest work
 -- it can give its pair (the todo's created_at; for a ledger row deleted by hand, the
--- pair's oldest pending todo then), and a pair with no ledger row and no held entry
+-- pair's oldest pending todo past the gate then), and a pair with no ledger row and no held entry
 -- has all its work behind changes still in the log. So no pair left unjudged ranks
 -- ahead of (0 nudges spent, work as old as the first change past the cut). The walk
 -- stops once tick_limit pairs it judged rank ahead of that, so they, or pairs that
