@@ -39,7 +39,7 @@ from typing import IO
 import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher
-from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger
+from adapters.postgres import COMPACT_AT, DATABASE_ERRORS, PostgresHooks, PostgresLedger
 from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
@@ -194,7 +194,9 @@ async def _connect(dsn: str, stop: asyncio.Event) -> asyncpg.Pool | None:
     return None
 
 
-async def main_async(dsn: str, worker: int, journal_path: str, queue_size: int) -> int:
+async def main_async(
+    dsn: str, worker: int, journal_path: str, queue_size: int, compact_at: int
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -202,7 +204,12 @@ async def main_async(dsn: str, worker: int, journal_path: str, queue_size: int) 
     # Opened once at start-up, before the loop runs: blocking here stalls nothing.
     with open(journal_path, "a", encoding="utf-8", buffering=1) as stream:  # noqa: ASYNC230
         journal = Journal(stream, worker)
-        journal.write("start", wall=datetime.now(UTC).isoformat(), queue_size=queue_size)
+        journal.write(
+            "start",
+            wall=datetime.now(UTC).isoformat(),
+            queue_size=queue_size,
+            compact_at=compact_at,
+        )
         pool = await _connect(dsn, stop)
         if pool is None:
             return 0
@@ -215,7 +222,7 @@ async def main_async(dsn: str, worker: int, journal_path: str, queue_size: int) 
                 workers=8,
             ) as dispatcher:
                 sweeper = Sweeper(
-                    ledger=JournalingLedger(PostgresLedger(pool), journal),
+                    ledger=JournalingLedger(PostgresLedger(pool, compact_at=compact_at), journal),
                     wake=StampingWake(dispatcher),
                     policy=SOAK_POLICY,
                 )
@@ -240,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", type=int, required=True)
     parser.add_argument("--journal", required=True)
     parser.add_argument("--queue-size", type=int, default=1000)
+    parser.add_argument("--compact-at", type=int, default=COMPACT_AT)
     args = parser.parse_args(argv)
     # Expected failures (a dropped connection, a missing table) are logged by the
     # library at WARNING/ERROR; the soak keeps them in the worker's stderr file.
@@ -248,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s w" + str(args.worker) + " %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return asyncio.run(main_async(args.dsn, args.worker, args.journal, args.queue_size))
+    return asyncio.run(
+        main_async(args.dsn, args.worker, args.journal, args.queue_size, args.compact_at)
+    )
 
 
 if __name__ == "__main__":

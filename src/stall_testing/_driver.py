@@ -16,7 +16,7 @@ from typing import Protocol
 import asyncpg
 
 from adapters.memory import MemoryBoard, Todo
-from adapters.postgres import PostgresLedger
+from adapters.postgres import COMPACT_AT, PostgresLedger
 from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey
 
 from ._clock import FakeClock
@@ -148,12 +148,16 @@ class PostgresDriver(PostgresHost):
         clock: FakeClock | None = None,
         *,
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
+        compact_at: int = COMPACT_AT,
     ) -> None:
         super().__init__(pool)
         self.pool = pool
         self._clock = clock if clock is not None else FakeClock()
         self._ledger = PostgresLedger(
-            pool, clock=self._clock, full_pass_interval=full_pass_interval
+            pool,
+            clock=self._clock,
+            full_pass_interval=full_pass_interval,
+            compact_at=compact_at,
         )
 
     @property

@@ -30,7 +30,7 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from adapters.memory import MemoryBoard
-from adapters.postgres import PostgresLedger
+from adapters.postgres import COMPACT_AT, PostgresLedger
 from stall_core import PacingPolicy, PairKey, Verdict, full_pass_due
 from stall_testing import MemoryDriver, PostgresDriver
 from tests import pg
@@ -251,7 +251,11 @@ RESET = (
 
 
 async def replay(
-    pool: asyncpg.Pool, late_pool: asyncpg.Pool, ops: list[tuple[object, ...]], interval: timedelta
+    pool: asyncpg.Pool,
+    late_pool: asyncpg.Pool,
+    ops: list[tuple[object, ...]],
+    interval: timedelta,
+    compact_at: int = COMPACT_AT,
 ) -> int:
     """Apply ``ops`` to a fresh memory board and to Postgres, comparing after every step.
 
@@ -263,7 +267,7 @@ async def replay(
     board = memory_driver.board
     backends: tuple[Driver, Driver] = (
         memory_driver,
-        PostgresDriver(pool, clock, full_pass_interval=interval),
+        PostgresDriver(pool, clock, full_pass_interval=interval, compact_at=compact_at),
     )
     for driver in backends:
         await setup(driver)
@@ -323,17 +327,24 @@ async def due_by_status(ledger: PostgresLedger) -> list[PairKey]:
     return [(endpoint_id, queue) for *_, endpoint_id, queue in sorted(due)]
 
 
-@pytest.mark.parametrize("interval", [INCREMENTAL, FULL], ids=["changed", "full"])
+@pytest.mark.parametrize(
+    ("interval", "compact_at"),
+    [(INCREMENTAL, COMPACT_AT), (FULL, COMPACT_AT), (INCREMENTAL, 2)],
+    ids=["changed", "full", "changed-compacting"],
+)
 def test_memory_and_postgres_agree_on_every_wake_and_ledger_row(
-    pg_server: str, pg_template: str, interval: timedelta
+    pg_server: str, pg_template: str, interval: timedelta, compact_at: int
 ) -> None:
-    """Random host verbs, clock moves and sweeps: both ledgers wake and record identically."""
+    """Random host verbs, clock moves and sweeps: both ledgers wake and record identically.
+
+    With ``compact_at`` 2, nearly every tick compacts the logs before it judges.
+    """
     with databases(pg_server, pg_template) as (runner, pool, late_pool):
 
         @settings(max_examples=60, deadline=None)
         @given(ops=OPS)
         def agree(ops: list[tuple[object, ...]]) -> None:
-            runner.run(replay(pool, late_pool, ops, interval))
+            runner.run(replay(pool, late_pool, ops, interval, compact_at))
 
         agree()
 

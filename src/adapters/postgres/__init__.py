@@ -6,7 +6,7 @@ server) lives in ``stall_testing``, not here.
 
 from ._errors import DATABASE_ERRORS, describe
 from ._hooks import PostgresHooks
-from ._ledger import TICK_LOCK_KEY, PostgresLedger
+from ._ledger import COMPACT_AT, TICK_LOCK_KEY, PostgresLedger
 from ._migrate import (
     CLAIMS_TABLE,
     HOST_ID_TYPES,
@@ -26,6 +26,7 @@ from ._pool import BoundedPool
 
 __all__ = [
     "CLAIMS_TABLE",
+    "COMPACT_AT",
     "DATABASE_ERRORS",
     "HOST_ID_TYPES",
     "HOST_TABLES",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from stall_core import (
     aware,
     full_pass_due,
     pair_status,
+    positive_int,
     positive_seconds,
 )
 
@@ -38,12 +40,26 @@ from ._types import PooledConnection
 if TYPE_CHECKING:
     from stall_core import LedgerPort
 
-__all__ = ["TICK_LOCK_KEY", "PostgresLedger", "charge_due_parameters", "charge_outcome"]
+__all__ = [
+    "COMPACT_AT",
+    "TICK_LOCK_KEY",
+    "PostgresLedger",
+    "charge_due_parameters",
+    "charge_outcome",
+]
 
 _SQL = queries("adapters.postgres", "ledger.sql")
 
+_log = logging.getLogger(__name__)
+
 #: The advisory lock key of the fleet's tick: b"stallnud" read as a big-endian bigint.
 TICK_LOCK_KEY = int.from_bytes(b"stallnud", "big")
+#: How many rows a log must hold for a tick to compact it first (about 3 to 7 s of
+#: judging them on a slow machine, against the 30 s timeout).
+COMPACT_AT = 1_000_000
+#: About how many rows a block of either log holds: a compaction statement reads the
+#: blocks of about COMPACT_AT / 20 rows.
+ROWS_PER_BLOCK = 100
 
 
 class PostgresLedger:
@@ -69,6 +85,15 @@ class PostgresLedger:
     one tick of the fleet judges every pair (``charge_due``), which bounds
     how late a change the triggers cannot see is nudged. Only tests and
     simulations pass another interval than the core's ``FULL_PASS_INTERVAL``.
+
+    After a sweeper outage the logs hold every claim and arrival since, and
+    one statement reading them all may outlast the timeout, again on every
+    tick. So a tick that finds ``compact_at`` rows in a log first compacts
+    both (each pair's latest claim, its oldest change), a range of blocks per
+    statement, for at most half its timeout, and commits that; it judges in a
+    second transaction once the compaction got through, otherwise the next
+    tick goes on with it. Compacting changes no decision. ``compact_for``
+    (seconds, under ``timeout``) replaces that half.
     """
 
     def __init__(
@@ -78,20 +103,39 @@ class PostgresLedger:
         clock: Clock | None = None,
         timeout: float = 30.0,
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
+        compact_at: int = COMPACT_AT,
+        compact_for: float | None = None,
     ) -> None:
         positive_seconds("timeout", timeout)
         if not full_pass_interval > timedelta(0):
             raise ValueError(f"full_pass_interval must be positive, got {full_pass_interval!r}")
+        positive_int("compact_at", compact_at)
+        if compact_for is not None and positive_seconds("compact_for", compact_for) >= timeout:
+            raise ValueError(
+                f"compact_for must be under timeout ({timeout!r}), got {compact_for!r}"
+            )
         self._pool = pool
         self._clock = clock
         self._timeout = timeout
         self._full_pass_interval = full_pass_interval
+        self._compact_at = compact_at
+        #: Per log, the block its compaction goes on from; None: through, this round.
+        self._compacting: dict[str, int | None] = {}
+        self._compact_for = timeout / 2 if compact_for is None else compact_for
 
     @property
     def timeout(self) -> float:
         return self._timeout
 
     async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        outcome = await self._tick(policy, may_compact=True)
+        if outcome is None:  # the logs compacted through: judge them in a new transaction
+            outcome = await self._tick(policy, may_compact=False)
+        assert outcome is not None  # only a tick that may compact leaves the judging
+        return outcome
+
+    async def _tick(self, policy: PacingPolicy, *, may_compact: bool) -> ChargeOutcome | None:
+        """One tick; None when it compacted the logs through and left the judging to a new one."""
         async with self._connection("charging due pairs", transaction=True) as conn:
             lock = await conn.fetchrow(
                 _SQL["tick_lock"], TICK_LOCK_KEY, str(int(self._timeout * 1000))
@@ -101,6 +145,17 @@ class PostgresLedger:
             if not lock["got"]:
                 return ChargeOutcome(now=now, skipped=True)
             parameters = charge_due_parameters(now, policy)
+            threshold_us = parameters[1]
+            if may_compact and await conn.fetchval(
+                _SQL["backlog"], now, threshold_us, self._compact_at
+            ):
+                compacted = await self._compact(conn, now, threshold_us)
+                _log.info(
+                    "a log held %d rows or more: compacted %s",
+                    self._compact_at,
+                    "through, judging next" if compacted else "in part, the next tick goes on",
+                )
+                return None if compacted else ChargeOutcome(now=now)
             if full_pass_due(lock["full_pass_at"], now, self._full_pass_interval):
                 statement = "charge_due"
             elif await conn.fetchval(_SQL["anything_to_judge"], *parameters[:4]):
@@ -109,6 +164,35 @@ class PostgresLedger:
                 return ChargeOutcome(now=now)
             rows = await conn.fetch(_SQL[statement], *parameters)
         return charge_outcome(rows, now)
+
+    async def _compact(self, conn: PooledConnection, now: datetime, threshold_us: object) -> bool:
+        """One statement, then more for up to ``compact_for`` s; whether a round got through.
+
+        A round is one pass over each log's blocks, a range per statement. Where
+        a pass stopped is this instance's memory only, a hint: a range skipped
+        (its tick rolled back) waits for the next round, or is judged whole.
+        """
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._compact_for
+        blocks = max(1, self._compact_at // (20 * ROWS_PER_BLOCK))
+        ran = False
+        for table, statement, arguments in (
+            ("stall_nudge_claims", "compact_claims", ()),
+            ("stall_nudge_changes", "compact_changes", (now, threshold_us)),
+        ):
+            first = self._compacting.get(table, 0)
+            if first is None:  # through already, this round
+                continue
+            end = await conn.fetchval(_SQL["log_blocks"], table)
+            while first < end:
+                if ran and loop.time() > until:
+                    self._compacting[table] = first
+                    return False
+                await conn.execute(_SQL[statement], *arguments, (first, 0), (first + blocks, 0))
+                ran, first = True, first + blocks
+            self._compacting[table] = None
+        self._compacting.clear()
+        return True
 
     async def refund(self, nudge: Nudge) -> bool:
         what = f"refunding {nudge.endpoint_id}/{nudge.queue}"

@@ -296,6 +296,61 @@ to_drain AS (
 ),
 {{charge_judged()}}
 
+-- name: backlog
+-- Whether a log holds at least $3 rows a tick would read: then the tick compacts the logs first, a range at a time.
+-- $1 now, $2 threshold (µs), $3 rows. A sweeper outage leaves the logs holding every
+-- claim and arrival since; one statement reading them all may not finish within the
+-- tick's timeout, and a tick rolled back leaves them to grow.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM stall_nudge_claims LIMIT $3) c) >= $3
+    OR (SELECT count(*)
+          FROM (SELECT 1 FROM stall_nudge_changes x
+                 WHERE {{stalled(x.look_after, $1, $2)}} LIMIT $3) x) >= $3;
+
+-- name: log_blocks
+-- How many blocks a log has ($1 its name): the compaction goes through them a range at a time.
+SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint;
+
+-- name: compact_claims
+-- Compact the claims in the log's blocks from tid $1 up to $2: keep each pair's latest, none of a pair with no ledger row.
+-- What every charge does to the claims it sees (see absorbed in charge_judged): only
+-- whether a pair has a claim, and its latest, are ever read, and a pair with no ledger
+-- row starts over anyway. Behind the tick lock no charge writes a row meanwhile.
+WITH batch AS MATERIALIZED (
+    SELECT c.ctid AS at, c.endpoint_id, c.queue, c.claimed_at
+      FROM stall_nudge_claims c
+     WHERE c.ctid >= $1::tid AND c.ctid < $2::tid
+),
+kept AS (
+    SELECT l.at
+      FROM (SELECT DISTINCT ON (b.endpoint_id, b.queue) b.at, b.endpoint_id, b.queue
+              FROM batch b
+             ORDER BY b.endpoint_id, b.queue, b.claimed_at DESC, b.at DESC) l
+     WHERE EXISTS (SELECT 1 FROM queue_stall_nudges n
+                    WHERE {{pair_is(n, l.endpoint_id, l.queue)}})
+)
+DELETE FROM stall_nudge_claims c
+ WHERE c.ctid = ANY (ARRAY(SELECT b.at FROM batch b EXCEPT ALL SELECT k.at FROM kept k));
+
+-- name: compact_changes
+-- Collapse the changes past the threshold in the log's blocks from tid $3 up to $4: of each pair's (or endpoint's), keep the oldest.
+-- $1 now, $2 threshold (µs). A tick judges a pair on the current rows at its oldest
+-- change past the threshold that its cut reaches; a later one past the threshold
+-- bounds no work the oldest does not, so it would only have the pair judged again.
+-- Changes within the threshold wait for their own time: each stays.
+WITH batch AS MATERIALIZED (
+    SELECT x.ctid AS at, x.endpoint_id, x.queue, x.look_after
+      FROM stall_nudge_changes x
+     WHERE x.ctid >= $3::tid AND x.ctid < $4::tid
+       AND {{stalled(x.look_after, $1, $2)}}
+),
+kept AS (
+    SELECT DISTINCT ON (b.endpoint_id, b.queue) b.at
+      FROM batch b
+     ORDER BY b.endpoint_id, b.queue, b.look_after, b.at
+)
+DELETE FROM stall_nudge_changes x
+ WHERE x.ctid = ANY (ARRAY(SELECT b.at FROM batch b EXCEPT ALL SELECT k.at FROM kept k));
+
 -- name: now
 -- The database's clock, the time authority every decision is measured on.
 SELECT clock_timestamp();
