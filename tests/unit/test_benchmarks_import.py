@@ -8,7 +8,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "name", ["dispatch", "host_writes", "sim_speed", "soak", "soak_worker", "sweep_scale"]
+    "name",
+    ["backlog", "dispatch", "host_writes", "sim_speed", "soak", "soak_worker", "sweep_scale"],
 )
 def test_benchmark_imports(name: str) -> None:
     """Each script under benchmarks/ imports and has a main entry point."""
