@@ -300,11 +300,17 @@ to_drain AS (
 -- Whether a log holds at least $3 rows a tick would read: then the tick compacts the logs first, a range at a time.
 -- $1 now, $2 threshold (µs), $3 rows. A sweeper outage leaves the logs holding every
 -- claim and arrival since; one statement reading them all may not finish within the
--- tick's timeout, and a tick rolled back leaves them to grow.
-SELECT (SELECT count(*) FROM (SELECT 1 FROM stall_nudge_claims LIMIT $3) c) >= $3
-    OR (SELECT count(*)
-          FROM (SELECT 1 FROM stall_nudge_changes x
-                 WHERE {{stalled(x.look_after, $1, $2)}} LIMIT $3) x) >= $3;
+-- tick's timeout, and a tick rolled back leaves them to grow. A log smaller than 28
+-- bytes a row (a heap row's header and line pointer) cannot hold $3 rows and is not
+-- counted, so a storm's changes are not read twice on every tick.
+SELECT CASE WHEN pg_relation_size('stall_nudge_claims') >= $3 * 28
+            THEN (SELECT count(*) FROM (SELECT 1 FROM stall_nudge_claims LIMIT $3) c) >= $3
+            ELSE false END
+    OR CASE WHEN pg_relation_size('stall_nudge_changes') >= $3 * 28
+            THEN (SELECT count(*)
+                    FROM (SELECT 1 FROM stall_nudge_changes x
+                           WHERE {{stalled(x.look_after, $1, $2)}} LIMIT $3) x) >= $3
+            ELSE false END;
 
 -- name: log_blocks
 -- How many blocks a log has ($1 its name): the compaction goes through them a range at a time.
