@@ -317,25 +317,14 @@ SELECT CASE WHEN pg_relation_size('stall_nudge_claims') >= $3 * 28
 SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint;
 
 -- name: compact_claims
--- Compact the claims in the log's blocks from tid $1 up to $2: keep each pair's latest, none of a pair with no ledger row.
--- What every charge does to the claims it sees (see absorbed in charge_judged): only
--- whether a pair has a claim, and its latest, are ever read, and a pair with no ledger
--- row starts over anyway. Behind the tick lock no charge writes a row meanwhile.
-WITH batch AS MATERIALIZED (
-    SELECT c.ctid AS at, c.endpoint_id, c.queue, c.claimed_at
-      FROM stall_nudge_claims c
-     WHERE c.ctid >= $1::tid AND c.ctid < $2::tid
-),
-kept AS (
-    SELECT l.at
-      FROM (SELECT DISTINCT ON (b.endpoint_id, b.queue) b.at, b.endpoint_id, b.queue
-              FROM batch b
-             ORDER BY b.endpoint_id, b.queue, b.claimed_at DESC, b.at DESC) l
-     WHERE EXISTS (SELECT 1 FROM queue_stall_nudges n
-                    WHERE {{pair_is(n, l.endpoint_id, l.queue)}})
-)
+-- Compact the claims in the log's blocks from tid $1 up to $2: delete those no tick will read.
+-- What every charge does to the claims it sees (claim_superseded, as in absorbed in
+-- charge_judged). Behind the tick lock no charge writes a ledger row meanwhile.
 DELETE FROM stall_nudge_claims c
- WHERE c.ctid = ANY (ARRAY(SELECT b.at FROM batch b EXCEPT ALL SELECT k.at FROM kept k));
+ USING (SELECT k.ctid AS at, {{claim_rank(k)}} AS newest
+          FROM stall_nudge_claims k
+         WHERE k.ctid >= $1::tid AND k.ctid < $2::tid) k
+ WHERE c.ctid = k.at AND {{claim_superseded(k.newest, c)}};
 
 -- name: compact_changes
 -- Collapse the changes past the threshold in the log's blocks from tid $3 up to $4: of each pair's (or endpoint's), keep the oldest.
@@ -343,19 +332,14 @@ DELETE FROM stall_nudge_claims c
 -- change past the threshold that its cut reaches; a later one past the threshold
 -- bounds no work the oldest does not, so it would only have the pair judged again.
 -- Changes within the threshold wait for their own time: each stays.
-WITH batch AS MATERIALIZED (
-    SELECT x.ctid AS at, x.endpoint_id, x.queue, x.look_after
-      FROM stall_nudge_changes x
-     WHERE x.ctid >= $3::tid AND x.ctid < $4::tid
-       AND {{stalled(x.look_after, $1, $2)}}
-),
-kept AS (
-    SELECT DISTINCT ON (b.endpoint_id, b.queue) b.at
-      FROM batch b
-     ORDER BY b.endpoint_id, b.queue, b.look_after, b.at
-)
 DELETE FROM stall_nudge_changes x
- WHERE x.ctid = ANY (ARRAY(SELECT b.at FROM batch b EXCEPT ALL SELECT k.at FROM kept k));
+ USING (SELECT k.ctid AS at,
+               row_number() OVER (PARTITION BY k.endpoint_id, k.queue
+                                  ORDER BY k.look_after, k.ctid) AS oldest
+          FROM stall_nudge_changes k
+         WHERE k.ctid >= $3::tid AND k.ctid < $4::tid
+           AND {{stalled(k.look_after, $1, $2)}}) k
+ WHERE x.ctid = k.at AND k.oldest > 1;
 
 -- name: now
 -- The database's clock, the time authority every decision is measured on.

@@ -50,6 +50,19 @@ EXISTS (SELECT 1 FROM notify_hooks receiver_h
 (SELECT max(claim_c.claimed_at) FROM stall_nudge_claims claim_c
   WHERE {{pair_is(claim_c, {endpoint_id}, {queue})}})
 
+-- rule: claim_rank(claim)
+-- A claim's place among its pair's unabsorbed claims, latest first (1: the latest).
+row_number() OVER (PARTITION BY {claim}.endpoint_id, {claim}.queue
+                   ORDER BY {claim}.claimed_at DESC, {claim}.ctid DESC)
+
+-- rule: claim_superseded(rank, claim)
+-- A claim no tick will read, ranked {rank} by claim_rank: only whether a pair has a
+-- claim, and its latest, are ever read, and a pair with no ledger row starts over
+-- anyway (its next nudge is a first one).
+({rank} > 1
+ OR NOT EXISTS (SELECT 1 FROM queue_stall_nudges superseded_n
+                 WHERE {{pair_is(superseded_n, {claim}.endpoint_id, {claim}.queue)}}))
+
 -- rule: starts_over(pair)
 -- The next nudge is nudge 1, due at once: no ledger row, or progress (an unabsorbed claim).
 ({pair}.row_nudges IS NULL
@@ -253,18 +266,13 @@ absorbed AS (
     -- bitmap scan of the pair's later claims each, once the log is large, was 9 s of
     -- an 11 s tick after an outage (benchmarks/backlog.py).
     DELETE FROM stall_nudge_claims c
-     USING (SELECT k.ctid AS at,
-                   row_number() OVER (PARTITION BY k.endpoint_id, k.queue
-                                      ORDER BY k.claimed_at DESC, k.ctid DESC) AS newest
-              FROM stall_nudge_claims k) k
+     USING (SELECT k.ctid AS at, {{claim_rank(k)}} AS newest FROM stall_nudge_claims k) k
      WHERE c.ctid = k.at
-       AND (k.newest > 1
+       AND ({{claim_superseded(k.newest, c)}}
             OR EXISTS (SELECT 1 FROM charged x
                         WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
             OR EXISTS (SELECT 1 FROM drained x
-                        WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue)
-            OR NOT EXISTS (SELECT 1 FROM queue_stall_nudges n
-                            WHERE {{pair_is(n, c.endpoint_id, c.queue)}}))
+                        WHERE x.endpoint_id = c.endpoint_id AND x.queue = c.queue))
 ),
 held_back AS (
     -- Due pairs with no ledger row that the tick limit held back: the next tick walks
