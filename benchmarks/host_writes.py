@@ -31,8 +31,8 @@ from contextlib import AsyncExitStack
 
 import asyncpg
 
-from adapters._sql import script
 from adapters.postgres import migrate
+from adapters.postgres.sql import script
 from benchmarks._server import run_on_server, server_parser
 from stall_testing import create_database, drop_database, with_database
 

@@ -23,7 +23,7 @@ import random
 import time
 from datetime import timedelta
 
-from stall_core.sim import Poisson, Scenario, SimPolicy, SimResult, simulate
+from stall_sim import Poisson, Scenario, SimPolicy, SimResult, simulate
 
 
 def scenario(pairs: int, days: int, loss: float) -> Scenario:

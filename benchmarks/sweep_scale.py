@@ -49,9 +49,8 @@ from typing import Any
 import asyncpg
 import attrs
 
-from adapters._sql import queries
-from adapters.postgres import PostgresLedger, migrate
-from adapters.postgres._ledger import charge_due_parameters
+from adapters.postgres import PostgresLedger, charge_due_parameters, migrate
+from adapters.postgres.sql import queries
 from stall_core import FULL_PASS_INTERVAL, PacingPolicy
 from stall_testing import create_database, drop_database, with_database
 

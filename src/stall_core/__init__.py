@@ -48,28 +48,14 @@ from ._values import (
     positive_int,
     positive_seconds,
 )
-from .sim import (
-    Bursts,
-    Consumer,
-    ConsumerKind,
-    Poisson,
-    RandomSource,
-    Scenario,
-    SimPolicy,
-    SimResult,
-    simulate,
-)
 
 __all__ = [
     "FULL_PASS_INTERVAL",
     "QUARANTINE_QUEUE",
-    "Bursts",
     "Capped",
     "Charge",
     "ChargeOutcome",
     "Clock",
-    "Consumer",
-    "ConsumerKind",
     "Decision",
     "Drain",
     "HookDirectory",
@@ -85,11 +71,6 @@ __all__ = [
     "PairKey",
     "PairState",
     "PairStatus",
-    "Poisson",
-    "RandomSource",
-    "Scenario",
-    "SimPolicy",
-    "SimResult",
     "Sweeper",
     "TickFailure",
     "TickPlan",
@@ -116,6 +97,5 @@ __all__ = [
     "positive_int",
     "positive_seconds",
     "refunded_row",
-    "simulate",
     "starts_over",
 ]

@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import asyncpg
 
 from adapters.postgres import DATABASE_ERRORS, describe
 from stall_core import positive_seconds
 
-__all__ = ["StartupError", "check_dsn", "close_pool", "connect", "redact", "secrets_of"]
+from .redaction import redact, secrets_of
+
+__all__ = ["StartupError", "check_dsn", "close_pool", "connect"]
 
 
 class StartupError(Exception):
@@ -24,32 +26,6 @@ class StartupError(Exception):
 
 _SCHEMES = ("postgresql://", "postgres://")
 _PORT = re.compile(r"[0-9]{1,5}")
-
-
-def secrets_of(dsn: str) -> list[str]:
-    """The passwords a DSN (and the environment) carry, raw and percent-encoded, longest first."""
-    found: set[str] = set()
-    _, _, rest = dsn.partition("://")
-    netloc = rest.split("/", 1)[0].split("?", 1)[0]
-    creds, at, _ = netloc.rpartition("@")
-    if at and ":" in creds:
-        found.add(creds.split(":", 1)[1])
-    query = rest.partition("?")[2]
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if key in {"password", "passfile", "sslpassword"}:
-            found.add(value)
-    env = os.environ.get("PGPASSWORD")
-    if env:
-        found.add(env)
-    found |= {unquote(s) for s in found}
-    return sorted((s for s in found if s), key=len, reverse=True)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced by ``***``."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
 
 
 def _where(dsn: str) -> str:

@@ -17,12 +17,20 @@
 - ``skewed_env``: the environment of a child process on a shifted wall clock
   (libfaketime from its wheel), for clock-skew tests.
 
-Production code (``stall_core``, ``adapters``) never imports this package;
-only the CLI's demo does, to play the reported case on a reference host.
+Product code (``stall_core``, ``stall_sim``, ``adapters``, ``stall_nudge``) never
+imports this package (import-linter holds it); the scratch server and
+databases come from ``stall_nudge.scratch``, which the demo uses too.
 """
 
+from stall_nudge.scratch import (
+    EmbeddedUnavailable,
+    create_database,
+    drop_database,
+    embedded_postgres,
+    with_database,
+)
+
 from ._clock import T0, FakeClock
-from ._databases import create_database, drop_database, with_database
 from ._driver import (
     INERT_HOOK_SECRET,
     INERT_HOOK_URL,
@@ -31,13 +39,13 @@ from ._driver import (
     MemoryDriver,
     PostgresDriver,
 )
-from ._embedded import EmbeddedUnavailable, embedded_postgres
-from ._host import HostError, PostgresHost
+from ._host import HOST_SQL, HostError, PostgresHost
 from ._notify import TODO_READY_CHANNEL, parse_todo_ready
 from ._skew import SkewUnavailable, skewed_env
 from ._wake import RecordingWake
 
 __all__ = [
+    "HOST_SQL",
     "INERT_HOOK_SECRET",
     "INERT_HOOK_URL",
     "T0",

@@ -14,12 +14,14 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from adapters._sql import queries
+from adapters.postgres.sql import queries
 from stall_core import aware
 
-__all__ = ["HostError", "PostgresHost"]
+__all__ = ["HOST_SQL", "HostError", "PostgresHost"]
 
-_SQL = queries("stall_testing", "host.sql")
+#: The reference host's statements by name (host.sql), for harnesses that write as the host.
+HOST_SQL = queries("stall_testing", "host.sql")
+_SQL = HOST_SQL
 
 
 class HostError(ValueError):

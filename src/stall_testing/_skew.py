@@ -1,6 +1,6 @@
 """A child process on a shifted wall clock: libfaketime, preloaded from its PyPI wheel.
 
-The clock-skew tests and ``benchmarks/races.py`` run real sweeper processes
+The clock-skew tests and ``tests/stress/races.py`` run real sweeper processes
 whose wall clock is ahead of or behind the database's. The ``libfaketime``
 wheel (the ``test`` extra) ships the preload library, so no system package is
 needed; the monotonic clock is left alone, as asyncio's timers need it.

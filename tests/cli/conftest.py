@@ -26,7 +26,7 @@ async def cli(*args: str, env: dict[str, str] | None = None, limit: float = 60) 
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "adapters.cli",
+        "stall_nudge.cli",
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

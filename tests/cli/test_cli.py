@@ -136,7 +136,7 @@ async def test_sweep_loop_stops_cleanly_on_sigterm(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "adapters.cli",
+        "stall_nudge.cli",
         "sweep",
         "--interval",
         "200ms",

@@ -154,7 +154,7 @@ async def test_a_failed_tick_is_a_json_record_and_exit_1(locked_out_dsn: str) ->
 async def test_the_loop_prints_a_record_for_each_failed_tick(locked_out_dsn: str) -> None:
     """The sidecar with --json prints failed ticks on stdout as records, and goes on."""
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "adapters.cli", "sweep", "--interval", "50ms", "--json"),
+        *(sys.executable, "-m", "stall_nudge.cli", "sweep", "--interval", "50ms", "--json"),
         *("--dsn", locked_out_dsn),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -173,7 +173,7 @@ async def test_the_loop_prints_a_record_for_each_failed_tick(locked_out_dsn: str
 async def sidecar_log(dsn: str, *options: str, until: str) -> str:
     """Run the text sidecar until stderr shows ``until``, then a few idle ticks; stop it."""
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "adapters.cli", *options, "sweep", "--interval", "20ms"),
+        *(sys.executable, "-m", "stall_nudge.cli", *options, "sweep", "--interval", "20ms"),
         *("--dsn", dsn),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

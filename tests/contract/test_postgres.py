@@ -20,9 +20,8 @@ from stall_core import (
 )
 from stall_testing import HostError, PostgresDriver, RecordingWake
 from stall_testing.contract import LedgerContract, stalled_queue, sweep
+from tests.postgres.pgboard import host_rows, listening
 from tests.support import T0, FakeClock, minutes
-
-from .pgboard import host_rows, listening
 
 
 @pytest.mark.postgres

@@ -11,7 +11,7 @@ import pytest
 import stall_nudge
 from stall_core import TickFailure, TickReport
 from stall_testing import PostgresHost
-from tests.contract.proxy import BlackHoleProxy
+from tests.postgres.proxy import BlackHoleProxy
 
 from .conftest import Hook
 

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.cli._status import render_table, status_json
 from adapters.http import (
     CREATED,
     DeliveryPolicy,
@@ -27,6 +26,7 @@ from adapters.http import (
 from adapters.memory import MemoryBoard, MemoryHooks
 from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import HookTarget, Nudge, PacingPolicy, Sweeper, TodoRef, WakeError
+from stall_nudge.cli.status import render_table, status_json
 from stall_testing import PostgresHost
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock

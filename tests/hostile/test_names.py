@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from adapters.cli._status import render_table, status_json
-from adapters.cli._text import printable
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import PacingPolicy, Sweeper
+from stall_nudge.cli.status import render_table, status_json
+from stall_nudge.cli.text import printable
 from stall_testing import HostError, PostgresHost
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock

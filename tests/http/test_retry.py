@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.http import DeliveryPolicy
-from adapters.http._retry import is_delivered, is_retryable, parse_retry_after, retry_delay
+from adapters.http import DeliveryPolicy, is_delivered, is_retryable, parse_retry_after, retry_delay
 
 NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
 

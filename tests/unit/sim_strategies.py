@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from hypothesis import strategies as st
 
-from stall_core.sim import Bursts, Consumer, ConsumerKind, Poisson, Scenario
+from stall_sim import Bursts, Consumer, ConsumerKind, Poisson, Scenario
 
 
 def scenarios(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stall_nudge import StartupError, check_dsn
-from stall_nudge._connect import redact, secrets_of
+from stall_nudge.redaction import redact, secrets_of
 
 
 @pytest.mark.parametrize(

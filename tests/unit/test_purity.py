@@ -1,20 +1,28 @@
-"""stall_core imports only the standard library, attrs and itself (STYLE habit 1)."""
+"""The core and the simulator import only the standard library, attrs and the core (habit 1).
+
+What import-linter cannot see is checked here: no clock or randomness
+module, no dynamic import, no wall-clock read. The import rules between
+packages are import-linter contracts (pyproject.toml), run by
+``test_the_import_contracts_hold`` and by .ci/run.
+"""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 import stall_core
+import stall_sim
 
 CORE = Path(stall_core.__file__).parent
-MODULES = sorted(CORE.rglob("*.py"))
+MODULES = sorted([*CORE.rglob("*.py"), *Path(stall_sim.__file__).parent.rglob("*.py")])
 BANNED = {"adapters", "asyncpg", "aiohttp", "time", "random"}
-ALLOWED_THIRD_PARTY = {"attrs", "stall_core"}
+ALLOWED_THIRD_PARTY = {"attrs", "stall_core", "stall_sim"}
 #: Only the sweeper, the imperative shell, may touch the event loop.
 ASYNCIO_MODULES = {"_sweeper.py"}
 
@@ -47,7 +55,7 @@ def test_the_core_has_modules() -> None:
     assert {"__init__.py", "_decide.py", "_policy.py", "_sweeper.py"} <= {p.name for p in MODULES}
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[f"{p.parent.name}/{p.name}" for p in MODULES])
 def test_core_imports_only_stdlib_attrs_and_itself(path: Path) -> None:
     """Every core module imports only the standard library, attrs and stall_core."""
     foreign = {
@@ -59,14 +67,14 @@ def test_core_imports_only_stdlib_attrs_and_itself(path: Path) -> None:
     assert set() == foreign
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[f"{p.parent.name}/{p.name}" for p in MODULES])
 def test_core_imports_nothing_banned(path: Path) -> None:
     """No core module imports adapters, asyncpg, aiohttp, time or random, even dynamically."""
     assert set() == imported_roots(path) & BANNED
     assert [] == dynamic_imports(path)
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[f"{p.parent.name}/{p.name}" for p in MODULES])
 def test_only_the_sweeper_uses_asyncio(path: Path) -> None:
     """asyncio is the sweeper's alone; decisions, values and ports never import it."""
     uses_asyncio = "asyncio" in imported_roots(path)
@@ -74,7 +82,7 @@ def test_only_the_sweeper_uses_asyncio(path: Path) -> None:
     assert (path.name in ASYNCIO_MODULES) == uses_asyncio
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[f"{p.parent.name}/{p.name}" for p in MODULES])
 def test_core_reads_no_wall_clock(path: Path) -> None:
     """No core module calls datetime.now/utcnow/today: now is always an argument."""
     calls = [
@@ -116,74 +124,20 @@ def test_importing_the_core_loads_no_adapter_or_driver() -> None:
     assert "[]" == result.stdout.strip()
 
 
-ADAPTERS = CORE.parent / "adapters"
-ROOT = CORE.parent / "stall_nudge"
-#: Each adapter follows one technology line; only the composition roots (stall_nudge for
-#: embedders, and the CLI that uses it) wire them.
-TECHNOLOGY = {"memory": set(), "postgres": {"asyncpg"}, "http": {"aiohttp"}}
+def test_the_import_contracts_hold() -> None:
+    """lint-imports keeps every contract in pyproject.toml (layers, adapters, private modules)."""
+    root = Path(__file__).resolve().parents[2]
+    contracts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]
+    code = "import sys\nfrom importlinter.cli import lint_imports\n"
+    code += "sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=root,
+    )
 
-
-def adapter_of(path: Path) -> str:
-    return path.relative_to(ADAPTERS).parts[0].removesuffix(".py")
-
-
-@pytest.mark.parametrize(
-    "path",
-    sorted(p for p in ADAPTERS.rglob("*.py") if adapter_of(p) in TECHNOLOGY),
-    ids=lambda p: str(p.relative_to(ADAPTERS)),
-)
-def test_no_adapter_imports_another_or_another_technology(path: Path) -> None:
-    """memory, postgres and http import neither each other nor another adapter's driver."""
-    own = adapter_of(path)
-    modules = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules.add(node.module)
-    others = {f"adapters.{name}" for name in TECHNOLOGY if name != own} | {
-        "adapters.cli",
-        "stall_nudge",
-    }
-    drivers = set().union(*TECHNOLOGY.values()) - TECHNOLOGY[own]
-    crossing = {
-        m for m in modules if m.partition(".")[0] in drivers or any(m.startswith(o) for o in others)
-    }
-    assert set() == crossing
-
-
-def test_the_composition_root_has_modules() -> None:
-    """The scan found stall_nudge's modules (a wrong path would make its checks vacuous)."""
-    assert {"__init__.py", "_reaper.py"} <= {p.name for p in ROOT.rglob("*.py")}
-
-
-@pytest.mark.parametrize(
-    "path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE.parent))
-)
-def test_the_composition_root_wires_postgres_and_http_only(path: Path) -> None:
-    """stall_nudge imports the core and the postgres and http adapters, never the CLI or memory."""
-    modules = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules.add(node.module)
-        elif isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-    adapters = {m for m in modules if m.partition(".")[0] == "adapters"}
-
-    assert set() == {m for m in adapters if m not in {"adapters.postgres", "adapters.http"}}
-
-
-@pytest.mark.parametrize(
-    "path",
-    sorted(
-        [
-            *MODULES,
-            *(p for p in ADAPTERS.rglob("*.py") if adapter_of(p) != "cli"),
-            *ROOT.rglob("*.py"),
-        ]
-    ),
-    ids=lambda p: str(p.relative_to(CORE.parent)),
-)
-def test_production_code_never_imports_the_test_support(path: Path) -> None:
-    """stall_core and the adapters (the CLI's demo aside) never import stall_testing."""
-    assert "stall_testing" not in imported_roots(path)
+    kept = f"Contracts: {len(contracts['contracts'])} kept, 0 broken."
+    assert (0, True) == (result.returncode, kept in result.stdout), result.stdout + result.stderr

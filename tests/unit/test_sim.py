@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from stall_core import PacingPolicy
-from stall_core.sim import (
+from stall_sim import (
     UNCAPPED,
     Bursts,
     Claimed,

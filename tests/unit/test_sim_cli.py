@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.cli import CliError, main
-from adapters.cli._simulate import _settled_at, parse_duration, parse_policy
+from stall_nudge.cli import CliError, main
+from stall_nudge.cli.simulate import _settled_at, parse_duration, parse_policy
 
 SMALL = ["simulate", "--pairs", "6", "--days", "0.25", "--backlog", "2", "--seed", "3"]
 
@@ -115,7 +115,7 @@ def test_settled_at_is_where_a_series_stops_changing() -> None:
 def test_console_script_refuses_a_bad_option() -> None:
     """The installed entry point, run as a process, reports a bad option in one line."""
     done = subprocess.run(
-        [sys.executable, "-m", "adapters.cli", "simulate", "--burst", "0"],
+        [sys.executable, "-m", "stall_nudge.cli", "simulate", "--burst", "0"],
         capture_output=True,
         text=True,
         check=False,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from adapters.memory import MemoryBoard
 from stall_core import Nudge, PacingPolicy, Sweeper
-from stall_core.sim import (
+from stall_sim import (
     Bursts,
     Claimed,
     Consumer,

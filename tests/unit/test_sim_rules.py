@@ -32,7 +32,7 @@ from stall_core import (
     is_candidate,
     plan_tick,
 )
-from stall_core.sim import (
+from stall_sim import (
     Consumer,
     ConsumerKind,
     Scenario,
@@ -40,9 +40,9 @@ from stall_core.sim import (
     SimResult,
     simulate,
 )
-from stall_core.sim import _run as sim_run
-from stall_core.sim._board import SimPair, todo_id
-from stall_core.sim._rules import (
+from stall_sim import run as sim_run
+from stall_sim.board import SimPair, todo_id
+from stall_sim.rules import (
     ChargeOrder,
     DueTicks,
     Timeline,
@@ -50,8 +50,8 @@ from stall_core.sim._rules import (
     has_unabsorbed_claim,
     nudges_spent,
 )
-from stall_core.sim._scenario import pair_keys
-from stall_core.sim._sweep import DuePairs
+from stall_sim.scenario import pair_keys
+from stall_sim.sweep import DuePairs
 
 from .sim_strategies import scenarios as sim_scenarios
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from adapters._sql import (
+from adapters.postgres.sql import (
     CACHEABLE_STATEMENT_SIZE,
     expand,
     parse_queries,

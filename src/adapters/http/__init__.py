@@ -30,6 +30,7 @@ from ._message import (
     encode_message,
 )
 from ._policy import DeliveryPolicy
+from ._retry import is_delivered, is_retryable, parse_retry_after, retry_delay
 from ._signing import (
     HookRefused,
     MalformedSecret,
@@ -65,7 +66,11 @@ __all__ = [
     "decode_message",
     "encode_message",
     "guarded_socket",
+    "is_delivered",
+    "is_retryable",
+    "parse_retry_after",
     "parse_secret",
+    "retry_delay",
     "safe_url",
     "sign",
     "signed_headers",

@@ -6,7 +6,14 @@ server) lives in ``stall_testing``, not here.
 
 from ._errors import DATABASE_ERRORS, describe
 from ._hooks import PostgresHooks
-from ._ledger import COMPACT_AT, TICK_LOCK_KEY, PostgresLedger
+from ._ledger import (
+    COMPACT_AT,
+    TICK_LOCK_KEY,
+    PostgresLedger,
+    charge_due_parameters,
+    charge_outcome,
+    ledger_statements,
+)
 from ._migrate import (
     CLAIMS_TABLE,
     HOST_ID_TYPES,
@@ -39,8 +46,11 @@ __all__ = [
     "MissingHostTables",
     "PostgresHooks",
     "PostgresLedger",
+    "charge_due_parameters",
+    "charge_outcome",
     "describe",
     "host_schema_sql",
+    "ledger_statements",
     "migrate",
     "migration_sql",
     "missing_tables",

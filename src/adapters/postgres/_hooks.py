@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from adapters._sql import queries
+from adapters.postgres.sql import queries
 from stall_core import HookDirectory, HookHealth, HookTarget
 
 from ._types import Queryable

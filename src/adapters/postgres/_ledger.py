@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from adapters._sql import queries
+from adapters.postgres.sql import queries
 from stall_core import (
     FULL_PASS_INTERVAL,
     QUARANTINE_QUEUE,
@@ -46,9 +46,16 @@ __all__ = [
     "PostgresLedger",
     "charge_due_parameters",
     "charge_outcome",
+    "ledger_statements",
 ]
 
 _SQL = queries("adapters.postgres", "ledger.sql")
+
+
+def ledger_statements() -> Mapping[str, str]:
+    """Every statement the ledger sends, by name, as sent (harnesses build broken ones)."""
+    return _SQL
+
 
 _log = logging.getLogger(__name__)
 

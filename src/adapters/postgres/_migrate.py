@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from adapters._sql import parse_queries, queries, script, with_rules
+from adapters.postgres.sql import parse_queries, queries, script, with_rules
 
 from ._types import Connection
 

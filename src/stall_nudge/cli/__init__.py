@@ -1,0 +1,115 @@
+"""The ``stall-nudge`` command line, part of the composition root ``stall_nudge``.
+
+Each subcommand lives in its own module with a ``register(subparsers)``
+function; its parser sets ``run``, a callable taking the parsed arguments
+and returning the exit status. A ``CliError`` is a user mistake: one line on
+stderr and a non-zero exit, never a traceback. The objects a command uses
+come from ``stall_nudge`` (``connect``, ``open_reaper``), as an embedder's do.
+
+Exit statuses, for every command: 0 done and nothing needs a person, 1 could
+not do it (database unreachable or unusable, the tick failed), 2 usage, 3
+done and something needs a person.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+from . import demo, migrate, simulate, status, sweep
+from .common import CliError
+from .text import printable
+
+__all__ = ["CliError", "build_parser", "main"]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("stall-nudge")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stall-nudge",
+        description="Level-triggered queue-stall nudges for switchboard (SPEC-0038).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--log-level",
+        choices=_LEVELS,
+        default=None,
+        help="the least severe log record written to stderr (default: info for the sweep "
+        "loop, where a tick that charged, drained or refused nothing logs at debug; warning "
+        "for one-shot commands, whose answer is on stdout)",
+    )
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for module in (migrate, sweep, status, demo, simulate):
+        module.register(commands)
+    # Global, and accepted after the command as well, where operators tend to type it.
+    for command in commands.choices.values():
+        command.add_argument(
+            "--log-level", choices=_LEVELS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+    return parser
+
+
+_LEVELS = ("debug", "info", "warning", "error")
+#: The structured fields our records carry (``extra=``), in the order they are shown.
+_FIELDS = ("tick", "endpoint", "queue", "nudge", "todo")
+
+
+class _Formatter(logging.Formatter):
+    """One line a record: the message, then its structured fields as ``key=value``.
+
+    Control characters are escaped: a queue name or an error text quoting
+    one cannot drive the operator's terminal.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(
+            f"{name}={getattr(record, name)}" for name in _FIELDS if hasattr(record, name)
+        )
+        message = record.getMessage() + (f" [{fields}]" if fields else "")
+        safe = logging.makeLogRecord({**record.__dict__, "msg": printable(message), "args": None})
+        # A traceback keeps its lines: it comes from our code, not from a sender.
+        return super().format(safe)
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    # Drivers stay at warning; the level applies to this library's own loggers.
+    root.setLevel(logging.WARNING)
+    for name in ("stall_core", "adapters", "stall_nudge"):
+        logging.getLogger(name).setLevel(level.upper())
+
+
+def _default_level(args: argparse.Namespace) -> str:
+    """info for the sidecar loop (its log is its output), warning for one-shot commands."""
+    loop = args.command == "sweep" and not args.once
+    return "info" if loop else "warning"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.log_level or _default_level(args))
+    run = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return 2
+    try:
+        status: int = run(args)
+    except CliError as exc:
+        print(f"stall-nudge: error: {printable(str(exc))}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+    return status

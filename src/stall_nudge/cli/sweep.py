@@ -1,0 +1,195 @@
+"""`stall-nudge sweep`: the reaper loop as a sidecar, or one tick with --once.
+
+Built by ``stall_nudge.open_reaper``, the entry point embedders use: the same
+bounds, start-up check and shutdown deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+import stall_nudge
+from stall_core import LedgerError, TickFailure, TickReport
+
+from .common import (
+    ATTENTION,
+    FAILED,
+    OK,
+    CliError,
+    add_dsn_argument,
+    positive_duration,
+    resolve_dsn,
+)
+from .jsonout import dumps, utc
+from .text import printable
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run the stall sweep (the reaper loop, or one tick)",
+        description="Find stalled (endpoint, queue) pairs and fire one todo.ready with "
+        "reason 'stalled' each, paced by the spec's backoff. Stops cleanly on SIGINT/SIGTERM.",
+    )
+    add_dsn_argument(parser)
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help=f"run one tick and wait for its deliveries (retries included); exit {OK} when "
+        f"each nudge reached a receiver or was refunded, {FAILED} when the tick failed, "
+        f"{ATTENTION} when a nudge reached nobody and its refund failed",
+    )
+    parser.add_argument(
+        "--interval",
+        type=positive_duration,
+        default=timedelta(seconds=15),
+        metavar="DURATION",
+        help="time between ticks: 15s, 2m, 1h, 1h30m, or bare seconds (default: 15s)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON record per tick on stdout"
+    )
+    parser.add_argument(
+        "--refuse-private",
+        action="store_true",
+        help="also refuse hooks pointing at loopback, private or unique-local addresses "
+        "(multi-tenant deployments); link-local and metadata addresses are always refused",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    dsn = resolve_dsn(args)
+    return asyncio.run(
+        _sweep(
+            dsn,
+            once=args.once,
+            interval=args.interval,
+            as_json=args.json,
+            refuse_private=args.refuse_private,
+        )
+    )
+
+
+def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict[str, Any]:
+    """One tick as the JSON convention has it (docs/operations.md): the same keys every time."""
+    stats = attrs.asdict(reaper.stats)
+    common = {
+        "tick": result.tick,
+        "duration_s": result.duration_s,
+        "dispatch": stats,
+        "refunded_since_start": reaper.refunded,
+    }
+    if isinstance(result, TickFailure):
+        return {
+            **common,
+            "outcome": "failed",
+            "error": result.error,
+            "at": None,
+            "charged": [],
+            "drained": [],
+            "queued": 0,
+            "refused": 0,
+        }
+    return {
+        **common,
+        "outcome": "skipped" if result.skipped else "ok",
+        "error": None,
+        "at": utc(result.now),
+        "charged": [
+            {
+                "endpoint_id": n.endpoint_id,
+                "queue": n.queue,
+                "nudge": n.number,
+                "todo_id": n.todo.id,
+                "todo_created_at": utc(n.todo.created_at),
+                "charged_at": utc(n.charged_at),
+            }
+            for n in result.charged
+        ],
+        "drained": [{"endpoint_id": e, "queue": q} for e, q in result.drained],
+        "queued": result.queued,
+        "refused": result.refused,
+    }
+
+
+def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
+    """The one line `sweep --once` prints without --json; names escaped."""
+    at = report.now.isoformat(timespec="seconds")
+    if report.skipped:
+        return f"{at} tick {report.tick}: skipped (another instance holds the tick)"
+    woke = ", ".join(
+        f"{printable(n.endpoint_id)}/{printable(n.queue)} nudge {n.number} "
+        f"(todo {printable(n.todo.id)})"
+        for n in report.charged
+    )
+    stats = reaper.stats
+    return (
+        f"{at} tick {report.tick}: charged {len(report.charged)}"
+        f"{' [' + woke + ']' if woke else ''}, drained {len(report.drained)}, "
+        f"queued {report.queued}, refused {report.refused}; "
+        f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped}; "
+        f"refunded {reaper.refunded} ({report.duration_s * 1000:.1f} ms)"
+    )
+
+
+async def _sweep(
+    dsn: str, *, once: bool, interval: timedelta, as_json: bool, refuse_private: bool
+) -> int:
+    try:
+        async with stall_nudge.open_reaper(dsn, refuse_private=refuse_private) as reaper:
+            if once:
+                return await _once(reaper, as_json=as_json)
+            await _loop(reaper, interval=interval, as_json=as_json)
+    except stall_nudge.StartupError as exc:
+        raise CliError(str(exc), status=FAILED) from None
+    return OK
+
+
+async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        report = await reaper.tick()
+    except LedgerError as exc:
+        failure = TickFailure(tick=1, error=str(exc), duration_s=loop.time() - started)
+        if as_json:
+            print(dumps(record(failure, reaper)), flush=True)
+        print(f"stall-nudge: error: tick 1 failed: {printable(str(exc))}", file=sys.stderr)
+        return FAILED
+    await reaper.drain()
+    print(dumps(record(report, reaper)) if as_json else _summary(report, reaper), flush=True)
+    return ATTENTION if reaper.unrefunded else OK
+
+
+async def _loop(reaper: stall_nudge.Reaper, *, interval: timedelta, as_json: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def stopping() -> None:
+        stop.set()
+        # A second signal during shutdown gets the default behaviour: quit now.
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+    for sig in signals:
+        loop.add_signal_handler(sig, stopping)
+
+    def emit(result: TickReport | TickFailure) -> None:
+        print(dumps(record(result, reaper)), flush=True)
+
+    # Without --json the sweeper's own log records are the sidecar's output (stderr).
+    await reaper.run(
+        interval=interval,
+        stop=stop,
+        on_report=emit if as_json else None,
+        on_error=emit if as_json else None,
+    )

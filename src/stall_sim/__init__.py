@@ -1,0 +1,77 @@
+"""The pacing simulator: what-if runs of a nudge policy on the sweep's own decisions.
+
+Theory of operation
+-------------------
+A run is a board of ``pairs`` (endpoint, queue) pairs, each with one
+consumer, over ``duration`` of virtual time. Instants are whole microseconds
+since ``start``; the sweep runs only on reaper ticks (``start + k * tick``).
+
+The host does two things, as typed events (``events``): an ``Arrival``
+creates todos and sends each one's creation wake to the pair's notify hook,
+if one covers it; a started consumer's ``ConsumerClaims`` claims. A wake
+reaching a running consumer is absorbed (the one-shot shape of the spec's
+reported case); one reaching an idle consumer starts it, and ``latency``
+later it claims one todo (one-shot), up to ``batch`` (batch), one with
+probability ``claim_probability`` (flaky) or none (dead: it exits at once).
+It stays busy ``service`` per claimed todo. A claim takes the pair's oldest
+pending todo, verified or not, as the host's claim verb does.
+
+``wake_loss`` loses that share of wakes, creation wakes and nudges alike,
+past the receiver: its hook answered and the consumer never ran. Such a
+nudge counts toward the cap. In production a nudge that reaches no receiver
+at all is refunded and does not count; the simulator does not model that
+case (its receivers always answer).
+
+The sweep makes the core's decisions with plain integers. A pair is
+looked at only on the first tick where ``decide`` would charge it or drain
+its row, and due pairs wait behind the tick limit in ``plan_tick``'s order
+(``run``, ``sweep``); a charge is nudge ``effective_nudges + 1``,
+stamped with the tick's instant, as ``charge_stamp`` would. Those
+restatements live in ``rules``, each pinned to the core by
+tests/unit/test_sim_rules.py. ``simulate(..., check=True)`` also runs
+``plan_tick`` over the whole board on every tick and raises unless it
+charges and drains exactly what the run did; the tests run random boards
+that way, and tests/unit/test_sim_faithful.py replays runs on the real
+``Sweeper``.
+
+Randomness comes from two generators the caller seeds (``random.Random``
+satisfies ``RandomSource``): ``workload`` draws the layout and arrivals
+only, so every policy sees the same todos; ``chance`` draws wake losses and
+flaky claims. Like the rest of ``stall_core`` this package reads no clock
+and draws no randomness of its own.
+
+Modules: ``scenario`` (what is asked), ``events`` (host events and the
+trace), ``board`` (one pair's state), ``rules`` (the restated rules),
+``sweep`` (the agenda and the held-back pairs), ``run`` (the loop),
+``result`` (counts, samples and the result).
+"""
+
+from .events import Claimed, Created
+from .result import SimResult, WaitStats
+from .run import simulate
+from .scenario import (
+    UNCAPPED,
+    Bursts,
+    Consumer,
+    ConsumerKind,
+    Poisson,
+    RandomSource,
+    Scenario,
+    SimPolicy,
+)
+
+__all__ = [
+    "UNCAPPED",
+    "Bursts",
+    "Claimed",
+    "Consumer",
+    "ConsumerKind",
+    "Created",
+    "Poisson",
+    "RandomSource",
+    "Scenario",
+    "SimPolicy",
+    "SimResult",
+    "WaitStats",
+    "simulate",
+]

@@ -1,0 +1,578 @@
+"""The event loop: host events in time order, sweeps only on the ticks that can act.
+
+The run goes from tick to tick: first the host events up to the tick's
+instant (the next ``Arrival`` of some pair, or a started consumer's
+``ConsumerClaims``, earliest first; host events at a tick's own instant come
+before its sweep), then the tick's sweep if the agenda lists it or due
+pairs are held back. Every change to a pair's work or ledger row
+reschedules it (``_reschedule``): a pair due on the very next sweep joins
+``DuePairs`` at once under its charge rank; one that acts later goes on the
+agenda for the first tick where ``decide`` would charge it or drain its row
+(``rules``), and joins ``DuePairs`` (or has its row drained) on that tick.
+Each sweep then charges the best ``tick_limit`` due pairs. Due pairs left
+over are the ones the tick limit holds back on a real board; they keep
+their rank until their state changes.
+
+A pair is looked at nowhere while it is idle, waiting for work or capped
+(``plan_tick`` would not act on it), nor on any tick after a claim already
+on its way: that claim reschedules it.
+
+The sweep decides with plain integers (``rules``) and builds no core
+values; a recorded run builds the ``Nudge`` of each charge for its log.
+With ``check`` every tick is swept and ``plan_tick`` over the whole board,
+as a ledger would read it, must charge and drain exactly what the run did.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from heapq import heappop, heappush, heapreplace
+
+from stall_core import LedgerRow, Nudge, PairKey, PairState, TodoRef, plan_tick
+
+from .board import NOT_SCHEDULED, SimPair, todo_id
+from .events import Arrival, Claimed, ConsumerClaims, Created
+from .result import SimResult, Tally, Timeseries, WaitStats, percentile
+from .rules import (
+    ChargeOrder,
+    DueTicks,
+    Timeline,
+    first_stalled_tick,
+    has_unabsorbed_claim,
+    micros,
+    nudges_spent,
+)
+from .scenario import Bursts, ConsumerKind, RandomSource, Scenario, SimPolicy, pair_keys
+from .sweep import DuePairs, SweepAgenda
+
+__all__ = ["simulate"]
+
+_HOUR_US = 3_600_000_000
+
+
+def simulate(
+    scenario: Scenario,
+    policy: SimPolicy,
+    *,
+    workload: RandomSource,
+    chance: RandomSource,
+    record: bool = False,
+    check: bool = False,
+) -> SimResult:
+    """Run ``policy`` over ``scenario``; deterministic for given generator states.
+
+    ``workload`` draws the layout and the arrivals only, so every policy sees
+    the same todos; ``chance`` draws lost wakes and flaky claims. With
+    ``record`` the result keeps every nudge, every host event and the layout.
+    With ``check`` every tick also runs ``plan_tick`` over the whole board and
+    raises ``AssertionError`` if it charges or drains other than the run did;
+    that is slow, and meant for tests. Neither changes the result.
+    """
+    run = _Run(scenario, policy, workload=workload, chance=chance, record=record, check=check)
+    return run.run()
+
+
+class _Run:
+    """One policy over one scenario."""
+
+    # Slots: with more attributes than CPython specializes in an instance
+    # dict (30), every ``self.`` lookup in the hot loop would be a dict search.
+    __slots__ = (
+        "agenda",
+        "arrival",
+        "arrivals",
+        "arrivals_per_us",
+        "chance",
+        "check",
+        "claim_probability",
+        "claims",
+        "claims_when_started",
+        "created_us",
+        "draw_chance",
+        "draw_gap",
+        "draw_workload",
+        "due",
+        "due_ticks",
+        "end_us",
+        "flaky",
+        "flaky_miss",
+        "last_tick",
+        "latency_us",
+        "no_event",
+        "pacing",
+        "pair_count",
+        "pairs",
+        "policy",
+        "record",
+        "scenario",
+        "scheduled",
+        "service_us",
+        "sweeping",
+        "tally",
+        "threshold_us",
+        "tick_us",
+        "timeline",
+        "unverified_share",
+        "wake_loss",
+        "workload",
+    )
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: SimPolicy,
+        *,
+        workload: RandomSource,
+        chance: RandomSource,
+        record: bool,
+        check: bool,
+    ) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.pacing = policy.pacing
+        self.sweeping = policy.pacing is not None
+        self.workload = workload
+        self.chance = chance
+        # Bound once: a run draws millions of times.
+        self.draw_workload = workload.random
+        self.draw_gap = workload.expovariate
+        self.draw_chance = chance.random
+        self.record = record
+        self.check = check and self.sweeping
+        self.timeline = Timeline(
+            start=scenario.start,
+            tick_us=micros(scenario.tick),
+            end_us=micros(scenario.duration),
+        )
+        self.end_us = self.timeline.end_us
+        self.tick_us = self.timeline.tick_us
+        self.last_tick = self.timeline.last_tick
+        self.threshold_us = micros(self.pacing.threshold) if self.pacing else 0
+        self.due_ticks = (
+            DueTicks(policy=self.pacing, timeline=self.timeline) if self.pacing else None
+        )
+
+        arrivals = scenario.arrivals
+        self.arrival = Arrival(todos=arrivals.size if isinstance(arrivals, Bursts) else 1)
+        self.arrivals_per_us = arrivals.per_hour / _HOUR_US
+
+        consumer = scenario.consumer
+        self.latency_us = micros(consumer.latency)
+        self.service_us = micros(consumer.service)
+        self.flaky = consumer.kind is ConsumerKind.FLAKY
+        self.claim_probability = consumer.claim_probability
+        self.unverified_share = scenario.unverified_share
+        self.wake_loss = scenario.wake_loss
+        #: What a started consumer does; None for a dead one, which exits at once.
+        self.claims_when_started: ConsumerClaims | None = {
+            ConsumerKind.ONE_SHOT: ConsumerClaims(up_to=1),
+            ConsumerKind.BATCH: ConsumerClaims(up_to=consumer.batch),
+            ConsumerKind.FLAKY: ConsumerClaims(up_to=1),
+            ConsumerKind.DEAD: None,
+        }[consumer.kind]
+        self.flaky_miss = ConsumerClaims(up_to=0)
+
+        #: The creation instant of every todo, by todo number. Arrays, here and
+        #: for the waits, not lists: millions of long-lived int objects would
+        #: scatter the short-lived ones the hot loop uses and cost it its cache.
+        self.created_us: array[int] = array("q")
+        #: Host events wait for their instant in two heaps of event keys, each
+        #: ``at_us * pairs + pair index`` (ints sift faster than tuples). A pair
+        #: has at most one arrival and one claim on its way, so keys are unique
+        #: in a heap, and comparing keys orders events by instant, then pair.
+        #: Its arrival and its claim at one instant run in the order they were
+        #: scheduled: ``arrival_seq`` and ``claim_seq`` of the pair, numbered
+        #: from ``scheduled``, the last sequence number used.
+        #: Each heap keeps ``no_event``, a key past every host event the run
+        #: acts on (after its end), so its top is always a key.
+        self.no_event = (self.timeline.end_us + 1) * scenario.pairs
+        self.arrivals: list[int] = [self.no_event]
+        self.claims: list[int] = [self.no_event]
+        self.scheduled = 0
+        self.agenda = SweepAgenda()
+        self.due = DuePairs(order=ChargeOrder(pairs=scenario.pairs, end_us=self.timeline.end_us))
+        self.tally = Tally()
+        self.pairs = self._layout()
+        self.pair_count = len(self.pairs)
+
+    def _layout(self) -> list[SimPair]:
+        share = self.scenario.hookless_share
+        keys = pair_keys(self.scenario.pairs, self.scenario.queues_per_endpoint)
+        pairs = []
+        for index, (endpoint_id, queue) in enumerate(keys):
+            hookless = share > 0 and self.workload.random() < share
+            pairs.append(SimPair(index, endpoint_id, queue, not hookless))
+        return pairs
+
+    # -- the loop ----------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        timeline, tally = self.timeline, self.tally
+        for pair in self.pairs:
+            for _ in range(self.scenario.backlog):
+                self._create(pair, 0)
+        if self.arrivals_per_us > 0:
+            for pair in self.pairs:
+                first_at = int(self.workload.expovariate(self.arrivals_per_us))
+                if first_at <= timeline.end_us:
+                    self.scheduled += 1
+                    pair.arrival_seq = self.scheduled
+                    heappush(self.arrivals, first_at * self.pair_count + pair.index)
+        samples = Timeseries(end_us=timeline.end_us, count=self.scenario.samples)
+        for tick in range(timeline.last_tick + 1):
+            # Host events at a tick's instant come before its sweep.
+            now = tick * timeline.tick_us
+            self._host_events_until(now, samples)
+            listed = self.agenda.pop(tick)
+            if listed is not None or self.due.count or self.check:
+                samples.take_before(now, tally)
+                self._sweep(tick, listed or [])
+        self._host_events_until(timeline.end_us, samples)
+        samples.finish(tally)
+        return self._result(samples)
+
+    def _host_events_until(self, until_us: int, samples: Timeseries) -> None:
+        """Run the host events at instants up to ``until_us`` in order, sampling on the way.
+
+        A sample at instant ``s`` is taken before the first event or sweep
+        after ``s``: host events compare as keys, so it is taken once every
+        key before ``(floor(s) + 1) * pairs`` has run.
+        """
+        pairs, arrivals, claims = self.pairs, self.arrivals, self.claims
+        pair_count = self.pair_count
+        until_key = (until_us + 1) * pair_count
+        while True:
+            sample_key = (math.floor(samples.next_at_us) + 1) * pair_count
+            horizon = min(sample_key, until_key)
+            while True:
+                arrival_key, claim_key = arrivals[0], claims[0]
+                if claim_key < arrival_key or (
+                    claim_key == arrival_key < horizon and self._claim_comes_first(claim_key)
+                ):
+                    if claim_key >= horizon:
+                        break
+                    heappop(claims)
+                    at_us, index = divmod(claim_key, pair_count)
+                    self._claim(pairs[index], at_us)
+                elif arrival_key < horizon:
+                    at_us, index = divmod(arrival_key, pair_count)
+                    self._arrive(pairs[index], at_us)
+                else:
+                    break
+            if horizon == until_key:
+                return
+            samples.take_before(sample_key // pair_count, self.tally)
+
+    def _claim_comes_first(self, key: int) -> bool:
+        """Whether a pair's claim precedes its arrival at the same instant (same ``key``)."""
+        pair = self.pairs[key % self.pair_count]
+        return pair.claim_seq < pair.arrival_seq
+
+    # -- host events ---------------------------------------------------------------
+
+    def _arrive(self, pair: SimPair, now: int) -> None:
+        """The pair's next ``Arrival``: create its todos, then draw the one after it.
+
+        It stays at the top of its heap while its todos are created (they
+        schedule claims only), then its key is replaced in place.
+        """
+        todos = self.arrival.todos
+        self._create(pair, now)
+        while todos > 1:  # the rest of a burst
+            self._create(pair, now)
+            todos -= 1
+        next_at = now + int(self.draw_gap(self.arrivals_per_us))
+        if next_at <= self.end_us:
+            self.scheduled = pair.arrival_seq = self.scheduled + 1
+            heapreplace(self.arrivals, next_at * self.pair_count + pair.index)
+        else:
+            heappop(self.arrivals)
+
+    def _create(self, pair: SimPair, now: int) -> None:
+        """A todo arrives: pending, gated if verified, and its creation wake goes out."""
+        tally = self.tally
+        number = tally.todos
+        tally.todos = number + 1
+        self.created_us.append(now)
+        share = self.unverified_share
+        verified = not share or self.draw_workload() >= share
+        pair.pending.append(number)
+        if verified:
+            pair.gated.append(number)
+        if self.record:
+            tally.trace.append(
+                Created(
+                    at=self.timeline.instant(now),
+                    endpoint_id=pair.endpoint_id,
+                    queue=pair.queue,
+                    todo_id=todo_id(number),
+                    verified=verified,
+                )
+            )
+        if pair.has_receiver:
+            tally.creation_wakes += 1
+            self._wake(pair, now)
+            if verified and len(pair.gated) == 1:
+                self._reschedule(pair, now)  # after the wake: it may have a claim on its way
+
+    def _wake(self, pair: SimPair, now: int) -> bool:
+        """Deliver one wake; True when it started the consumer.
+
+        A lost wake reached the receiver (its hook answered) but not the
+        consumer, so a lost nudge still counts toward the cap. A wake that
+        reaches a running consumer is absorbed.
+        """
+        loss, tally = self.wake_loss, self.tally
+        if loss and self.draw_chance() < loss:
+            tally.wakes_lost += 1
+            return False
+        if pair.busy_until_us > now:
+            return False
+        tally.consumers_started += 1
+        claim = self.claims_when_started
+        if claim is None:
+            return True
+        if self.flaky and self.draw_chance() >= self.claim_probability:
+            claim = self.flaky_miss
+        claim_at = pair.busy_until_us = now + self.latency_us
+        if claim.up_to:
+            pair.claim_at_us = claim_at
+        pair.claim = claim
+        self.scheduled = pair.claim_seq = self.scheduled + 1
+        heappush(self.claims, claim_at * self.pair_count + pair.index)
+        return True
+
+    def _claim(self, pair: SimPair, now: int) -> None:
+        """The consumer claims its oldest pending todos, then serves them."""
+        claim = pair.claim
+        assert claim is not None  # the pair's claim key was on the heap
+        pair.claim = pair.claim_at_us = None
+        pending, gated = pair.pending, pair.gated
+        created_us, waits = self.created_us, self.tally.waits_us
+        taken = 0
+        while taken < claim.up_to and pending:
+            number = pending.pop(0)
+            if gated and gated[0] == number:  # gated is pending's verified subsequence
+                gated.pop(0)
+            taken += 1
+            waits.append(now - created_us[number])
+            if self.record:
+                self.tally.trace.append(
+                    Claimed(at=self.timeline.instant(now), todo_id=todo_id(number))
+                )
+        pair.busy_until_us = now + taken * self.service_us
+        if taken:
+            self.tally.claims += taken
+            pair.last_claim_us = now
+            self._reschedule(pair, now)
+
+    # -- the sweep -----------------------------------------------------------------
+
+    def _reschedule(self, pair: SimPair, since_us: int) -> None:
+        """Find the first tick from ``since_us`` where decide() would charge or drain the pair.
+
+        A pair due on the very next sweep is held at once, as that sweep would
+        do first thing; one that acts later goes on the agenda for that tick;
+        one that is idle, waits for work or is capped goes nowhere, and so
+        does one whose consumer claims before that tick (the claim
+        reschedules it).
+        """
+        if not self.sweeping:
+            return
+        # Only pairs with a receiver get here: a hookless pair gets no wakes,
+        # so no claims, and is never charged.
+        if pair.held_rank is not None:
+            self.due.drop(pair)  # its state changed: rank it afresh
+        gated, charged_us = pair.gated, pair.charged_us
+        if not gated and charged_us is None:
+            pair.agenda_tick = NOT_SCHEDULED  # nothing to decide until work arrives
+            return
+        tick_us = self.tick_us
+        # Timeline.tick_at_or_after, written out: this runs for millions of events.
+        tick = next_sweep = -(-since_us // tick_us)
+        claim_at = pair.claim_at_us
+        if claim_at is not None and next_sweep * tick_us >= claim_at:
+            # Its consumer claims before the next sweep, and a claim takes at
+            # least one todo (there was work when it was woken and nobody else
+            # claims), so it reschedules the pair.
+            pair.agenda_tick = NOT_SCHEDULED
+            return
+        if gated:
+            oldest_created_us = self.created_us[gated[0]]
+            stalled = first_stalled_tick(oldest_created_us, self.threshold_us, tick_us)
+            if stalled > tick:
+                tick = stalled
+        # else: a row without gated work is drained on the next sweep.
+        progressed = has_unabsorbed_claim(pair.last_claim_us, charged_us)
+        if gated and charged_us is not None and not progressed:
+            if pair.due_tick is None:
+                pair.agenda_tick = NOT_SCHEDULED  # capped: only progress makes it due again
+                return
+            tick = max(tick, pair.due_tick)
+        claimed_first = claim_at is not None and tick * tick_us >= claim_at
+        if tick > self.last_tick or claimed_first:
+            pair.agenda_tick = NOT_SCHEDULED
+        elif gated and tick == next_sweep:
+            pair.agenda_tick = NOT_SCHEDULED
+            self.due.add(pair, nudges_spent(pair.row_nudges, progressed), oldest_created_us)
+        elif pair.agenda_tick != tick:
+            pair.agenda_tick = tick
+            self.agenda.add(pair, tick)
+
+    def _sweep(self, tick: int, listed: list[SimPair]) -> None:
+        """One tick: hold the pairs due on it, drain rows, charge the best due pairs."""
+        pacing = self.pacing
+        assert pacing is not None  # only a pacing policy puts ticks on the agenda
+        planned = self._plan_tick(tick) if self.check else None
+        drained: list[PairKey] = []
+        for pair in listed:
+            if pair.agenda_tick != tick:
+                continue  # rescheduled since it was listed
+            pair.agenda_tick = NOT_SCHEDULED
+            if pair.gated:
+                progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+                spent = nudges_spent(pair.row_nudges, progressed)
+                self.due.add(pair, spent, self.created_us[pair.gated[0]])
+            else:  # drain: the pair has no work left, so its row is deleted
+                pair.row_nudges = pair.charged_us = pair.due_tick = None
+                drained.append(pair.key)
+        chosen = self.due.take(pacing.tick_limit, self.pairs)
+        charged = self._charge(tick, chosen) if chosen else []
+        if planned is not None:
+            done = (charged, tuple(sorted(drained)))
+            if planned != done:
+                raise AssertionError(f"tick {tick}: plan_tick did {planned}, the run did {done}")
+        if self.due.count:
+            self.tally.held_back_ticks += 1  # and the next tick is swept for them
+
+    def _charge(self, tick: int, chosen: list[tuple[int, SimPair]]) -> list[Nudge]:
+        """Charge the chosen pairs and deliver their nudges; the Nudges when recorded or checked.
+
+        A charge is nudge ``spent + 1`` since progress, stamped ``now``: the
+        run's claims at a tick's instant come before its sweep, so no
+        unabsorbed claim is later than ``now`` (``charge_stamp``).
+        """
+        tally, due_ticks = self.tally, self.due_ticks
+        assert due_ticks is not None
+        now = tick * self.timeline.tick_us
+        nudges: list[Nudge] = []
+        started = 0
+        for spent, pair in chosen:
+            number = spent + 1
+            if self.record or self.check:
+                nudges.append(self._nudge(pair, number, now))
+            pair.row_nudges = number
+            pair.charged_us = now
+            pair.due_tick = due_ticks.first_due_tick(number, now)
+            tally.nudges += 1
+            if self._wake(pair, now):
+                started += 1
+        if self.record:
+            tally.nudge_log.extend(nudges)
+        tally.charged_ticks += 1
+        tally.max_started_in_tick = max(tally.max_started_in_tick, started)
+        for _, pair in chosen:
+            self._reschedule(pair, now + 1)
+        return nudges
+
+    # -- core values, for the record and the check ---------------------------------------
+
+    def _nudge(self, pair: SimPair, number: int, now: int) -> Nudge:
+        """The Nudge of charging ``pair`` now as nudge ``number``."""
+        return Nudge(
+            endpoint_id=pair.endpoint_id,
+            queue=pair.queue,
+            todo=self._oldest(pair),
+            number=number,
+            charged_at=self.timeline.instant(now),
+        )
+
+    def _oldest(self, pair: SimPair) -> TodoRef:
+        """The TodoRef of the pair's oldest gated todo."""
+        number = pair.gated[0]
+        created_at = self.timeline.instant(self.created_us[number])
+        return TodoRef(id=todo_id(number), created_at=created_at)
+
+    def _plan_tick(self, tick: int) -> tuple[list[Nudge], tuple[PairKey, ...]]:
+        """What plan_tick charges and drains on ``tick``, reading the board as a ledger does."""
+        assert self.pacing is not None
+        timeline = self.timeline
+        states, rows = [], {}
+        for pair in self.pairs:
+            progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+            claim_at = timeline.instant(pair.last_claim_us) if progressed else None
+            states.append(
+                PairState(
+                    endpoint_id=pair.endpoint_id,
+                    queue=pair.queue,
+                    oldest=self._oldest(pair) if pair.gated else None,
+                    endpoint_active=True,
+                    has_receiver=pair.has_receiver,
+                    unabsorbed_claim_at=claim_at,
+                )
+            )
+            if pair.row_nudges is not None and pair.charged_us is not None:
+                rows[pair.key] = LedgerRow(
+                    endpoint_id=pair.endpoint_id,
+                    queue=pair.queue,
+                    nudges=pair.row_nudges,
+                    last_nudged_at=timeline.instant(pair.charged_us),
+                )
+        plan = plan_tick(states, rows, timeline.instant(tick * timeline.tick_us), self.pacing)
+        return list(plan.charges), plan.drained
+
+    # -- the result ----------------------------------------------------------------
+
+    def _result(self, samples: Timeseries) -> SimResult:
+        tally, end_us, pacing = self.tally, self.timeline.end_us, self.pacing
+        # Kept as doubles: they sort twice as fast as ints past 2**30 and hold these exactly.
+        waits = sorted(tally.waits_us)
+        pending_pairs = capped = 0
+        oldest: int | None = None
+        for pair in self.pairs:
+            if not pair.pending:
+                continue
+            pending_pairs += 1
+            age = end_us - self.created_us[pair.pending[0]]
+            oldest = age if oldest is None else max(oldest, age)
+            if pacing and pair.charged_us is not None and pair.gated:
+                progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+                if nudges_spent(pair.row_nudges, progressed) >= pacing.cap:
+                    capped += 1
+        return SimResult(
+            policy=self.policy.name,
+            pairs=self.scenario.pairs,
+            ticks=self.scenario.ticks,
+            todos=tally.todos,
+            creation_wakes=tally.creation_wakes,
+            nudges=tally.nudges,
+            wakes_lost=tally.wakes_lost,
+            claims=tally.claims,
+            wait=WaitStats(
+                count=len(waits),
+                p50=percentile(waits, 50),
+                p90=percentile(waits, 90),
+                p99=percentile(waits, 99),
+                max=percentile(waits, 100),
+            ),
+            wait_percentiles=tuple(
+                p for p in (percentile(waits, q) for q in range(101)) if p is not None
+            ),
+            pending=tally.todos - tally.claims,
+            pending_pairs=pending_pairs,
+            capped_pairs=capped,
+            oldest_pending_s=None if oldest is None else oldest / 1e6,
+            max_started_in_tick=tally.max_started_in_tick,
+            held_back_ticks=tally.held_back_ticks,
+            charged_ticks=tally.charged_ticks,
+            backlog=samples.series(samples.pending),
+            consumers_started=tally.consumers_started,
+            nudges_over_time=samples.series(samples.nudges),
+            started_over_time=samples.series(samples.started),
+            nudge_log=tuple(tally.nudge_log),
+            trace=tuple(tally.trace),
+            layout=tuple((pair.key, pair.has_receiver) for pair in self.pairs)
+            if self.record
+            else (),
+        )

@@ -1,0 +1,313 @@
+"""The database is the one clock, and every tick is bounded (Postgres only).
+
+The skew checks run the real `stall-nudge sweep --once` in separate
+processes whose wall clock libfaketime shifts, against the test database
+and a loopback notify hook: the honest way to skew one process's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+
+import asyncpg
+import pytest
+from aiohttp import web
+
+from adapters.postgres import PostgresLedger
+from stall_core import LedgerError, Nudge, PacingPolicy, Sweeper, TodoRef
+from stall_testing import PostgresHost, RecordingWake, skewed_env
+from tests.support import T0, FakeClock
+
+from .proxy import BlackHoleProxy
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "whsec_" + "A" * 32
+
+
+async def db_now(pool: asyncpg.Pool) -> datetime:
+    now: datetime = await pool.fetchval("SELECT clock_timestamp()")
+    return now
+
+
+async def test_the_database_clock_decides(pg_pool: asyncpg.Pool) -> None:
+    """With no clock given, the ledger charges at the database's time, read inside the tick."""
+    host = PostgresHost(pg_pool)
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url="http://127.0.0.1:9/", secret=SECRET)
+    now = await db_now(pg_pool)
+    await host.create_todo(
+        "old", endpoint_id="ep-1", queue="q", created_at=now - timedelta(minutes=10)
+    )
+    await host.create_todo(
+        "new", endpoint_id="ep-1", queue="r", created_at=now - timedelta(seconds=60)
+    )
+    wake = RecordingWake()
+
+    before = await db_now(pg_pool)
+    report = await Sweeper(ledger=PostgresLedger(pg_pool), wake=wake).tick()
+    after = await db_now(pg_pool)
+
+    assert ["q"] == [n.queue for n in report.charged]
+    assert before < report.now < after
+    assert report.now == report.charged[0].charged_at
+
+
+@pytest.fixture(name="receiver")
+async def _receiver() -> AsyncIterator[tuple[str, list[dict[str, object]]]]:
+    """A loopback notify hook answering 204, and the meta of every message it got."""
+    got: list[dict[str, object]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        got.append(json.loads(await request.read())["meta"])
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}/hook", got
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize("skew", ["+90s", "-30s"])
+def test_a_skewed_process_runs_on_a_shifted_wall_clock(skew: str) -> None:
+    """The skew the sidecar tests rely on takes hold: the child's clock is off by exactly it."""
+    offset_ns = int(skew.removesuffix("s")) * 1_000_000_000
+    before = time.time_ns()
+    out = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time_ns())"],
+        env=skewed_env(skew),
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    after = time.time_ns()
+    # The child read its clock between our two readings, shifted by the offset.
+    assert before + offset_ns <= int(out) <= after + offset_ns
+
+
+async def sidecar_tick(dsn: str, skew: str) -> dict[str, object]:
+    """One `stall-nudge sweep --once --json` in a process whose wall clock is moved by ``skew``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "stall_nudge.cli",
+        "sweep",
+        "--once",
+        "--json",
+        "--dsn",
+        dsn,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**skewed_env(skew), "PYTHONWARNINGS": "error"},
+    )
+    out, err = await proc.communicate()
+    assert (0, b"") == (proc.returncode, err), err.decode()
+    line: dict[str, object] = json.loads(out.decode().splitlines()[-1])
+    return line
+
+
+@pytest.mark.parametrize("skew", ["+90s", "-10s", "+30s", "-30s"])
+async def test_a_skewed_sidecar_decides_on_the_database_clock(
+    skew: str,
+    pg_pool: asyncpg.Pool,
+    pg_dsn: str,
+    receiver: tuple[str, list[dict[str, object]]],
+) -> None:
+    """A sidecar ahead or behind the database nudges no young todo and resets once per claim."""
+    url, got = receiver
+    host = PostgresHost(pg_pool)
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=url, secret=SECRET)
+    now = await db_now(pg_pool)
+    for todo_id in ("s1", "s2", "s3"):
+        await host.create_todo(
+            todo_id, endpoint_id="ep-1", queue="stalled", created_at=now - timedelta(minutes=10)
+        )
+    await host.create_todo(
+        "young", endpoint_id="ep-1", queue="young", created_at=now - timedelta(seconds=60)
+    )
+
+    first = await sidecar_tick(pg_dsn, skew)
+    # The consumer claims with the database's clock (the host's obligation), then more ticks.
+    assert "s1" == await host.claim_next("ep-1", "stalled", owner="consumer")
+    rest = [await sidecar_tick(pg_dsn, skew) for _ in range(3)]
+
+    numbers = [[(c["queue"], c["nudge"]) for c in t["charged"]] for t in [first, *rest]]  # type: ignore[attr-defined]
+    assert [[("stalled", 1)], [("stalled", 1)], [], []] == numbers
+    assert [("stalled", "s1"), ("stalled", "s2")] == [(m["queue"], m["todo_id"]) for m in got]
+    rows = await PostgresLedger(pg_pool).ledger_rows()
+    assert [("ep-1", "stalled")] == list(rows)
+
+
+async def test_a_black_holed_database_fails_the_tick_within_its_timeout(pg_dsn: str) -> None:
+    """A database that stops answering fails the tick, naming the timeout; the next tick works."""
+    async with BlackHoleProxy(pg_dsn) as proxy:
+        pool = await asyncpg.create_pool(proxy.dsn, min_size=1, max_size=1)
+        try:
+            ledger = PostgresLedger(pool, timeout=1.0)
+            sweeper = Sweeper(ledger=ledger, wake=RecordingWake())
+            assert False is (await sweeper.tick()).skipped
+            proxy.freeze()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            # The guard only turns a hang into a failure; the bound checked is the message's.
+            async with asyncio.timeout(30):
+                with pytest.raises(LedgerError) as failure:
+                    await sweeper.tick()
+                elapsed = loop.time() - started
+                proxy.thaw()
+                # The cut-off connection is replaced: the next tick works again.
+                assert False is (await sweeper.tick()).skipped
+        finally:
+            pool.terminate()
+    assert "charging due pairs failed: timed out after 1 s" == str(failure.value)
+    print(f"black-holed tick failed after {elapsed:.2f} s")
+
+
+async def test_cancelling_a_tick_on_a_silent_database_returns_at_once(pg_dsn: str) -> None:
+    """A tick cancelled while the database is silent cuts its connection off instead of waiting."""
+    async with BlackHoleProxy(pg_dsn) as proxy:
+        pool = await asyncpg.create_pool(proxy.dsn, min_size=1, max_size=1)
+        try:
+            # A bound far past the guard below: only the cut-off can end the wait.
+            ledger = PostgresLedger(pool, timeout=3600)
+            await ledger.ledger_rows()
+            proxy.freeze()
+            tick = asyncio.create_task(ledger.charge_due(policy=PacingPolicy()))
+            await asyncio.sleep(0.2)  # the tick is waiting on the silent server now
+            tick.cancel()
+            # The wait only turns a hang into a failure (asyncpg's own wait is 60 s).
+            await asyncio.wait({tick}, timeout=10)
+            assert (True, True) == (tick.done(), tick.cancelled())
+            proxy.thaw()
+            # The cut-off connection is replaced: the ledger works again.
+            assert False is (await ledger.charge_due(policy=PacingPolicy())).skipped
+        finally:
+            pool.terminate()
+
+
+async def test_a_connection_the_server_terminates_mid_call_is_a_ledger_error(
+    pg_dsn: str, pg_pool: asyncpg.Pool
+) -> None:
+    """A backend killed mid-statement fails that call as a LedgerError; the next call works.
+
+    asyncpg hands such a connection back to its pool by itself, so the ledger
+    must not try to cut it off a second time.
+    """
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1)
+    try:
+        ledger = PostgresLedger(pool, timeout=30)
+        pid = await pool.fetchval("SELECT pg_backend_pid()")
+        # Every read the ledger makes is held up behind this lock until the kill.
+        async with pg_pool.acquire() as locker, locker.transaction():
+            await locker.execute("LOCK TABLE queue_stall_nudges IN ACCESS EXCLUSIVE MODE")
+            read = asyncio.create_task(ledger.status(policy=PacingPolicy()))
+            async with asyncio.timeout(10):
+                blocked = False
+                while not blocked:
+                    blocked = await pg_pool.fetchval(
+                        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                        pid,
+                    )
+            assert await pg_pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+            with pytest.raises(LedgerError, match="reading the queue status failed"):
+                await read
+        assert [] == (await ledger.status(policy=PacingPolicy()))[1]
+    finally:
+        pool.terminate()
+
+
+async def test_a_refund_is_bounded_too(pg_dsn: str) -> None:
+    """A refund against a black-holed database fails within the ledger's timeout."""
+    async with BlackHoleProxy(pg_dsn) as proxy:
+        pool = await asyncpg.create_pool(proxy.dsn, min_size=1, max_size=1)
+        try:
+            ledger = PostgresLedger(pool, timeout=0.5)
+            await ledger.ledger_rows()
+            proxy.freeze()
+            async with asyncio.timeout(30):
+                with pytest.raises(LedgerError, match=r"timed out after 0\.5 s"):
+                    await ledger.refund(_a_nudge())
+        finally:
+            pool.terminate()
+
+
+def _a_nudge() -> Nudge:
+    return Nudge(
+        endpoint_id="ep-1",
+        queue="q",
+        todo=TodoRef(id="t", created_at=T0),
+        number=1,
+        charged_at=T0,
+    )
+
+
+async def test_a_claim_in_flight_during_a_charge_is_progress_at_the_next_tick(
+    pg_pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """A claim whose transaction began before a charge and commits after it still resets once."""
+    host = PostgresHost(pg_pool)
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url="http://127.0.0.1:9/", secret=SECRET)
+    now = await db_now(pg_pool)
+    for todo_id in ("a", "b", "c"):
+        await host.create_todo(
+            todo_id, endpoint_id="ep-1", queue="q", created_at=now - timedelta(hours=8)
+        )
+    # Nudge 4 was 6 h and a second ago: nudge 5, the last, is due now.
+    await pg_pool.execute(
+        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', 4, $1)",
+        now - timedelta(hours=6, seconds=1),
+    )
+    sweeper = Sweeper(ledger=PostgresLedger(pg_pool), wake=RecordingWake())
+    consumer = await asyncpg.connect(pg_dsn)
+    try:
+        async with consumer.transaction():
+            # The consumer's claim: stamped now(), its transaction's start, before the charge.
+            await consumer.execute(
+                "UPDATE todos SET state = 'claimed', claimed_at = now() WHERE id = 'a'"
+            )
+            during = await sweeper.tick()
+        after = await sweeper.tick()
+        again = await sweeper.tick()
+    finally:
+        await consumer.close()
+
+    assert [5] == [n.number for n in during.charged]
+    assert [(1, "b")] == [(n.number, n.todo.id) for n in after.charged]
+    assert () == again.charged
+
+
+async def test_the_claim_log_keeps_one_row_per_pair_that_is_not_charged(
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """A nudged queue whose consumer keeps up (always fresh) keeps one claim row, not one each."""
+    host = PostgresHost(pg_pool)
+    clock = FakeClock(T0)
+    ledger = PostgresLedger(pg_pool, clock=clock)
+    await host.add_endpoint("ep")
+    await host.add_hook("h", endpoint_id="ep", url="http://127.0.0.1:9/", secret=SECRET)
+    await host.create_todo("old", endpoint_id="ep", queue="lane", created_at=T0)
+    clock.set(T0 + timedelta(minutes=3))
+    assert 1 == len((await ledger.charge_due(policy=PacingPolicy())).charged)
+    previous = "old"
+    for i in range(30):
+        clock.advance(timedelta(seconds=15))
+        await host.create_todo(f"f{i}", endpoint_id="ep", queue="lane", created_at=clock())
+        await host.claim(previous, owner="consumer", at=clock())
+        previous = f"f{i}"
+        assert () == (await ledger.charge_due(policy=PacingPolicy())).charged
+
+    claims = await pg_pool.fetch("SELECT claimed_at FROM stall_nudge_claims")
+    assert [clock()] == [r["claimed_at"] for r in claims]

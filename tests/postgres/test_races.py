@@ -1,0 +1,224 @@
+"""Two instances, one wake: two switchboard processes race for every charge.
+
+Each race runs 200 trials between two instances on two independent asyncpg
+pools. A current build takes the fleet's tick lock before it charges; a
+build from before the lock (during a rolling deploy) runs the charging
+statement alone, and only the statement's ON CONFLICT re-check stands
+between it and a second wake. In "gated" trials a third connection holds
+the contested ledger key (an uncommitted insert of the row, or a row lock)
+until pg_stat_activity shows BOTH sweep statements blocked on it, so every
+trial forces the hard interleaving: both statements took their snapshot and
+decided "due" before either committed. "free" trials just start both with
+asyncio.gather and let the timing fall as it will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import asyncpg
+import pytest
+
+from adapters.postgres import (
+    PostgresLedger,
+    charge_due_parameters,
+    charge_outcome,
+    ledger_statements,
+)
+from stall_core import (
+    ChargeOutcome,
+    LedgerPort,
+    LedgerRow,
+    Nudge,
+    PacingPolicy,
+    Sweeper,
+    TickReport,
+)
+from stall_testing import PostgresDriver, RecordingWake
+from stall_testing.contract import stalled_queue
+from tests.support import T0, FakeClock, minutes
+
+_SQL = ledger_statements()
+
+pytestmark = pytest.mark.postgres
+
+TRIALS = 200
+NOW = T0 + minutes(30)
+#: Nudge 1 was six minutes ago: nudge 2 (after the 5-minute backoff) is due at NOW.
+LAST = NOW - minutes(6)
+KEY = ("ep-1", "lane-l")
+
+#: Commits need not wait for the disk here: visibility and locking are unchanged.
+FAST = {"synchronous_commit": "off"}
+
+RESET_ROW = """
+    INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO UPDATE
+       SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
+"""
+
+
+async def reset_no_row(conn: asyncpg.Connection) -> None:
+    await conn.execute("DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims")
+
+
+async def reset_due_row(conn: asyncpg.Connection) -> None:
+    await conn.execute("DELETE FROM stall_nudge_claims")
+    await conn.execute(RESET_ROW, *KEY, 1, LAST)
+
+
+async def reset_progressed_row(conn: asyncpg.Connection) -> None:
+    # Count 4 waits 6 h for nudge 5; only a claim after nudge 4, not yet absorbed by a
+    # charge, makes the pair due (at 1): the claim a consumer made, as its trigger logs it.
+    await conn.execute(RESET_ROW, *KEY, 4, LAST)
+    await conn.execute("DELETE FROM stall_nudge_claims")
+    await conn.execute(
+        "INSERT INTO stall_nudge_claims VALUES ($1, $2, $3)", *KEY, LAST + minutes(1)
+    )
+
+
+#: race name -> (reset before each trial, the number the one wake must carry)
+RACES: dict[str, tuple[Callable[[asyncpg.Connection], Awaitable[None]], int]] = {
+    "first-nudge insert": (reset_no_row, 1),
+    "due-row update": (reset_due_row, 2),
+    "progress reset": (reset_progressed_row, 1),
+}
+
+
+class WithoutTickLock:
+    """A build from before the tick lock: the charging statement alone, on its own clock."""
+
+    def __init__(self, pool: asyncpg.Pool, clock: FakeClock) -> None:
+        self._pool = pool
+        self._clock = clock
+
+    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+        now = self._clock()
+        rows = await self._pool.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
+        return charge_outcome(rows, now)
+
+    async def refund(self, nudge: Nudge) -> bool:
+        raise AssertionError("a build from before refunds never refunds")
+
+
+#: Who races: a current build against an older one, or two current builds.
+PAIRINGS = ("current+older", "current+current")
+
+
+@asynccontextmanager
+async def holding_key(conn: asyncpg.Connection, *, row_exists: bool) -> AsyncIterator[None]:
+    """Hold the pair's ledger key in an open transaction; release it (roll back) on exit."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        if row_exists:
+            await conn.execute(
+                "SELECT 1 FROM queue_stall_nudges WHERE endpoint_id = $1 AND queue = $2 FOR UPDATE",
+                *KEY,
+            )
+        else:
+            # An uncommitted row with the same key: both inserts must wait for its fate.
+            await conn.execute(
+                "INSERT INTO queue_stall_nudges VALUES ($1, $2, 1, $3)", *KEY, NOW - minutes(1)
+            )
+        yield
+    finally:
+        await tx.rollback()
+
+
+async def until_both_blocked(admin: asyncpg.Connection, pids: list[int]) -> None:
+    """Return once both sweep backends wait on a lock (the gate); give up after 10 s."""
+    blocked = 0
+    async with asyncio.timeout(10):
+        while 2 != blocked:
+            blocked = await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE pid = ANY($1::int[]) AND wait_event_type = 'Lock'",
+                pids,
+            )
+
+
+@pytest.fixture(name="instances")
+async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
+    """Two independent one-connection pools: two switchboard processes on one database."""
+    pools = [
+        await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1, server_settings=FAST)
+        for _ in range(2)
+    ]
+    yield pools
+    for pool in pools:
+        await pool.close()
+
+
+@pytest.fixture(name="admin")
+async def _admin(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection outside both instances, to reset state and watch locks."""
+    conn = await asyncpg.connect(pg_dsn, server_settings=FAST)
+    yield conn
+    await conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("pairing", "gated"),
+    [("current+older", True), ("current+older", False), ("current+current", False)],
+    ids=["older-gated", "older-free", "current-free"],
+)
+@pytest.mark.parametrize("race", list(RACES))
+async def test_two_instances_one_wake(
+    race: str,
+    pairing: str,
+    gated: bool,
+    instances: list[asyncpg.Pool],
+    admin: asyncpg.Connection,
+    pg_dsn: str,
+) -> None:
+    """Two instances, one wake: 200 concurrent trials of each race charge exactly once."""
+    reset, number = RACES[race]
+    clock = FakeClock(NOW)
+    driver = PostgresDriver(instances[0], clock)
+    await stalled_queue(driver)
+    if race == "progress reset":
+        # A claim after the last nudge (and before NOW): progress since nudge 4.
+        await driver.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
+        await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
+    ledgers: list[LedgerPort] = [
+        PostgresLedger(instances[0], clock=clock),
+        WithoutTickLock(instances[1], clock)
+        if pairing == "current+older"
+        else PostgresLedger(instances[1], clock=clock),
+    ]
+    pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
+    gate = await asyncpg.connect(pg_dsn, server_settings=FAST)
+    policy = PacingPolicy()
+
+    try:
+        for trial in range(TRIALS):
+            await reset(admin)
+            wakes = [RecordingWake(), RecordingWake()]
+            sweepers = [
+                Sweeper(ledger=ledger, wake=wake, policy=policy)
+                for ledger, wake in zip(ledgers, wakes, strict=True)
+            ]
+            reports: list[TickReport]
+            if gated:
+                async with holding_key(gate, row_exists=race != "first-nudge insert"):
+                    ticks = [asyncio.ensure_future(s.tick()) for s in sweepers]
+                    await until_both_blocked(admin, pids)
+                reports = list(await asyncio.gather(*ticks))
+            else:
+                reports = list(await asyncio.gather(*(s.tick() for s in sweepers)))
+
+            sent = [(i, n.number) for i, wake in enumerate(wakes) for n in wake.sent]
+            assert 1 == len(sent), f"trial {trial}: wakes {sent}"
+            assert number == sent[0][1], f"trial {trial}: wakes {sent}"
+            assert 1 == sum(len(r.charged) for r in reports), f"trial {trial}"
+            rows = await driver.ledger_rows()
+            assert {
+                KEY: LedgerRow(endpoint_id=KEY[0], queue=KEY[1], nudges=number, last_nudged_at=NOW)
+            } == rows, f"trial {trial}"
+    finally:
+        await gate.close()
