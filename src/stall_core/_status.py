@@ -53,6 +53,11 @@ class PairStatus:
     last_nudged_at: datetime | None
     next_due_at: datetime | None
     verdict: Verdict
+    #: The most consecutive failed deliveries of an enabled hook covering the pair: a
+    #: receiver that is failing shows here before auto-disable turns it off.
+    hook_failures: int = 0
+    #: Disabled hooks of the endpoint whose queue filter covers the pair.
+    hooks_disabled: int = 0
 
 
 def pair_status(
@@ -63,6 +68,8 @@ def pair_status(
     pending_ungated: int,
     now: datetime,
     policy: PacingPolicy,
+    hook_failures: int = 0,
+    hooks_disabled: int = 0,
 ) -> PairStatus:
     """The verdict the sweep's own ``decide`` gives this pair at ``now``."""
     decision = decide(pair, row, now, policy)
@@ -105,4 +112,6 @@ def pair_status(
         last_nudged_at=None if row is None else row.last_nudged_at,
         next_due_at=next_due,
         verdict=verdict,
+        hook_failures=hook_failures,
+        hooks_disabled=hooks_disabled,
     )

@@ -304,6 +304,8 @@ class PostgresLedger:
                 pending_ungated=r["ungated"],
                 now=now,
                 policy=policy,
+                hook_failures=r["hook_failures"],
+                hooks_disabled=r["hooks_disabled"],
             )
             for r in rows
         ]

@@ -373,10 +373,17 @@ SELECT p.endpoint_id, p.queue,
        {{endpoint_active(p.endpoint_id)}} AS endpoint_active,
        {{has_receiver(p.endpoint_id, p.queue)}} AS has_receiver,
        {{unabsorbed_claim_at(p.endpoint_id, p.queue)}} AS unabsorbed_claim_at,
-       r.nudges, r.last_nudged_at
+       r.nudges, r.last_nudged_at, h.hook_failures, h.hooks_disabled
   FROM pairs p
   LEFT JOIN counts c ON c.endpoint_id = p.endpoint_id AND c.queue = p.queue
   LEFT JOIN queue_stall_nudges r ON r.endpoint_id = p.endpoint_id AND r.queue = p.queue
+  CROSS JOIN LATERAL (
+        -- The health of the hooks whose queue filter covers the pair: the most consecutive
+        -- failures of an enabled one, and how many are disabled.
+        SELECT coalesce(max(k.consecutive_failures) FILTER (WHERE k.enabled), 0) AS hook_failures,
+               count(*) FILTER (WHERE NOT k.enabled) AS hooks_disabled
+          FROM notify_hooks k
+         WHERE k.endpoint_id::text = p.endpoint_id AND (k.queues IS NULL OR p.queue = ANY (k.queues))) h
   LEFT JOIN LATERAL (
         -- The pair's oldest gate-passing pending todo: a descent of each side of the index.
         SELECT o.id, o.created_at, o.title
