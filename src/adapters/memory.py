@@ -28,10 +28,12 @@ from stall_core import (
     PacingPolicy,
     PairKey,
     PairState,
+    Progress,
     TodoRef,
     aware,
     charge_row,
     plan_tick,
+    progress_by_timestamps,
     refunded_row,
 )
 
@@ -127,10 +129,17 @@ class MemoryBoard:
     ``stall_core.plan_tick`` and applies the result without awaiting, so
     concurrent sweeps on one event loop are serialised exactly as the
     Postgres ledger's tick lock and single statement serialise them.
+
+    ``progress`` is the reading of "a claim after the last nudge" it offers:
+    commit order (a log of claims, as the Postgres incremental footprint
+    keeps), or the todos' timestamps (as the lean footprint reads them).
     """
 
-    def __init__(self, *, clock: Clock) -> None:
+    def __init__(self, *, clock: Clock, progress: Progress = Progress.COMMIT_ORDER) -> None:
+        if not isinstance(progress, Progress):
+            raise TypeError(f"progress must be a stall_core.Progress, got {progress!r}")
         self._clock = clock
+        self._progress = progress
         self._tick_held = False
         self._endpoints: dict[str, Endpoint] = {}
         self._deliveries: dict[str, Delivery] = {}
@@ -140,6 +149,8 @@ class MemoryBoard:
         #: The progress log: per pair, the instants of claims no charge has absorbed yet.
         self._claims: dict[PairKey, list[datetime]] = {}
         self._rings: list[Ring] = []
+        #: When the last tick swept (the fleet's record, as on Postgres).
+        self._swept_at: datetime | None = None
 
     # -- inspectable state ---------------------------------------------------
 
@@ -162,6 +173,10 @@ class MemoryBoard:
     @property
     def rings(self) -> tuple[Ring, ...]:
         return tuple(self._rings)
+
+    @property
+    def progress(self) -> Progress:
+        return self._progress
 
     # -- host verbs ----------------------------------------------------------
 
@@ -345,6 +360,10 @@ class MemoryBoard:
         self._todos[todo_id] = todo
         return todo
 
+    def delete_todo(self, todo_id: str) -> Todo:
+        """Remove a todo whatever its state, as a host purging done work or a TRUNCATE does."""
+        return self._todos.pop(self._get("todo", todo_id, self._todos).id)
+
     def ring(self, todo_id: str, *, at: datetime) -> Ring:
         """Ring the session doorbell for one todo: the SPEC-0011 path, never the nudge's."""
         todo = self._get("todo", todo_id, self._todos)
@@ -378,6 +397,12 @@ class MemoryBoard:
         gated = [t for t in todos if t.state == "pending" and self.gate_passes(t)]
         oldest = min(gated, key=lambda t: (t.created_at, t.id), default=None)
         endpoint = self._endpoints.get(endpoint_id)
+        if self._progress is Progress.COMMIT_ORDER:
+            progress_at = max(self._claims.get(key, ()), default=None)
+        else:
+            progress_at = progress_by_timestamps(
+                (t.claimed_at for t in todos), self._ledger.get(key)
+            )
         return PairState(
             endpoint_id=endpoint_id,
             queue=queue,
@@ -386,28 +411,34 @@ class MemoryBoard:
             else TodoRef(id=oldest.id, created_at=oldest.created_at, title=oldest.title),
             endpoint_active=endpoint is not None and endpoint.state == "active",
             has_receiver=any(h.covers(endpoint_id, queue) for h in self._hooks.values()),
-            unabsorbed_claim_at=max(self._claims.get(key, ()), default=None),
+            progress_at=progress_at,
         )
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
         """Plan and apply one tick at ``clock()`` with no await in between: atomic on one loop."""
         now = aware("clock()", self._clock())
-        if self._tick_held:
-            return ChargeOutcome(now=now, skipped=True)
+        swept = self._swept_at
+        if self._tick_held or (
+            every is not None and swept is not None and swept <= now < swept + every
+        ):
+            return ChargeOutcome(now=now, skipped=True, swept_at=swept)
+        self._swept_at = now
         plan = plan_tick(self.pair_states(), self._ledger, now, policy)
-        # What this tick absorbs: the claims of charged and drained pairs, and of pairs
-        # with no ledger row (their next nudge is a first one anyway).
-        absorbed = {n.key for n in plan.charges} | set(plan.drained)
+        # What this tick absorbs: the claims of charged, drained and reset pairs, and of
+        # pairs with no ledger row (their next nudge is a first one anyway).
+        absorbed = {n.key for n in plan.charges} | set(plan.drained) | set(plan.reset)
         absorbed |= self._claims.keys() - self._ledger.keys()
         for key in absorbed:
             self._claims.pop(key, None)
         for claims in self._claims.values():
             claims[:] = [max(claims)]  # only "is there one" and the latest matter
-        for key in plan.drained:
+        for key in (*plan.drained, *plan.reset):
             del self._ledger[key]
         for nudge in plan.charges:
             self._ledger[nudge.key] = charge_row(nudge)
-        return ChargeOutcome(now=now, charged=plan.charges, drained=plan.drained)
+        return ChargeOutcome(now=now, charged=plan.charges, drained=plan.drained, swept_at=now)
 
     async def refund(self, nudge: Nudge) -> bool:
         """Refund a nudge that reached nobody if the row is still its charge's (compare-and-set)."""

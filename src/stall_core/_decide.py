@@ -26,6 +26,7 @@ __all__ = [
     "Drain",
     "Idle",
     "IdleReason",
+    "Reset",
     "TickPlan",
     "Wait",
     "charge_row",
@@ -36,9 +37,12 @@ __all__ = [
     "is_candidate",
     "made_progress",
     "next_due_at",
+    "next_sweep_in",
     "plan_tick",
+    "progress_by_timestamps",
     "refunded_row",
     "starts_over",
+    "swept_recently",
 ]
 
 
@@ -85,7 +89,19 @@ class Idle:
     reason: IdleReason
 
 
-Decision = Charge | Wait | Capped | Drain | Idle
+@attrs.frozen(kw_only=True)
+class Reset:
+    """Progress, but no nudge now (not a candidate, for ``reason``): delete the row.
+
+    Its next nudge is a first one, due at once, exactly as progress makes it:
+    the row would only keep the claim waiting to be seen again. Consuming it
+    where it is seen is what lets a backlog of claims be judged once.
+    """
+
+    reason: IdleReason
+
+
+Decision = Charge | Wait | Capped | Drain | Reset | Idle
 
 
 def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
@@ -109,11 +125,25 @@ def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef 
 def made_progress(pair: PairState, row: LedgerRow | None) -> bool:
     """True when some todo of the pair was claimed after the pair's last nudge.
 
-    "After" is in commit order: the ledger keeps each claim until a charge
-    absorbs it (``PairState.unabsorbed_claim_at``), so a claim counts exactly
-    once, even one whose transaction commits after a charge read the time.
+    The ledger reads "after" (``Progress``) and reports the latest such claim
+    as ``PairState.progress_at``; the charge that consumes it stamps the row
+    at or after it, so each claim counts once.
     """
-    return row is not None and pair.unabsorbed_claim_at is not None
+    return row is not None and pair.progress_at is not None
+
+
+def progress_by_timestamps(
+    claimed: Iterable[datetime | None], row: LedgerRow | None
+) -> datetime | None:
+    """``Progress.TIMESTAMPS``: the latest of a pair's ``claimed_at`` after its row's last nudge.
+
+    None without a row (nothing to be after) or without a later claim. A
+    claim exactly at ``last_nudged_at`` is not after it: the charge that
+    consumed a claim stamps the row with that claim's instant at the latest.
+    """
+    if row is None:
+        return None
+    return max((c for c in claimed if c is not None and c > row.last_nudged_at), default=None)
 
 
 def starts_over(pair: PairState, row: LedgerRow | None) -> bool:
@@ -137,14 +167,15 @@ def next_due_at(row: LedgerRow, policy: PacingPolicy) -> datetime | None:
 
 
 def charge_stamp(pair: PairState, now: datetime) -> datetime:
-    """The ``last_nudged_at`` a charge at ``now`` writes: ``now``, or a later absorbed claim.
+    """The ``last_nudged_at`` a charge at ``now`` writes: ``now``, or a later claim it consumes.
 
     A claim's transaction may read the time after the charge did and still
-    commit before the charge looks; the charge absorbs it, and its stamp
-    does not fall behind it, so every absorbed claim is at or before the
-    stamp and the backoff runs from after the claim.
+    commit before the charge looks; the charge consumes it, and its stamp
+    does not fall behind it, so every consumed claim is at or before the
+    stamp (never "after the last nudge" again) and the backoff runs from
+    after the claim.
     """
-    claimed = pair.unabsorbed_claim_at
+    claimed = pair.progress_at
     return now if claimed is None or claimed < now else claimed
 
 
@@ -169,7 +200,7 @@ def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: Pacing
     if work is IdleReason.NO_WORK and row is not None:
         return Drain()
     if isinstance(work, IdleReason):
-        return Idle(reason=work)
+        return Reset(reason=work) if made_progress(pair, row) else Idle(reason=work)
     if starts_over(pair, row):
         return Charge(number=1, todo=work)
     assert row is not None  # starts_over is True without a row
@@ -199,6 +230,8 @@ class TickPlan:
     drained: tuple[PairKey, ...]
     #: Pairs that were due but held back by the tick limit.
     held_back: int = 0
+    #: Pairs with progress this tick does not charge (``Reset``, or held back): rows deleted.
+    reset: tuple[PairKey, ...] = ()
 
 
 def plan_tick(
@@ -213,18 +246,27 @@ def plan_tick(
     oldest pending todo, then endpoint_id and queue (by code point, the
     order of Postgres' "C" collation), so every ledger picks the same four.
     A row whose pair is absent from ``pairs`` has no pending work: deleted.
+    A pair with progress that is not charged (a ``Reset``, or held back by
+    the tick limit) has its row deleted too: its progress is consumed.
     """
     due: list[tuple[tuple[int, datetime, str, str], Nudge]] = []
     drained: list[PairKey] = []
+    reset: list[PairKey] = []
+    progressed: set[PairKey] = set()
     seen: set[PairKey] = set()
     for pair in pairs:
         if pair.key in seen:
             raise ValueError(f"pair {pair.key!r} appears twice")
         seen.add(pair.key)
-        decision = decide(pair, ledger_rows.get(pair.key), now, policy)
+        row = ledger_rows.get(pair.key)
+        decision = decide(pair, row, now, policy)
         if isinstance(decision, Drain):
             drained.append(pair.key)
+        elif isinstance(decision, Reset):
+            reset.append(pair.key)
         elif isinstance(decision, Charge):
+            if made_progress(pair, row):
+                progressed.add(pair.key)
             nudge = Nudge(
                 endpoint_id=pair.endpoint_id,
                 queue=pair.queue,
@@ -237,10 +279,12 @@ def plan_tick(
     drained.extend(key for key in ledger_rows if key not in seen)
     due.sort(key=lambda item: item[0])
     charges = tuple(nudge for _, nudge in due[: policy.tick_limit])
+    reset.extend(n.key for _, n in due[policy.tick_limit :] if n.key in progressed)
     return TickPlan(
         charges=charges,
         drained=tuple(sorted(drained)),
         held_back=max(0, len(due) - policy.tick_limit),
+        reset=tuple(sorted(reset)),
     )
 
 
@@ -265,3 +309,30 @@ def full_pass_due(
         return True
     aware("last_full_pass_at", last_full_pass_at)
     return not last_full_pass_at <= now < last_full_pass_at + interval
+
+
+def swept_recently(swept_at: datetime | None, now: datetime, every: timedelta | None) -> bool:
+    """True when a looping instance skips: the fleet swept less than ``every`` before ``now``.
+
+    A record from the future (a moved test clock, a restored database) does
+    not hold a tick back: skipping is for pacing, and a stale record must
+    never stop the sweep.
+    """
+    aware("now", now)
+    if every is None or swept_at is None:
+        return False
+    return swept_at <= now < swept_at + every
+
+
+def next_sweep_in(swept_at: datetime | None, now: datetime, every: timedelta) -> timedelta:
+    """How long a looping instance waits after a tick at ``now``: to ``every`` past the last sweep.
+
+    The fleet's record, not this instance's own phase, sets the pace, so N
+    instances on any phases sweep once an interval between them. Never more
+    than ``every`` (a record from the future, a moved clock), never less than
+    nothing; without a record, a whole interval.
+    """
+    aware("now", now)
+    if swept_at is None:
+        return every
+    return min(max(swept_at + every - now, timedelta(0)), every)

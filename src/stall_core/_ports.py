@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from ._policy import PacingPolicy
-from ._values import ChargeOutcome, HookHealth, HookTarget, Nudge
+from ._values import ChargeOutcome, HookHealth, HookTarget, Nudge, Progress
 
 __all__ = ["HookDirectory", "LedgerError", "LedgerPort", "WakeError", "WakePort", "WakeReceipt"]
 
@@ -33,12 +33,22 @@ class WakeError(Exception):
 class LedgerPort(Protocol):
     """The nudge ledger over the host's board of todos; it is also the sweep's clock."""
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+    @property
+    def progress(self) -> Progress:
+        """Which reading of "a claim after the last nudge" this ledger's decisions follow."""
+        ...
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
         """Decide and charge, atomically, the pairs due for a nudge now.
 
         "Now" is read from the ledger's own time authority once this tick
         holds the fleet's tick lock; an instance that does not get the lock
-        returns a skipped outcome and decides nothing. Decisions follow
+        returns a skipped outcome and decides nothing. With ``every`` (a
+        looping instance's interval), a tick that finds the fleet swept less
+        than ``every`` ago skips too, so a fleet on any phases sweeps once an
+        interval; each sweep is recorded (``ChargeOutcome.swept_at``). Decisions follow
         ``stall_core.plan_tick``: at most ``policy.tick_limit`` charges,
         least-nudged first. The decision is re-checked against the ledger row
         as it stands when the charge is written, so a nudge another sweeper

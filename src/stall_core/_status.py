@@ -13,6 +13,7 @@ from ._decide import (
     Drain,
     Idle,
     IdleReason,
+    Reset,
     Wait,
     decide,
     effective_nudges,
@@ -73,6 +74,8 @@ def pair_status(
 ) -> PairStatus:
     """The verdict the sweep's own ``decide`` gives this pair at ``now``."""
     decision = decide(pair, row, now, policy)
+    if isinstance(decision, Reset):  # the row goes, and the verdict is the pair's reason
+        decision = Idle(reason=decision.reason)
     next_due: datetime | None = None
     match decision:
         case Charge():

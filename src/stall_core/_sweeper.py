@@ -11,9 +11,11 @@ ledger (compare-and-set), so it does not count toward the cap.
 
 Logging: each woken nudge is a record at info; each tick's summary is a
 record at info when the tick charged, drained or refused something, else
-at debug (an idle sidecar is quiet). Records carry their facts as fields
-(``extra=``): ``tick``, and for a nudge ``endpoint``, ``queue``, ``nudge``
-and ``todo``.
+at debug (an idle sidecar is quiet). A failed tick in ``run`` is logged
+here, once, in one line (a traceback only for what is not a ledger
+failure, a bug); ``on_error`` receives it to record or count, not to log
+again. Records carry their facts as fields (``extra=``): ``tick``, and for
+a nudge ``endpoint``, ``queue``, ``nudge`` and ``todo``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from ._decide import next_sweep_in
 from ._policy import PacingPolicy
 from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._values import Nudge, PairKey, positive_seconds
@@ -53,8 +56,11 @@ class TickReport:
     #: Nudges the wake port refused outright; their charges were refunded.
     refused: int
     duration_s: float
-    #: Another instance held the tick: this one decided nothing.
+    #: Another instance held the tick, or the fleet had swept within the interval:
+    #: this one decided nothing.
     skipped: bool = False
+    #: When the fleet last swept, on the ledger's clock (None: the ledger keeps no record).
+    swept_at: datetime | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -65,6 +71,13 @@ class TickFailure:
     #: One line saying why (the ledger's error text; never a secret).
     error: str
     duration_s: float
+
+
+def _wait_after(result: TickReport | TickFailure, every: timedelta) -> float:
+    """Seconds until the next tick: from the fleet's record, or a whole interval without one."""
+    if isinstance(result, TickFailure):
+        return every.total_seconds()
+    return next_sweep_in(result.swept_at, result.now, every).total_seconds()
 
 
 def _fields(tick: int, nudge: Nudge) -> dict[str, Any]:
@@ -98,6 +111,8 @@ class Sweeper:
         self._policy = policy if policy is not None else PacingPolicy()
         self._ticks = 0
         self._receipts: set[asyncio.Task[None]] = set()
+        #: Nudges a receiver answered (their charge stands, as it should).
+        self.delivered = 0
         self.refunded = 0
         #: Nudges that reached nobody and whose refund failed: they count toward the cap.
         self.unrefunded = 0
@@ -106,16 +121,23 @@ class Sweeper:
     def policy(self) -> PacingPolicy:
         return self._policy
 
-    async def tick(self) -> TickReport:
+    @property
+    def ticks(self) -> int:
+        """Ticks started since start, the one in progress included: the last tick's number."""
+        return self._ticks
+
+    async def tick(self, *, every: timedelta | None = None) -> TickReport:
         """Charge what is due, then hand each committed nudge to the wake port.
 
-        A ledger failure propagates (nothing was charged, nothing is woken);
-        a wake refusal is logged, counted and refunded at once.
+        With ``every`` (a looping instance's interval) the tick skips when the
+        fleet swept less than that long ago. A ledger failure propagates
+        (nothing was charged, nothing is woken); a wake refusal is logged,
+        counted and refunded at once.
         """
         self._ticks += 1
         loop = asyncio.get_running_loop()
         started = loop.time()
-        outcome = await self._ledger.charge_due(policy=self._policy)
+        outcome = await self._ledger.charge_due(policy=self._policy, every=every)
         queued = refused = 0
         for nudge in outcome.charged:
             try:
@@ -154,7 +176,7 @@ class Sweeper:
             logging.INFO if busy else logging.DEBUG,
             "tick %d: %s",
             self._ticks,
-            "skipped (another instance holds the tick)"
+            "skipped (another instance holds the tick, or the fleet swept within the interval)"
             if outcome.skipped
             else f"charged {len(outcome.charged)}, drained {len(outcome.drained)}, "
             f"queued {queued}, refused {refused}",
@@ -169,6 +191,7 @@ class Sweeper:
             refused=refused,
             duration_s=loop.time() - started,
             skipped=outcome.skipped,
+            swept_at=outcome.swept_at,
         )
 
     async def settle(self) -> None:
@@ -180,17 +203,18 @@ class Sweeper:
         while self._receipts:
             await asyncio.gather(*list(self._receipts), return_exceptions=True)
 
-    async def abandon(self) -> None:
+    async def abandon(self) -> int:
         """Stop following the receipts handed over so far, without refunding them.
 
-        For a prompt shutdown (a cancelled embedder): a nudge whose outcome
-        was not known yet keeps its charge, which costs its pair one backoff
-        step, never work.
+        For a prompt shutdown (a cancelled embedder, a stop out of time): a
+        nudge whose outcome or refund was not done yet keeps its charge,
+        which costs its pair one backoff step, never work. Returns how many.
         """
         tasks = list(self._receipts)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
 
     async def _follow(self, nudge: Nudge, receipt: WakeReceipt) -> None:
         """Refund the nudge unless its receipt says a receiver answered.
@@ -209,7 +233,9 @@ class Sweeper:
         except Exception:
             log.exception("the receipt of %s/%s nudge %d failed", *nudge.key, nudge.number)
             reached = False
-        if not reached:
+        if reached:
+            self.delivered += 1
+        else:
             await self._refund(nudge)
 
     async def _refund(self, nudge: Nudge) -> None:
@@ -249,20 +275,21 @@ class Sweeper:
         """Tick every ``interval`` until ``stop`` is set; return the ticks run.
 
         Each tick goes to ``on_report``, or, when it failed, to ``on_error``
-        as a ``TickFailure``. A failing tick is logged with its number and
-        the loop goes on: the queue is still drained by pull, and the next
-        tick tries again.
+        as a ``TickFailure``. A failing tick is logged here with its number
+        (``on_error`` need not log it again) and the loop goes on: the queue
+        is still drained by pull, and the next tick tries again.
         """
         seconds = positive_seconds(
             "interval", interval.total_seconds() if isinstance(interval, timedelta) else interval
         )
+        every = timedelta(seconds=seconds)
         loop = asyncio.get_running_loop()
         ran = 0
         while not stop.is_set():
             started = loop.time()
             result: TickReport | TickFailure
             try:
-                result = await self.tick()
+                result = await self.tick(every=every)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -281,7 +308,7 @@ class Sweeper:
             self._hand_over(result, on_report, on_error)
             ran += 1
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=seconds)
+                await asyncio.wait_for(stop.wait(), timeout=_wait_after(result, every))
         return ran
 
     def _hand_over(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 
 import attrs
@@ -15,6 +16,7 @@ __all__ = [
     "Nudge",
     "PairKey",
     "PairState",
+    "Progress",
     "TodoRef",
     "aware",
     "positive_int",
@@ -76,15 +78,31 @@ class TodoRef:
     title: str | None = None
 
 
+class Progress(enum.Enum):
+    """What "a claim in the pair after the last nudge" (SPEC-0038 "Progress") means to a ledger.
+
+    The spec's words read two ways, and a ledger declares which it offers:
+    ``TIMESTAMPS`` compares each todo's ``claimed_at`` with the row's
+    ``last_nudged_at``, which the host's rows alone can answer; ``COMMIT_ORDER``
+    also counts a claim stamped before a charge read the time that committed
+    after the charge looked (a claim log sees it, timestamps cannot). Either
+    way a claim counts once: the charge that consumes it stamps the row at or
+    after it (``charge_stamp``).
+    """
+
+    TIMESTAMPS = "timestamps"
+    COMMIT_ORDER = "commit-order"
+
+
 @attrs.frozen(kw_only=True)
 class PairState:
     """What the sweep knows of one (endpoint, queue) pair at one instant.
 
     ``oldest`` is the oldest pending, unclaimed todo whose delivery passes
-    the sender gate (None when there is none). ``unabsorbed_claim_at`` is
-    the latest claim on a todo of the pair that no charge has absorbed yet
-    (None when there is none): with a ledger row, that is progress, a claim
-    after the last nudge in the order claims and charges commit.
+    the sender gate (None when there is none). ``progress_at`` is the latest
+    claim on a todo of the pair after its last nudge, as the ledger reads
+    "after" (``Progress``), or None when there is none: with a ledger row,
+    that is progress.
     """
 
     endpoint_id: str
@@ -92,7 +110,7 @@ class PairState:
     oldest: TodoRef | None
     endpoint_active: bool
     has_receiver: bool
-    unabsorbed_claim_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
+    progress_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
 
     @property
     def key(self) -> PairKey:
@@ -105,8 +123,8 @@ class LedgerRow:
 
     ``nudges`` counts the nudges since progress that reached a receiver; it
     is 0 only after a first nudge was refunded. ``last_nudged_at`` is the
-    pacing base: the instant of the last attempt, or the latest claim it
-    absorbed if that is later.
+    pacing base: the instant of the last attempt, or the latest claim its
+    charge consumed if that is later.
     """
 
     endpoint_id: str
@@ -143,14 +161,18 @@ class ChargeOutcome:
     """What one ledger tick committed: the nudges to deliver, the rows deleted.
 
     ``now`` is the instant the ledger decided at, read from its own time
-    authority. ``skipped`` means another instance held the tick, so this
-    one decided nothing.
+    authority. ``skipped`` means this tick decided nothing: another instance
+    held the tick, or the fleet swept less than the interval asked for ago.
+    ``swept_at`` is when the fleet last swept, on the same clock (``now``
+    when this tick swept; None when the ledger keeps no such record): a loop
+    schedules its next tick an interval after it.
     """
 
     now: datetime = attrs.field(validator=_must_be_aware)
     charged: tuple[Nudge, ...] = ()
     drained: tuple[PairKey, ...] = ()
     skipped: bool = False
+    swept_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
 
 
 @attrs.frozen(kw_only=True)

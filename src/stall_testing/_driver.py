@@ -17,7 +17,7 @@ import asyncpg
 
 from adapters.memory import MemoryBoard, Todo
 from adapters.postgres import COMPACT_AT, PostgresLedger
-from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey
+from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey, Progress
 
 from ._clock import FakeClock
 from ._host import PostgresHost
@@ -84,9 +84,11 @@ class BoardDriver(HostVerbs, Protocol):
 class MemoryDriver:
     """The in-memory board behind the driver interface: its verbs, awaitable."""
 
-    def __init__(self, clock: FakeClock | None = None) -> None:
+    def __init__(
+        self, clock: FakeClock | None = None, *, progress: Progress = Progress.COMMIT_ORDER
+    ) -> None:
         self._clock = clock if clock is not None else FakeClock()
-        self.board = MemoryBoard(clock=self._clock)
+        self.board = MemoryBoard(clock=self._clock, progress=progress)
 
     @property
     def ledger(self) -> LedgerPort:

@@ -2,10 +2,13 @@
 
 A backend joins the suite with a three-line subclass of ``LedgerContract``
 that provides the ``driver`` fixture, a ``BoardDriver`` (the project's own
-tests/contract/test_memory.py and test_postgres.py do exactly that).
-Scenarios speak only the ``BoardDriver`` interface and never branch on the
-backend. The scenarios need pytest, pytest-asyncio and time-machine (the
-``test`` extra); docs/host-schema.md says how to run them against your host.
+tests/contract/test_memory.py and test_postgres.py do exactly that), and
+of the one mixin that matches the reading of "a claim after the last nudge"
+its ledger offers (``stall_core.Progress``): ``CommitOrderContract`` or
+``TimestampsContract``. Scenarios speak only the ``BoardDriver`` interface
+and never branch on the backend. The scenarios need pytest, pytest-asyncio
+and time-machine (the ``test`` extra); docs/host-schema.md says how to run
+them against your host.
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from stall_core import PacingPolicy, Sweeper, TickReport
+from stall_core import PacingPolicy, Progress, Sweeper, TickReport
 
 from ._clock import T0, FakeClock
 from ._driver import BoardDriver
 from ._wake import RecordingWake
 
-__all__ = ["POLICY", "LedgerContract", "stalled_queue", "sweep"]
+__all__ = [
+    "POLICY",
+    "CommitOrderContract",
+    "LedgerContract",
+    "TimestampsContract",
+    "stalled_queue",
+    "sweep",
+]
 
 POLICY = PacingPolicy()
 
@@ -386,24 +396,6 @@ class LedgerContract:
         ]
         assert 2 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
 
-    async def test_a_claim_that_commits_after_a_charge_counts_at_the_next(
-        self, driver: BoardDriver
-    ) -> None:
-        """A claim stamped before a charge but committed after it is progress at the next tick."""
-        ids = await stalled_queue(driver, todos=3)
-        wake = RecordingWake()
-        for minute in (10, 15, 35, 95):
-            await sweep(driver, T0 + minutes(minute), wake)
-        # The claim's transaction began before nudge 4 read the time, and committed after.
-        await driver.claim(ids[0], owner="consumer", at=T0 + minutes(95) - timedelta(seconds=1))
-
-        report = await sweep(driver, T0 + minutes(95) + timedelta(seconds=15), wake)
-        later = await sweep(driver, T0 + minutes(95) + timedelta(seconds=30), wake)
-
-        assert [1, 2, 3, 4, 1] == [n.number for n in wake.sent]
-        assert [ids[1]] == [n.todo.id for n in report.charged]
-        assert () == later.charged
-
     async def test_a_skewed_sweeper_decides_as_an_unskewed_one(self, driver: BoardDriver) -> None:
         """A sweeper whose wall clock runs 90 s ahead or 10 s behind charges as an exact one."""
         ids = await stalled_queue(driver, todos=3)
@@ -506,3 +498,62 @@ class LedgerContract:
         await sweep(driver, T0 + minutes(14), wake)
         assert False is await driver.ledger.refund(second)
         assert {} == await driver.ledger_rows()
+
+
+class CommitOrderContract:
+    """Scenarios of a ledger whose "after the last nudge" is commit order (a claim log)."""
+
+    async def test_the_ledger_offers_commit_order(self, driver: BoardDriver) -> None:
+        """The ledger declares the reading these scenarios hold it to."""
+        await sweep(driver, T0, RecordingWake())
+
+        assert Progress.COMMIT_ORDER is driver.ledger.progress
+
+    async def test_a_claim_that_commits_after_a_charge_counts_at_the_next(
+        self, driver: BoardDriver
+    ) -> None:
+        """A claim stamped before a charge but committed after it is progress at the next tick."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        for minute in (10, 15, 35, 95):
+            await sweep(driver, T0 + minutes(minute), wake)
+        # The claim's transaction began before nudge 4 read the time, and committed after.
+        await driver.claim(ids[0], owner="consumer", at=T0 + minutes(95) - timedelta(seconds=1))
+
+        report = await sweep(driver, T0 + minutes(95) + timedelta(seconds=15), wake)
+        later = await sweep(driver, T0 + minutes(95) + timedelta(seconds=30), wake)
+
+        assert [1, 2, 3, 4, 1] == [n.number for n in wake.sent]
+        assert [ids[1]] == [n.todo.id for n in report.charged]
+        assert () == later.charged
+
+
+class TimestampsContract:
+    """Scenarios of a ledger whose "after the last nudge" is the todos' timestamps."""
+
+    async def test_the_ledger_offers_timestamps(self, driver: BoardDriver) -> None:
+        """The ledger declares the reading these scenarios hold it to."""
+        await sweep(driver, T0, RecordingWake())
+
+        assert Progress.TIMESTAMPS is driver.ledger.progress
+
+    async def test_a_claim_that_commits_after_a_charge_counts_as_its_timestamp_says(
+        self, driver: BoardDriver
+    ) -> None:
+        """A claim stamped before a charge but committed after it is before that nudge: no reset."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        for minute in (10, 15, 35, 95):
+            await sweep(driver, T0 + minutes(minute), wake)
+        # The claim's transaction began before nudge 4 read the time, and committed after:
+        # its claimed_at is before the nudge, so it is not "after the last nudge".
+        await driver.claim(ids[0], owner="consumer", at=T0 + minutes(95) - timedelta(seconds=1))
+
+        quiet = await sweep(driver, T0 + minutes(95) + timedelta(seconds=15), wake)
+        # The next claim, stamped after nudge 4, is progress: nudge 1 at once.
+        await driver.claim(ids[1], owner="consumer", at=T0 + minutes(96))
+        reset = await sweep(driver, T0 + minutes(96) + timedelta(seconds=15), wake)
+
+        assert () == quiet.charged
+        assert [(1, ids[2])] == [(n.number, n.todo.id) for n in reset.charged]
+        assert [1, 2, 3, 4, 1] == [n.number for n in wake.sent]

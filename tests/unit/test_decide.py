@@ -17,6 +17,7 @@ from stall_core import (
     Nudge,
     PacingPolicy,
     PairState,
+    Reset,
     TodoRef,
     Wait,
     charge_row,
@@ -26,9 +27,11 @@ from stall_core import (
     is_candidate,
     made_progress,
     next_due_at,
+    next_sweep_in,
     plan_tick,
     refunded_row,
     starts_over,
+    swept_recently,
 )
 from tests.support import T0, minutes
 
@@ -48,7 +51,7 @@ def pair(
     oldest: TodoRef | None = None,
     active: bool = True,
     receiver: bool = True,
-    unabsorbed_claim_at: datetime | None = None,
+    progress_at: datetime | None = None,
     no_work: bool = False,
 ) -> PairState:
     """A stalled, active, reachable pair unless told otherwise."""
@@ -58,7 +61,7 @@ def pair(
         oldest=None if no_work else (oldest if oldest is not None else todo()),
         endpoint_active=active,
         has_receiver=receiver,
-        unabsorbed_claim_at=unabsorbed_claim_at,
+        progress_at=progress_at,
     )
 
 
@@ -166,7 +169,7 @@ def test_capped_after_cap_nudges() -> None:
 def test_claim_after_the_nudge_is_progress() -> None:
     """A claim after the last nudge (not yet absorbed) resets the count: charged nudge 1 at once."""
     ledger = row(4, NOW - minutes(1))
-    progressed = pair(unabsorbed_claim_at=NOW - minutes(1) + timedelta(microseconds=1))
+    progressed = pair(progress_at=NOW - minutes(1) + timedelta(microseconds=1))
 
     assert True is made_progress(progressed, ledger)
     assert 0 == effective_nudges(progressed, ledger)
@@ -178,7 +181,7 @@ def test_claim_absorbed_at_the_nudge_instant_is_not_progress() -> None:
     ledger = row(2, NOW - minutes(1))
     # The claim at NOW - 1 min committed before that charge, which absorbed it: the
     # ledger reports no unabsorbed claim, so the pair keeps backing off.
-    same_instant = pair(unabsorbed_claim_at=None)
+    same_instant = pair(progress_at=None)
 
     assert False is made_progress(same_instant, ledger)
     assert 2 == effective_nudges(same_instant, ledger)
@@ -191,7 +194,7 @@ def test_claim_before_the_nudge_is_not_progress() -> None:
     """A claim older than the last nudge is not progress."""
     ledger = row(5, NOW - minutes(10))
     # The claim at T0 came before the last nudge, whose charge absorbed it.
-    absorbed = pair(unabsorbed_claim_at=None)
+    absorbed = pair(progress_at=None)
 
     assert Capped(nudges=5) == decide(absorbed, ledger, NOW, POLICY)
 
@@ -200,7 +203,7 @@ def test_progress_is_in_commit_order_not_by_timestamp() -> None:
     """An unabsorbed claim stamped before the last nudge is progress: it committed after."""
     ledger = row(4, NOW - minutes(1))
     # A claim whose transaction read the time before the charge but committed after it.
-    late_commit = pair(unabsorbed_claim_at=NOW - minutes(10))
+    late_commit = pair(progress_at=NOW - minutes(10))
 
     assert True is made_progress(late_commit, ledger)
     assert True is starts_over(late_commit, ledger)
@@ -208,10 +211,10 @@ def test_progress_is_in_commit_order_not_by_timestamp() -> None:
     assert Charge(number=1, todo=todo()) == decide(late_commit, ledger, NOW, POLICY)
 
 
-def test_an_unabsorbed_claim_at_the_nudge_instant_is_progress() -> None:
+def test_an_progress_at_the_nudge_instant_is_progress() -> None:
     """An unabsorbed claim stamped at exactly last_nudged_at is progress: it committed after."""
     ledger = row(5, NOW - minutes(1))
-    same_instant = pair(unabsorbed_claim_at=NOW - minutes(1))
+    same_instant = pair(progress_at=NOW - minutes(1))
 
     assert True is made_progress(same_instant, ledger)
     assert Charge(number=1, todo=todo()) == decide(same_instant, ledger, NOW, POLICY)
@@ -220,14 +223,14 @@ def test_an_unabsorbed_claim_at_the_nudge_instant_is_progress() -> None:
 def test_progress_lifts_a_capped_pair() -> None:
     """A capped pair with a claim after its last nudge is charged nudge 1 again."""
     ledger = row(5, T0 + minutes(3))
-    progressed = pair(unabsorbed_claim_at=T0 + minutes(4))
+    progressed = pair(progress_at=T0 + minutes(4))
 
     assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
 
 
 def test_progress_without_a_row_is_not_progress() -> None:
     """With no ledger row there is nothing to progress past; the count is zero."""
-    claimed = pair(unabsorbed_claim_at=T0)
+    claimed = pair(progress_at=T0)
 
     assert False is made_progress(claimed, None)
     assert 0 == effective_nudges(claimed, None)
@@ -267,17 +270,17 @@ def charged(number: int, charged_at: datetime) -> Nudge:
 
 def test_charge_stamp_takes_a_claim_later_than_now() -> None:
     """A claim stamped after now (committed before the charge looked) becomes the stamp."""
-    assert NOW + US == charge_stamp(pair(unabsorbed_claim_at=NOW + US), NOW)
+    assert NOW + US == charge_stamp(pair(progress_at=NOW + US), NOW)
 
 
 def test_charge_stamp_is_now_for_an_earlier_claim() -> None:
     """A claim before now leaves the stamp at now."""
-    assert NOW == charge_stamp(pair(unabsorbed_claim_at=NOW - minutes(1)), NOW)
+    assert NOW == charge_stamp(pair(progress_at=NOW - minutes(1)), NOW)
 
 
 def test_charge_stamp_is_now_for_a_claim_at_now() -> None:
     """A claim at exactly now leaves the stamp at now."""
-    assert NOW == charge_stamp(pair(unabsorbed_claim_at=NOW), NOW)
+    assert NOW == charge_stamp(pair(progress_at=NOW), NOW)
 
 
 def test_charge_stamp_is_now_without_a_claim() -> None:
@@ -287,7 +290,7 @@ def test_charge_stamp_is_now_without_a_claim() -> None:
 
 def test_a_progress_charge_is_stamped_with_a_claim_later_than_now() -> None:
     """A row's progress claim stamped after now is nudge 1, stamped with that claim."""
-    progressed = pair(unabsorbed_claim_at=NOW + US)
+    progressed = pair(progress_at=NOW + US)
     rows = {("ep", "lane"): row(3, NOW - minutes(1))}
 
     [nudge] = plan_tick([progressed], rows, NOW, POLICY).charges
@@ -367,7 +370,7 @@ def test_a_refunded_first_nudge_does_not_start_over() -> None:
 def test_progress_after_a_refund_starts_over_at_once() -> None:
     """A claim after a refunded nudge's stamp is progress: nudge 1 at once, no wait."""
     ledger = row(0, NOW - minutes(1))
-    progressed = pair(unabsorbed_claim_at=NOW - minutes(1) + US)
+    progressed = pair(progress_at=NOW - minutes(1) + US)
 
     assert True is starts_over(progressed, ledger)
     assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
@@ -380,7 +383,7 @@ def test_starts_over_without_a_row() -> None:
 
 def test_plan_tick_stamps_a_later_claim() -> None:
     """A charge of a pair claimed after now is stamped with that claim, not now."""
-    claimed_later = pair(unabsorbed_claim_at=NOW + US)
+    claimed_later = pair(progress_at=NOW + US)
 
     [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
 
@@ -391,10 +394,10 @@ def test_plan_tick_stamps_a_later_claim() -> None:
 
 def test_a_claim_absorbed_by_a_charge_is_not_progress_again() -> None:
     """After a later-claim charge absorbed that claim, the next tick waits from the claim."""
-    claimed_later = pair(unabsorbed_claim_at=NOW + US)
+    claimed_later = pair(progress_at=NOW + US)
     [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
     # The charge absorbed the claim: the next tick's view has no unabsorbed claim.
-    absorbed = pair(unabsorbed_claim_at=None)
+    absorbed = pair(progress_at=None)
 
     later = NOW + minutes(1)
 
@@ -418,6 +421,45 @@ def test_plan_tick_ranks_a_refunded_pair_with_the_least_nudged() -> None:
 
     assert [("b", 1)] == [(n.endpoint_id, n.number) for n in plan.charges]
     assert 1 == plan.held_back
+    assert () == plan.reset  # the pair held back made no progress: its row stays
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
+        ({"receiver": False}, IdleReason.NO_RECEIVER),
+        ({"oldest": todo(NOW - minutes(1))}, IdleReason.FRESH),
+    ],
+)
+def test_progress_that_is_not_charged_resets_the_row(
+    state: dict[str, object], reason: IdleReason
+) -> None:
+    """A pair with progress that is no candidate loses its row: its next nudge is a first one."""
+    ledger = row(4, NOW - minutes(5))
+    progressed = pair(progress_at=NOW - minutes(1), **state)  # type: ignore[arg-type]
+
+    assert Reset(reason=reason) == decide(progressed, ledger, NOW, POLICY)
+    assert ((), ("ep", "lane")) == (
+        plan_tick([progressed], {ledger.key: ledger}, NOW, POLICY).charges,
+        plan_tick([progressed], {ledger.key: ledger}, NOW, POLICY).reset[0],
+    )
+    assert Idle(reason=reason) == decide(pair(**state), ledger, NOW, POLICY)  # type: ignore[arg-type]
+
+
+def test_a_progressed_pair_held_back_by_the_tick_limit_is_reset() -> None:
+    """Due at nudge 1 but beyond the tick limit: its row goes, so its claim is judged once."""
+    policy = PacingPolicy(tick_limit=1)
+    first = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
+    held = pair(endpoint_id="b", progress_at=NOW - minutes(1))
+    rows = {("b", "lane"): row(4, NOW - minutes(2), endpoint_id="b")}
+
+    plan = plan_tick([first, held], rows, NOW, policy)
+
+    assert ([("a", 1)], (("b", "lane"),)) == (
+        [(n.endpoint_id, n.number) for n in plan.charges],
+        plan.reset,
+    )
 
 
 # -- invalid inputs ---------------------------------------------------------------
@@ -446,13 +488,13 @@ def test_naive_now_raises() -> None:
     [
         lambda naive: TodoRef(id="t", created_at=naive),
         lambda naive: row(1, naive),
-        lambda naive: pair(unabsorbed_claim_at=naive),
+        lambda naive: pair(progress_at=naive),
         lambda naive: Nudge(endpoint_id="e", queue="q", todo=todo(), number=1, charged_at=naive),
     ],
     ids=[
         "todo.created_at",
         "row.last_nudged_at",
-        "pair.unabsorbed_claim_at",
+        "pair.progress_at",
         "nudge.charged_at",
     ],
 )
@@ -523,7 +565,7 @@ def test_plan_tick_orders_by_effective_count_first() -> None:
     """Least-nudged first: a progressed pair (effective 0) goes before a fresher-row pair at 1."""
     policy = PacingPolicy(tick_limit=1)
     old_at_one = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
-    progressed_at_four = pair(endpoint_id="b", unabsorbed_claim_at=NOW - minutes(1))
+    progressed_at_four = pair(endpoint_id="b", progress_at=NOW - minutes(1))
     rows = {
         ("a", "lane"): row(1, NOW - minutes(10), endpoint_id="a"),
         ("b", "lane"): row(4, NOW - minutes(2), endpoint_id="b"),
@@ -616,3 +658,42 @@ def test_a_deep_backlog_costs_one_wake() -> None:
     plan = plan_tick([pair(oldest=todo(T0, "oldest-of-five"))], {}, NOW, POLICY)
 
     assert ["oldest-of-five"] == [n.todo.id for n in plan.charges]
+
+
+@pytest.mark.parametrize(
+    ("swept_ago", "wait"),
+    [
+        (None, timedelta(seconds=15)),  # no record: a whole interval
+        (timedelta(0), timedelta(seconds=15)),  # this tick swept
+        (timedelta(seconds=4), timedelta(seconds=11)),  # another instance swept 4 s ago
+        (timedelta(seconds=15), timedelta(0)),  # due now
+        (timedelta(minutes=5), timedelta(0)),  # long overdue: at once
+        (-timedelta(minutes=5), timedelta(seconds=15)),  # a record from the future: capped
+    ],
+)
+def test_a_looping_instance_waits_until_an_interval_after_the_fleet_swept(
+    swept_ago: timedelta | None, wait: timedelta
+) -> None:
+    """next_sweep_in paces an instance by the fleet's record, between nothing and one interval."""
+    swept_at = None if swept_ago is None else T0 - swept_ago
+
+    assert wait == next_sweep_in(swept_at, T0, timedelta(seconds=15))
+
+
+@pytest.mark.parametrize(
+    ("swept_ago", "skips"),
+    [
+        (None, False),
+        (timedelta(seconds=14), True),
+        (timedelta(seconds=15), False),  # exactly an interval ago: sweep
+        (-timedelta(seconds=1), False),  # a record from the future never holds a tick back
+    ],
+)
+def test_a_tick_skips_only_while_the_fleet_swept_within_its_interval(
+    swept_ago: timedelta | None, skips: bool
+) -> None:
+    """swept_recently: within [swept_at, swept_at + every), and never without ``every``."""
+    swept_at = None if swept_ago is None else T0 - swept_ago
+
+    assert skips is swept_recently(swept_at, T0, timedelta(seconds=15))
+    assert False is swept_recently(swept_at, T0, None)

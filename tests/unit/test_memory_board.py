@@ -420,7 +420,7 @@ def test_pair_states(board: MemoryBoard) -> None:
             oldest=TodoRef(id="t1", created_at=T0),
             endpoint_active=True,
             has_receiver=True,
-            unabsorbed_claim_at=T0 + minutes(3),
+            progress_at=T0 + minutes(3),
         ),
         PairState(
             endpoint_id="other",
@@ -428,7 +428,7 @@ def test_pair_states(board: MemoryBoard) -> None:
             oldest=TodoRef(id="q", created_at=T0, title="x"),
             endpoint_active=False,
             has_receiver=False,
-            unabsorbed_claim_at=None,
+            progress_at=None,
         ),
     ] == board.pair_states()
 
@@ -577,7 +577,7 @@ async def test_a_claim_made_after_a_charge_is_progress_whatever_its_stamp(
     # Without the claim, T0+4m would wait for nudge 2 at T0+8m; with it counted
     # twice, T0+9m-1us would charge nudge 1 again.
     assert [(1, T0 + minutes(4))] == [(n.number, n.charged_at) for n in reset.charged]
-    assert None is after_reset.unabsorbed_claim_at
+    assert None is after_reset.progress_at
     assert () == early.charged
     assert [(2, T0 + minutes(9))] == [(n.number, n.charged_at) for n in due.charged]
 
@@ -600,7 +600,7 @@ async def test_a_claim_before_any_row_is_absorbed_by_the_next_tick(
         outcome = await board.charge_due(policy=POLICY)
         charged += [(outcome.now, n.number) for n in outcome.charged]
 
-    assert None is after_first.unabsorbed_claim_at
+    assert None is after_first.progress_at
     # Had the claim survived as progress, T0+4m would have charged nudge 1 again.
     assert [(T0 + minutes(3), 1), (T0 + minutes(8), 2)] == charged
 
@@ -617,9 +617,9 @@ async def test_a_drained_pair_has_its_claims_absorbed(board: MemoryBoard, clock:
     board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0 + minutes(4))
     [next_backlog] = board.pair_states()
 
-    assert T0 + minutes(4) == before_drain.unabsorbed_claim_at
+    assert T0 + minutes(4) == before_drain.progress_at
     assert ((), (("ep", "lane"),)) == (drain.charged, drain.drained)
-    assert None is next_backlog.unabsorbed_claim_at
+    assert None is next_backlog.progress_at
 
 
 async def test_a_held_tick_absorbs_no_claim(board: MemoryBoard, clock: FakeClock) -> None:
@@ -635,7 +635,7 @@ async def test_a_held_tick_absorbs_no_claim(board: MemoryBoard, clock: FakeClock
     [while_held] = board.pair_states()
     released = await board.charge_due(policy=POLICY)
 
-    assert T0 + minutes(3) == while_held.unabsorbed_claim_at
+    assert T0 + minutes(3) == while_held.progress_at
     assert [1] == [n.number for n in released.charged]
 
 

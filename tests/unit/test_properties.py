@@ -4,8 +4,9 @@ The state machine keeps its own model of each pair's ledger row (nudges since
 the last progress that reached a receiver, time of the last attempt) and of the
 progress log (the claims no tick has absorbed yet: a claim adds to its pair's,
 a tick absorbs those of the pairs it charged or drained and of pairs with no
-row), and an independent reading of the board's gate, receivers and endpoint
-states, and checks every sweep against them: nothing is charged that should
+row; a pair with progress that no sweep charges loses its row), and an
+independent reading of the board's gate, receivers and endpoint states, and
+checks every sweep against them: nothing is charged that should
 not be, nothing due is skipped unless the tick limit was reached, progress is
 a claim made after the last nudge (in program order, whatever its stamp), a
 nudge that reached nobody is refunded, and no sweep changes a todo.
@@ -115,7 +116,7 @@ def boards(
             ),
             endpoint_active=draw(mostly),
             has_receiver=draw(mostly),
-            unabsorbed_claim_at=draw(st.none() | instants),
+            progress_at=draw(st.none() | instants),
         )
         for ep, q in pair_keys
     ]
@@ -564,9 +565,12 @@ class BoardMachine(RuleBasedStateMachine):
             assert charged <= due.keys()
             assert min(len(due), self.policy.tick_limit) <= len(outcomes[0].charged)
 
-        for key in drained:
+        # A pair with progress that no sweep charged has its row deleted: progress is consumed
+        # where it is seen, and the next nudge is a first one, as progress makes it anyway.
+        reset = {k for k in self.pacing if self.claims.get(k)} - set(all_keys) - drained
+        for key in drained | reset:
             self.pacing.pop(key, None)
-        for key in rowless | set(all_keys) | drained:
+        for key in rowless | set(all_keys) | drained | reset:
             self.claims.pop(key, None)
 
     def check_nudge(
@@ -637,7 +641,7 @@ class BoardMachine(RuleBasedStateMachine):
     def unabsorbed_claims_follow_the_model(self) -> None:
         """Each pair the sweep sees reports the latest claim the model's log still holds."""
         for state in self.board.pair_states():
-            assert max(self.claims.get(state.key, ()), default=None) == state.unabsorbed_claim_at
+            assert max(self.claims.get(state.key, ()), default=None) == state.progress_at
 
 
 BoardMachine.TestCase.settings = settings(

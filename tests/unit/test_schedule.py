@@ -1,7 +1,7 @@
 """The exact SPEC-0038 schedule, driven through plan_tick alone with a plain-values loop.
 
 The loop plays the ledger: it keeps the rows and the progress log (claims not
-yet absorbed), fills each pair's ``unabsorbed_claim_at`` from it, and after
+yet absorbed), fills each pair's ``progress_at`` from it, and after
 each tick absorbs the claims of charged, drained and row-less pairs.
 """
 
@@ -64,7 +64,7 @@ class Loop:
     def tick(self, board: list[PairState]) -> tuple[Nudge, ...]:
         """Plan one tick at ``now`` and apply it as a ledger would, absorbing claims."""
         board = [
-            attrs.evolve(p, unabsorbed_claim_at=max(self.claims.get(p.key, ()), default=None))
+            attrs.evolve(p, progress_at=max(self.claims.get(p.key, ()), default=None))
             for p in board
         ]
         plan = plan_tick(board, self.rows, self.now, POLICY)

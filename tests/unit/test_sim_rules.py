@@ -87,7 +87,7 @@ def pair_state(created_us: int, claim_at: datetime | None = None) -> PairState:
         oldest=TodoRef(id="t", created_at=START + created_us * US),
         endpoint_active=True,
         has_receiver=True,
-        unabsorbed_claim_at=claim_at,
+        progress_at=claim_at,
     )
 
 
@@ -157,7 +157,7 @@ def test_progress_and_nudges_spent_agree_with_the_core(
 ) -> None:
     """The run's progress test and spent count match made_progress and effective_nudges.
 
-    The run hands plan_tick a PairState whose unabsorbed_claim_at is the last
+    The run hands plan_tick a PairState whose progress_at is the last
     claim exactly when has_unabsorbed_claim says so; a claim at the charge's
     own instant came before that sweep, so the charge absorbed it.
     """

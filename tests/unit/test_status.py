@@ -34,7 +34,7 @@ def pair(
         oldest=None if oldest_at is None else TodoRef(id="t", created_at=oldest_at),
         endpoint_active=active,
         has_receiver=receiver,
-        unabsorbed_claim_at=claimed,
+        progress_at=claimed,
     )
 
 

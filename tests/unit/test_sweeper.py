@@ -16,6 +16,7 @@ from stall_core import (
     LedgerError,
     Nudge,
     PacingPolicy,
+    Progress,
     Sweeper,
     TickFailure,
     TickReport,
@@ -65,12 +66,20 @@ class ScriptedLedger:
         self.clock = clock
         self.outcomes = list(outcomes)
         self.calls: list[tuple[datetime, PacingPolicy]] = []
+        self.everies: list[timedelta | None] = []
         self.refund_result = refund
         self.refunds: list[Nudge] = []
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+    @property
+    def progress(self) -> Progress:
+        return Progress.COMMIT_ORDER
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
         now = self.clock()
         self.calls.append((now, policy))
+        self.everies.append(every)
         self.events.append(("charge_due:start", now))
         # Yield to the loop, as a real ledger awaiting its database would.
         await asyncio.sleep(0)
@@ -786,3 +795,20 @@ async def test_run_takes_the_interval_as_a_timedelta(
     )
 
     assert (2, [1, 2]) == (ran, seen)
+
+
+async def test_the_loop_asks_the_ledger_to_skip_within_its_interval_and_once_does_not() -> None:
+    """run() passes its interval as the fleet's pace; a tick called alone (--once) does not."""
+    clock = FakeClock(T0)
+    ledger = ScriptedLedger([], clock)
+    sweeper = Sweeper(ledger=ledger, wake=RecordingWake())
+    stop = asyncio.Event()
+
+    await sweeper.tick()
+
+    def stop_after_one(report: TickReport) -> None:
+        stop.set()
+
+    await sweeper.run(interval=timedelta(seconds=15), stop=stop, on_report=stop_after_one)
+
+    assert [None, timedelta(seconds=15)] == ledger.everies
