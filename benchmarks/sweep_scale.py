@@ -1,21 +1,24 @@
-"""How one sweep tick scales: PostgresLedger.charge_due against the naive query.
+"""How one sweep tick scales: PostgresLedger.charge_due in each footprint against the naive query.
 
 Builds 10,000 (endpoint, queue) pairs (100 endpoints x 100 queues), each
 with an enabled hook, holding first 100,000 and then 1,000,000 pending
-gate-passing todos, and times ticks through asyncpg as production runs them:
+gate-passing todos, migrated in the incremental footprint, and times ticks
+through asyncpg as production runs them:
 
 * steady: every pair stalled and capped (a ledger row at the cap, no claim
-  since): the usual tick (charge_changed) finds nothing changed; the full
-  pass (charge_due, every 5 minutes) judges every pair and finds nothing due.
+  since): the incremental footprint's usual tick (tick_changed) finds nothing
+  changed; its full pass (tick_full, every 5 minutes) judges every pair and
+  finds nothing due. The lean footprint's tick (tick_lean) is a full pass on
+  every tick: timed on the same boards (the footprint set to lean for it).
 * storm: the ledger emptied by hand, so all 10,000 pairs are newly stalled.
   The first tick judges them all, charges 4 and holds the rest back; each
   later tick walks the held-back pairs and charges 4 more (checked).
 * wide: 100,000 pairs (1,000 endpoints x 100 queues) over 1,000,000 todos,
   all capped: the usual tick and the full pass.
 * host writes: a todo created and then claimed, each its own transaction,
-  on a database with only the host schema and on one migrated (our triggers
-  and indexes), interleaved one write at a time (benchmarks/host_writes.py,
-  which also prices each part); the overhead is the drop in rate.
+  on the bare host and on one migrated incremental, interleaved one write at
+  a time (benchmarks/host_writes.py, which prices both footprints and each
+  part); the overhead is the drop in rate.
 
 The naive query is the same decision written the obvious way, read-only: one
 DISTINCT ON over every pending gate-passing todo, joined to the ledger.
@@ -29,7 +32,8 @@ ANALYZE (the state autovacuum keeps an idle table in).
 
 The last line is ``sweep_scale: median_1m_ms=... ratio_1m_100k=...
 speedup_vs_naive=... pairs_100k_ms=... storm_ms=... full_pass_ms=...
-host_write_overhead_pct=...``.
+host_write_overhead_pct=... lean_tick_ms=... lean_tick_100k_ms=...`` (the
+incremental footprint's figures, then the lean tick's).
 """
 
 from __future__ import annotations
@@ -49,8 +53,12 @@ from typing import Any
 import asyncpg
 import attrs
 
-from adapters.postgres import PostgresLedger, charge_due_parameters, migrate
-from adapters.postgres.sql import queries
+from adapters.postgres import (
+    PostgresLedger,
+    charge_due_parameters,
+    ledger_statements,
+    migrate,
+)
 from stall_core import FULL_PASS_INTERVAL, PacingPolicy
 from stall_testing import create_database, drop_database, with_database
 
@@ -66,7 +74,7 @@ POLICY = PacingPolicy()
 ENDPOINTS = 100
 QUEUES = 100
 SIZES = (100_000, 1_000_000)
-LEDGER_SQL = queries("adapters.postgres", "ledger.sql")
+LEDGER_SQL = ledger_statements()
 WARMUP = 6  # past asyncpg's prepare and PostgreSQL's switch to a generic plan (5 runs)
 TICKS = 15
 NAIVE_RUNS = 5
@@ -88,8 +96,11 @@ WITH oldest AS (
 candidate AS (
     SELECT o.*, r.nudges, r.last_nudged_at,
            r.endpoint_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM stall_nudge_claims c
-                        WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue) AS progressed
+           AND (EXISTS (SELECT 1 FROM stall_nudge.claims c
+                         WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue)
+                OR EXISTS (SELECT 1 FROM todos k
+                            WHERE k.endpoint_id = o.endpoint_id AND k.queue = o.queue
+                              AND k.claimed_at > r.last_nudged_at)) AS progressed
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id AND r.queue = o.queue
@@ -221,7 +232,7 @@ async def load(conn: asyncpg.Connection, board: Board, lo: int, hi: int) -> None
 
 async def set_up(conn: asyncpg.Connection, board: Board) -> None:
     """Migrate, then add the endpoints, hooks and the unverified heads."""
-    await migrate(conn, host_schema=True)
+    await migrate(conn, host_schema=True, footprint="incremental")
     async with conn.transaction():
         await conn.execute("SET LOCAL session_replication_role = replica")
         for sql in SETUP_SQL:
@@ -286,6 +297,15 @@ def ticking(pool: asyncpg.Pool, *, full: bool) -> Callable[[], Awaitable[Any]]:
     return tick
 
 
+async def lean_tick_ms(conn: asyncpg.Connection, pool: asyncpg.Pool, runs: int) -> float:
+    """The lean tick on this board: the footprint set to lean for its ticks, then back."""
+    await conn.execute("UPDATE stall_nudge.settings SET footprint = 'lean'")
+    try:
+        return await timed(ticking(pool, full=False), runs, WARMUP, expect(0))
+    finally:
+        await conn.execute("UPDATE stall_nudge.settings SET footprint = 'incremental'")
+
+
 async def explain(pool: asyncpg.Pool, name: str) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of one run of the ledger's statement ``name``, rolled back."""
     async with pool.acquire() as conn:
@@ -338,7 +358,7 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
             await cap_every_pair(conn, BOARD)
             print(f"loaded {size:,} pending todos in {time.perf_counter() - started:.1f} s")
             full_ms = await timed(full, TICKS, WARMUP, expect(0))
-            await conn.execute("DELETE FROM stall_nudge_sweeps")
+            await conn.execute("DELETE FROM stall_nudge.sweeps")
             ours = await timed(usual, TICKS, WARMUP, expect(0))
             theirs = await timed(naive, NAIVE_RUNS, 1, expect(0))
             steady[size] = (ours, theirs)
@@ -346,15 +366,19 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
                 f"  steady (all capped) at {size:>9,} todos: usual tick {ours:8.2f} ms   "
                 f"full pass {full_ms:8.1f} ms   naive {theirs:8.1f} ms"
             )
+        lean = await lean_tick_ms(conn, pool, 5)
+        print(f"  lean tick (a full pass every tick) at {loaded:,} todos: {lean:8.1f} ms")
         if show_plan:
-            print("\nEXPLAIN (ANALYZE, BUFFERS) charge_changed, steady state at 1M:")
-            print(await explain(pool, "charge_changed"))
+            print("\nEXPLAIN (ANALYZE, BUFFERS) tick_changed, steady state at 1M:")
+            print(await explain(pool, "tick_changed"))
+            print("\nEXPLAIN (ANALYZE, BUFFERS) tick_lean, steady state at 1M:")
+            print(await explain(pool, "tick_lean"))
 
         # The storm: the ledger emptied by hand (a trigger logs each deleted row, stamped
         # with its pair's oldest pending todo), so all pairs are newly stalled. Each tick
         # walks those changes oldest first and stops once it has four pairs to charge.
         await conn.execute("DELETE FROM queue_stall_nudges")
-        await conn.execute("VACUUM (ANALYZE) queue_stall_nudges, stall_nudge_changes")
+        await conn.execute("VACUUM (ANALYZE) queue_stall_nudges, stall_nudge.changes")
         naive_storm = await timed(naive, NAIVE_RUNS, 1, expect(4))
         first_storm = await timed(usual, 1, 0, expect(4))
         storm = await timed(usual, TICKS, WARMUP, expect(4))
@@ -364,8 +388,8 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
             f"naive {naive_storm:8.1f} ms"
         )
         if show_plan:
-            print("\nEXPLAIN (ANALYZE, BUFFERS) charge_changed, storm at 1M:")
-            print(await explain(pool, "charge_changed"))
+            print("\nEXPLAIN (ANALYZE, BUFFERS) tick_changed, storm at 1M:")
+            print(await explain(pool, "tick_changed"))
 
     async with board_database(dsn, keep, WIDE) as (conn, pool):
         print(f"board: {WIDE.pairs:,} pairs ({WIDE.endpoints} endpoints x {WIDE.queues} queues)")
@@ -374,18 +398,20 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
         await cap_every_pair(conn, WIDE)
         print(f"loaded {size_big:,} pending todos in {time.perf_counter() - started:.1f} s")
         wide_full = await timed(ticking(pool, full=True), 5, 1, expect(0))
-        await conn.execute("DELETE FROM stall_nudge_sweeps")
+        await conn.execute("DELETE FROM stall_nudge.sweeps")
         wide = await timed(ticking(pool, full=False), TICKS, WARMUP, expect(0))
+        lean_wide = await lean_tick_ms(conn, pool, 3)
         print(
             f"  steady (all capped) at {size_big:,} todos: usual tick {wide:8.2f} ms   "
-            f"full pass {wide_full:8.1f} ms"
+            f"full pass {wide_full:8.1f} ms   lean tick {lean_wide:8.1f} ms"
         )
 
-    rates = await host_write_rates(dsn, ["bare", "migrated"])
-    overhead = overhead_pct(rates, "migrated")
+    rates, _ = await host_write_rates(dsn, ["bare", "incremental"])
+    overhead = overhead_pct(rates, "incremental")
     print(
         f"host writes (create + claim), {WRITES:,} each, interleaved: "
-        f"{rates['bare']:,.0f}/s bare, {rates['migrated']:,.0f}/s migrated ({overhead:+.1f}%)"
+        f"{rates['bare']:,.0f}/s bare, {rates['incremental']:,.0f}/s incremental "
+        f"({overhead:+.1f}%)"
     )
 
     small, large = steady[SIZES[0]], steady[SIZES[-1]]
@@ -399,7 +425,8 @@ async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
     print(
         f"sweep_scale: median_1m_ms={large[0]:.2f} ratio_1m_100k={ratio:.3f} "
         f"speedup_vs_naive={speedup:.2f} pairs_100k_ms={wide:.2f} storm_ms={storm:.2f} "
-        f"full_pass_ms={full_ms:.2f} host_write_overhead_pct={overhead:.2f}"
+        f"full_pass_ms={full_ms:.2f} host_write_overhead_pct={overhead:.2f} "
+        f"lean_tick_ms={lean:.2f} lean_tick_100k_ms={lean_wide:.2f}"
     )
 
 

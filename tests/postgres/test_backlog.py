@@ -26,6 +26,13 @@ from tests.postgres.test_clock import SECRET, db_now
 
 pytestmark = pytest.mark.postgres
 
+
+@pytest.fixture(name="pg_pool")
+def _incremental(pg_pool_incremental: asyncpg.Pool) -> asyncpg.Pool:
+    """These checks are of the incremental footprint's logs: its database."""
+    return pg_pool_incremental
+
+
 POLICY = PacingPolicy()
 SQL = queries("adapters.postgres", "ledger.sql")
 HOURS_2 = timedelta(hours=2)
@@ -40,18 +47,20 @@ async def board(pool: asyncpg.Pool) -> tuple[PostgresHost, datetime]:
     await host.add_endpoint("ep")
     await host.add_hook("hook", endpoint_id="ep", url="http://127.0.0.1:9/", secret=SECRET)
     now = await db_now(pool)
-    await pool.execute("INSERT INTO stall_nudge_sweeps VALUES (true, $1)", now)
+    await pool.execute(
+        "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)", now
+    )
     return host, now
 
 
 async def log_claims(pool: asyncpg.Pool, queue: str, *claimed_at: datetime) -> None:
     await pool.executemany(
-        "INSERT INTO stall_nudge_claims VALUES ('ep', $1, $2)", [(queue, at) for at in claimed_at]
+        "INSERT INTO stall_nudge.claims VALUES ('ep', $1, $2)", [(queue, at) for at in claimed_at]
     )
 
 
-async def test_a_tick_compacts_a_busy_pairs_claims_to_the_latest(pg_pool: asyncpg.Pool) -> None:
-    """A hot queue's claims between two ticks: the usual tick keeps the latest only."""
+async def test_a_tick_resets_a_busy_pair_and_clears_its_claims(pg_pool: asyncpg.Pool) -> None:
+    """A hot queue's claims between two ticks are progress: its row and every claim go."""
     host, now = await board(pg_pool)
     await host.create_todo("fresh", endpoint_id="ep", queue="q", created_at=now)
     await pg_pool.execute("INSERT INTO queue_stall_nudges VALUES ('ep', 'q', 2, $1)", now)
@@ -62,8 +71,9 @@ async def test_a_tick_compacts_a_busy_pairs_claims_to_the_latest(pg_pool: asyncp
     outcome = await PostgresLedger(pg_pool).charge_due(policy=POLICY)
 
     assert ((), ()) == (outcome.charged, outcome.drained)
-    left = await pg_pool.fetch("SELECT queue, claimed_at FROM stall_nudge_claims")
-    assert [("q", now - MS)] == [tuple(r) for r in left]
+    left = await pg_pool.fetch("SELECT queue, claimed_at FROM stall_nudge.claims")
+    rows = await pg_pool.fetchval("SELECT count(*) FROM queue_stall_nudges")
+    assert ([], 0) == ([tuple(r) for r in left], rows)
 
 
 async def test_compacting_claims_keeps_each_pairs_latest_if_it_has_a_ledger_row(
@@ -76,7 +86,7 @@ async def test_compacting_claims_keeps_each_pairs_latest_if_it_has_a_ledger_row(
 
     await pg_pool.execute(SQL["compact_claims"], *WHOLE_LOG)
 
-    left = await pg_pool.fetch("SELECT queue, claimed_at FROM stall_nudge_claims")
+    left = await pg_pool.fetch("SELECT queue, claimed_at FROM stall_nudge.claims")
     assert [("nudged", now - MS)] == [tuple(r) for r in left]
 
 
@@ -97,16 +107,16 @@ async def test_compacting_changes_keeps_the_oldest_past_the_threshold_of_each(
         ("ep", "r", past),
         ("ep2", "q", past),
     ]
-    await pg_pool.execute("DELETE FROM stall_nudge_changes")  # the hook's, looked at already
+    await pg_pool.execute("DELETE FROM stall_nudge.changes")  # the hook's, looked at already
     await pg_pool.executemany(
-        "INSERT INTO stall_nudge_changes VALUES ($1, $2, coalesce($3::timestamptz, '-infinity'))",
+        "INSERT INTO stall_nudge.changes VALUES ($1, $2, coalesce($3::timestamptz, '-infinity'))",
         changes,
     )
 
     await pg_pool.execute(SQL["compact_changes"], now, POLICY.threshold // MS * 1000, *WHOLE_LOG)
 
     left = await pg_pool.fetch(
-        "SELECT endpoint_id, queue, nullif(look_after, '-infinity') FROM stall_nudge_changes"
+        "SELECT endpoint_id, queue, nullif(look_after, '-infinity') FROM stall_nudge.changes"
         " ORDER BY endpoint_id, queue NULLS FIRST, look_after"
     )
     assert [
@@ -130,23 +140,23 @@ async def test_a_backlog_is_compacted_over_ticks_then_judged(pg_pool: asyncpg.Po
         await pg_pool.execute(
             "INSERT INTO queue_stall_nudges VALUES ('ep', $1, 5, $2)", queue, now - HOURS_2 / 2
         )
-    await pg_pool.execute("DELETE FROM stall_nudge_changes")  # looked at already
+    await pg_pool.execute("DELETE FROM stall_nudge.changes")  # looked at already
     # Interleaved, as claims arrive: every block holds claims of every pair.
     await pg_pool.executemany(
-        "INSERT INTO stall_nudge_claims VALUES ('ep', $1, $2)",
+        "INSERT INTO stall_nudge.claims VALUES ('ep', $1, $2)",
         [(queue, now - (i * 30 + k) * MS) for i in range(20) for k, queue in enumerate(pairs)],
     )
     blocks = [
         await pg_pool.fetchval(SQL["log_blocks"], log)
-        for log in ("stall_nudge_claims", "stall_nudge_changes")
+        for log in ("stall_nudge.claims", "stall_nudge.changes")
     ]
     ledger = PostgresLedger(pg_pool, compact_at=40, compact_for=1e-9)
 
-    logged = [await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_claims")]
+    logged = [await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.claims")]
     outcomes: list[ChargeOutcome] = []
     while not (outcomes and outcomes[-1].charged) and len(outcomes) < 20:
         outcomes.append(await ledger.charge_due(policy=POLICY))
-        logged.append(await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_claims"))
+        logged.append(await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.claims"))
 
     # One tick per block of either log (each claims block compacts some), the last one
     # judging too.
@@ -156,7 +166,14 @@ async def test_a_backlog_is_compacted_over_ticks_then_judged(pg_pool: asyncpg.Po
         *([] for _ in range(sum(blocks) - 1)),
         [(q, 1) for q in pairs[:4]],
     ]
-    assert len(pairs) - 4 == logged[-1]  # each waiting pair keeps one claim
+    # The pairs the tick limit held back were reset: no row, no claim, held for nudge 1.
+    held = await pg_pool.fetch("SELECT queue FROM stall_nudge.held ORDER BY queue")
+    rows = await pg_pool.fetch("SELECT queue FROM queue_stall_nudges ORDER BY queue")
+    assert (0, pairs[4:], pairs[:4]) == (
+        logged[-1],
+        [r["queue"] for r in held],
+        [r["queue"] for r in rows],
+    )
 
 
 @pytest.mark.parametrize(

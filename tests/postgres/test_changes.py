@@ -21,6 +21,12 @@ from tests.postgres.test_clock import SECRET, db_now
 pytestmark = pytest.mark.postgres
 
 
+@pytest.fixture(name="pg_pool")
+def _incremental(pg_pool_incremental: asyncpg.Pool) -> asyncpg.Pool:
+    """These checks are of the incremental footprint's logs: its database."""
+    return pg_pool_incremental
+
+
 async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_work(
     pg_pool: asyncpg.Pool,
 ) -> None:
@@ -45,12 +51,14 @@ async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_work(
         "INSERT INTO queue_stall_nudges VALUES ('ep-1', $1, 5, $2)",
         [(queue, now - timedelta(hours=1)) for queue in ("q", "empty", "ungated")],
     )
-    await pg_pool.execute("DELETE FROM stall_nudge_changes; DELETE FROM stall_nudge_claims")
-    await pg_pool.execute("INSERT INTO stall_nudge_sweeps VALUES (true, $1)", now)
+    await pg_pool.execute("DELETE FROM stall_nudge.changes; DELETE FROM stall_nudge.claims")
+    await pg_pool.execute(
+        "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)", now
+    )
 
     await pg_pool.execute("DELETE FROM queue_stall_nudges")
 
-    logged = await pg_pool.fetch("SELECT endpoint_id, queue, look_after FROM stall_nudge_changes")
+    logged = await pg_pool.fetch("SELECT endpoint_id, queue, look_after FROM stall_nudge.changes")
     assert [("ep-1", "q", work)] == [tuple(r) for r in logged]
     # The next usual tick finds the pair and charges a first nudge for its oldest work.
     ledger = PostgresLedger(pg_pool)

@@ -6,15 +6,23 @@ the two ledgers must hold identical rows and every sweep must charge the
 same nudges (pair, todo, number, title) and delete the same rows. Before
 each sweep, Postgres' `status` is asked too: the sweep must charge exactly
 the pairs it calls due, the first tick_limit of them in charge order, and
-no other. Postgres runs once judging only what changed (one full pass, the
-first tick) and once with a full pass whenever the clock moved. A "late"
-todo is created in a transaction that commits only after the next sweep.
+no other. A "late" todo or claim is written in a transaction that commits
+only after the next sweep.
 
-A second test writes behind the triggers' back (what they cannot see), and
-holds Postgres to its own `status`: a tick never charges a pair `status`
-does not call due, and a full pass, or any tick with nothing hidden since
-the last one, charges exactly what `status` calls due. Each example starts
-from empty tables in one database cloned for the test.
+In the lean footprint Postgres reads the host's rows on every tick, so the
+histories also hold writes no trigger sees (a todo created or claimed under
+``session_replication_role = replica`` or with the triggers disabled, a
+claim stamped by the host's own BEFORE trigger, a TRUNCATE, done todos
+purged), applied to the memory board as ordinary writes: the two must still
+agree tick for tick (the memory board reading progress by timestamps too).
+In the incremental footprint the memory board reads progress in commit
+order; Postgres runs once judging only what changed (one full pass, the
+first tick), once with a full pass whenever the clock moved, and once
+compacting its logs on nearly every tick. A second incremental test writes
+behind the triggers' back and holds Postgres to its own `status`: no tick
+charges a pair `status` does not call due, and a full pass, or any tick with
+nothing hidden since the last one, charges exactly what `status` calls due.
+Each example starts from empty tables in one database cloned for the test.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from hypothesis import strategies as st
 
 from adapters.memory import MemoryBoard
 from adapters.postgres import COMPACT_AT, PostgresLedger
-from stall_core import PacingPolicy, PairKey, Verdict, full_pass_due
+from stall_core import PacingPolicy, PairKey, Progress, Verdict, full_pass_due
 from stall_testing import MemoryDriver, PostgresDriver
 from tests import pg
 from tests.support import T0, FakeClock
@@ -86,6 +94,8 @@ ARGS: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
     "advance": st.tuples(STEP),
     "tick": st.tuples(STEP),
     "sweep": st.just(()),
+    # A claim in a transaction that commits only after the next sweep.
+    "late_claim": st.tuples(st.integers(min_value=0, max_value=50)),
     # Created in a transaction that commits only after the next sweep.
     "late": st.tuples(
         st.sampled_from(ENDPOINTS),
@@ -107,7 +117,7 @@ ARGS: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
 #: How often each verb is drawn: mostly work, time and sweeps; now and then a config change.
 WEIGHTS = {"create": 4, "claim": 2, "complete": 1, "requeue": 1, "endpoint": 1}
 WEIGHTS |= {"hook_enabled": 1, "hook_queues": 1, "advance": 2, "tick": 4, "edge": 3, "sweep": 2}
-WEIGHTS |= {"late": 1, "burst": 1}
+WEIGHTS |= {"late": 1, "late_claim": 1, "burst": 1}
 
 
 def histories(
@@ -182,11 +192,21 @@ def edges(board: MemoryBoard, now: datetime) -> list[datetime]:
 Verb = Callable[[Driver], Awaitable[None]]
 
 
-def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: str) -> Verb | None:
-    """The host verb ``op`` stands for on the board as it is now; None when it has no target."""
+def resolve(
+    op: tuple[object, ...],
+    board: MemoryBoard,
+    now: datetime,
+    todo_id: str,
+    held: frozenset[str] = frozenset(),
+) -> Verb | None:
+    """The host verb ``op`` stands for on the board as it is now; None when it has no target.
+
+    ``held``: todos a late transaction has claimed, which no other write may touch
+    until it commits (it would wait for that transaction, which waits for the sweep).
+    """
     kind, *args = op
-    if kind in ("create", "late"):
-        endpoint, queue, gate, age = args
+    if kind in ("create", "late", "hidden_create"):
+        endpoint, queue, gate, age, *_ = args
         assert isinstance(age, timedelta)
         delivery = None if gate == "none" else f"{gate}-{endpoint}"
         return lambda d: d.create_todo(
@@ -213,15 +233,17 @@ def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: 
                 )
 
         return burst
-    if kind in ("claim", "complete", "requeue"):
-        (index,) = args
-        needs = "pending" if kind == "claim" else "claimed"
-        targets = sorted(t.id for t in board.todos.values() if t.state == needs)
+    if kind in ("claim", "late_claim", "hidden_claim", "before_claim", "complete", "requeue"):
+        (index, *_) = args
+        needs = "claimed" if kind in ("complete", "requeue") else "pending"
+        targets = sorted(
+            t.id for t in board.todos.values() if t.state == needs and t.id not in held
+        )
         if not targets:
             return None
         target = targets[int(str(index)) % len(targets)]
-        if kind == "claim":
-            return lambda d: d.claim(target, owner="consumer", at=now)
+        if kind not in ("complete", "requeue"):
+            return _Claim(target, now)
         return (
             (lambda d: d.complete(target)) if kind == "complete" else (lambda d: d.requeue(target))
         )
@@ -235,19 +257,123 @@ def resolve(op: tuple[object, ...], board: MemoryBoard, now: datetime, todo_id: 
         hook, queues = args
         assert queues is None or isinstance(queues, list)
         return lambda d: d.set_hook_queues(str(hook), queues)
+    if kind == "hidden_hook":
+        (hook, _) = args
+        enabled = board.hooks[str(hook)].enabled
+        return lambda d: d.set_hook_enabled(str(hook), not enabled)
+    if kind in ("truncate", "purge"):
+        gone = sorted(t.id for t in board.todos.values() if kind == "truncate" or t.state == "done")
+
+        async def delete(d: Driver) -> None:
+            assert isinstance(d, MemoryDriver)  # Postgres gets the raw statement (hidden)
+            for todo_id in gone:
+                d.board.delete_todo(todo_id)
+
+        return delete
     raise AssertionError(f"unknown op {op!r}")
 
 
 #: Pair changes past the threshold that a tick left for later (its walk filled the limit).
 LEFT_PAST_THE_CUT = (
-    "SELECT count(*) > 0 FROM stall_nudge_changes WHERE queue IS NOT NULL AND look_after < $1"
+    "SELECT count(*) > 0 FROM stall_nudge.changes WHERE queue IS NOT NULL AND look_after < $1"
 )
 RESET = (
-    "DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims;"
+    "DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge.claims;"
     " DELETE FROM notify_hooks; DELETE FROM todos; DELETE FROM deliveries;"
-    " DELETE FROM endpoints; DELETE FROM stall_nudge_changes; DELETE FROM stall_nudge_held;"
-    " DELETE FROM stall_nudge_sweeps"
+    " DELETE FROM endpoints; DELETE FROM stall_nudge.changes; DELETE FROM stall_nudge.held;"
+    " DELETE FROM stall_nudge.sweeps"
 )
+#: The host's own BEFORE trigger, as some hosts stamp claims: an UPDATE that claims sets
+#: only the state, and the trigger stamps claimed_at (with the test clock's instant,
+#: from a setting, where a real host would use now()). Installed in every test database.
+HOST_STAMPS_CLAIMS = """
+CREATE FUNCTION host_stamps_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state = 'claimed' AND OLD.state = 'pending'
+       AND coalesce(current_setting('host.claim_stamp', true), '') <> '' THEN
+        NEW.claimed_at := current_setting('host.claim_stamp')::timestamptz;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER host_stamps_claims BEFORE UPDATE ON todos
+    FOR EACH ROW EXECUTE FUNCTION host_stamps_claims();
+"""
+
+#: Writes no trigger of ours sees, each with how it hides: under session_replication_role
+#: = replica (a logical-replication apply, pg_restore --disable-triggers), or with the
+#: table's triggers disabled. A claim stamped by the host's BEFORE trigger, a TRUNCATE and
+#: done todos purged hide on their own.
+BYPASS = st.sampled_from(["replica", "disabled"])
+HIDDEN: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
+    "hidden_create": st.tuples(
+        st.sampled_from(ENDPOINTS),
+        st.sampled_from(QUEUES),
+        st.sampled_from(GATES),
+        st.sampled_from([timedelta(0), *BOUNDARIES[2:5], MINUTES_10]),
+        BYPASS,
+    ),
+    "hidden_claim": st.tuples(st.integers(min_value=0, max_value=50), BYPASS),
+    "hidden_hook": st.tuples(st.sampled_from(HOOKS), BYPASS),
+    "before_claim": st.tuples(st.integers(min_value=0, max_value=50)),
+    "truncate": st.tuples(BYPASS),
+    "purge": st.just(()),
+}
+#: The hidden writes that hide by a bypass (their last argument).
+BYPASSED = ("hidden_create", "hidden_claim", "hidden_hook", "truncate")
+
+
+async def hidden(conn: asyncpg.Connection, op: tuple[object, ...], verb: Verb | None) -> None:
+    """Apply a write no trigger of ours sees to Postgres, as ``verb`` applies it to the board.
+
+    The board's verb names the target (the same todo, the same hook); the
+    statement here writes it the way that hides it.
+    """
+    kind, *args = op
+    bypass = (
+        args[-1] if kind in ("hidden_create", "hidden_claim", "hidden_hook", "truncate") else ""
+    )
+    async with conn.transaction():
+        if bypass == "replica":
+            await conn.execute("SET LOCAL session_replication_role = replica")
+        elif bypass == "disabled":
+            for table in ("todos", "notify_hooks"):
+                await conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
+        if kind == "truncate":
+            await conn.execute("TRUNCATE todos")
+        elif kind == "purge":
+            await conn.execute("DELETE FROM todos WHERE state = 'done'")
+        elif kind == "before_claim":
+            assert verb is not None
+            await verb(_Stamped(conn))  # type: ignore[arg-type]
+        elif verb is not None:
+            await verb(PostgresDriver(conn))  # type: ignore[arg-type]
+        if bypass == "disabled":
+            for table in ("todos", "notify_hooks"):
+                await conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER ALL")
+
+
+class _Claim:
+    """A claim of one todo at one instant, as a verb (it names its target)."""
+
+    def __init__(self, target: str, at: datetime) -> None:
+        self.target = target
+        self.at = at
+
+    async def __call__(self, d: Driver | _Stamped) -> None:
+        await d.claim(self.target, owner="consumer", at=self.at)
+
+
+class _Stamped:
+    """A host whose claim sets only the state: its own BEFORE trigger stamps claimed_at."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    async def claim(self, todo_id: str, *, owner: str, at: datetime) -> None:
+        await self._conn.execute("SELECT set_config('host.claim_stamp', $1, true)", at.isoformat())
+        await self._conn.execute(
+            "UPDATE todos SET state = 'claimed', claim_owner = $2 WHERE id = $1", todo_id, owner
+        )
 
 
 async def replay(
@@ -256,14 +382,16 @@ async def replay(
     ops: list[tuple[object, ...]],
     interval: timedelta,
     compact_at: int = COMPACT_AT,
+    progress: Progress = Progress.COMMIT_ORDER,
 ) -> int:
     """Apply ``ops`` to a fresh memory board and to Postgres, comparing after every step.
 
-    Returns how many sweeps left pair changes past their cut.
+    The board reads progress as ``progress`` says (the Postgres footprint's
+    reading). Returns how many sweeps left pair changes past their cut.
     """
     await pool.execute(RESET)
     clock = FakeClock(T0)
-    memory_driver = MemoryDriver(clock)
+    memory_driver = MemoryDriver(clock, progress=progress)
     board = memory_driver.board
     backends: tuple[Driver, Driver] = (
         memory_driver,
@@ -275,6 +403,7 @@ async def replay(
     numbers: list[int] = []
     deleted = cuts = 0
     late: list[Verb] = []
+    held: set[str] = set()
     async with late_pool.acquire() as late_conn:
         for step, op in enumerate(ops):
             note(f"step {step}, now = T0 + {now - T0}: {op!r}")
@@ -297,14 +426,28 @@ async def replay(
                     for verb in late:
                         await verb(memory_driver)
                     late.clear()
-            elif op[0] == "late":
+                    held.clear()
+            elif op[0] in ("late", "late_claim"):
+                verb = resolve(op, board, now, f"t{step}", frozenset(held))
+                if verb is not None:
+                    if not late:
+                        await late_conn.execute("BEGIN")
+                    await verb(PostgresDriver(late_conn))  # type: ignore[arg-type]
+                    late.append(verb)
+                    if isinstance(verb, _Claim):
+                        held.add(verb.target)
+            elif op[0] in HIDDEN:
+                if late:
+                    continue  # it would wait on the late transaction's locks
                 verb = resolve(op, board, now, f"t{step}")
-                assert verb is not None
-                if not late:
-                    await late_conn.execute("BEGIN")
-                await verb(PostgresDriver(late_conn))  # type: ignore[arg-type]
-                late.append(verb)
-            elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
+                if verb is not None or op[0] in ("truncate", "purge"):
+                    async with pool.acquire() as conn:
+                        await hidden(conn, op, verb)
+                    if verb is not None:
+                        await verb(memory_driver)
+            elif op[0] != "advance" and (
+                verb := resolve(op, board, now, f"t{step}", frozenset(held))
+            ):
                 for driver in backends:
                     await verb(driver)
             memory_rows, postgres_rows = [await d.ledger_rows() for d in backends]
@@ -327,19 +470,39 @@ async def due_by_status(ledger: PostgresLedger) -> list[PairKey]:
     return [(endpoint_id, queue) for *_, endpoint_id, queue in sorted(due)]
 
 
+def test_lean_postgres_agrees_with_memory_on_every_tick_even_behind_the_triggers_back(
+    pg_server: str, pg_template: str
+) -> None:
+    """Lean: every write (hidden ones too) and every sweep wakes and records as the board does.
+
+    The board reads progress by timestamps, as the lean footprint does; hidden
+    writes are ordinary writes to it, and the lean tick reads the host's rows.
+    """
+    weights = WEIGHTS | dict.fromkeys(HIDDEN, 1)
+    ops = histories(weights, ARGS | HIDDEN)
+    with databases(pg_server, pg_template) as (runner, pool, late_pool):
+
+        @settings(max_examples=60, deadline=None)
+        @given(ops=ops)
+        def agree(ops: list[tuple[object, ...]]) -> None:
+            runner.run(replay(pool, late_pool, ops, FULL, progress=Progress.TIMESTAMPS))
+
+        agree()
+
+
 @pytest.mark.parametrize(
     ("interval", "compact_at"),
     [(INCREMENTAL, COMPACT_AT), (FULL, COMPACT_AT), (INCREMENTAL, 2)],
     ids=["changed", "full", "changed-compacting"],
 )
 def test_memory_and_postgres_agree_on_every_wake_and_ledger_row(
-    pg_server: str, pg_template: str, interval: timedelta, compact_at: int
+    pg_server: str, pg_template_incremental: str, interval: timedelta, compact_at: int
 ) -> None:
-    """Random host verbs, clock moves and sweeps: both ledgers wake and record identically.
+    """Incremental: random host verbs, clock moves and sweeps wake and record as the board does.
 
     With ``compact_at`` 2, nearly every tick compacts the logs before it judges.
     """
-    with databases(pg_server, pg_template) as (runner, pool, late_pool):
+    with databases(pg_server, pg_template_incremental) as (runner, pool, late_pool):
 
         @settings(max_examples=60, deadline=None)
         @given(ops=OPS)
@@ -391,11 +554,11 @@ STORMS: dict[str, list[tuple[object, ...]]] = {
 
 @pytest.mark.parametrize("ops", STORMS.values(), ids=STORMS.keys())
 def test_a_storm_tick_charges_what_judging_every_change_would(
-    pg_server: str, pg_template: str, ops: list[tuple[object, ...]]
+    pg_server: str, pg_template_incremental: str, ops: list[tuple[object, ...]]
 ) -> None:
     """A tick that judges changes only up to its cut charges what the memory board does."""
     cuts: list[int] = []
-    with databases(pg_server, pg_template) as (runner, pool, late_pool):
+    with databases(pg_server, pg_template_incremental) as (runner, pool, late_pool):
         # Run as a one-example property: replay notes each step for the report.
         @settings(max_examples=1, deadline=None, database=None)
         @given(st.just(ops))
@@ -406,41 +569,8 @@ def test_a_storm_tick_charges_what_judging_every_change_would(
     assert [1] == cuts
 
 
-#: Writes the triggers cannot see (they run with session_replication_role = replica,
-#: as a logical-replication apply or a restore does): a stalled todo, a hook toggled.
-HIDDEN: dict[str, st.SearchStrategy[tuple[object, ...]]] = {
-    "hidden_create": st.tuples(
-        st.sampled_from(ENDPOINTS), st.sampled_from(QUEUES), st.sampled_from(GATES)
-    ),
-    "hidden_hook": st.tuples(st.sampled_from(HOOKS)),
-}
 #: How often the full pass runs in the hidden-writes test, on the test clock.
 HIDDEN_INTERVAL = timedelta(minutes=30)
-
-
-async def hidden(
-    conn: asyncpg.Connection, op: tuple[object, ...], now: datetime, name: str
-) -> None:
-    """Apply a hidden write with the triggers off for this transaction."""
-    kind, *args = op
-    async with conn.transaction():
-        await conn.execute("SET LOCAL session_replication_role = replica")
-        if kind == "hidden_create":
-            endpoint, queue, gate = args
-            delivery = None if gate == "none" else f"{gate}-{endpoint}"
-            await conn.execute(
-                "INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
-                " VALUES ($1, $2, $3, $4, 'pending', $5, $6)",
-                name,
-                endpoint,
-                queue,
-                delivery,
-                f"hidden {name}",
-                now - MINUTES_10,
-            )
-        else:
-            (hook,) = args
-            await conn.execute("UPDATE notify_hooks SET enabled = NOT enabled WHERE id = $1", hook)
 
 
 async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tuple[int, int]:
@@ -461,7 +591,7 @@ async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tu
         clock.set(now)
         if op[0] in SWEEPS:
             due = await due_by_status(PostgresLedger(pool, clock=clock))
-            last = await pool.fetchval("SELECT full_pass_at FROM stall_nudge_sweeps")
+            last = await pool.fetchval("SELECT full_pass_at FROM stall_nudge.sweeps")
             full = full_pass_due(last, now, HIDDEN_INTERVAL)
             outcome = await postgres.ledger.charge_due(policy=POLICY)
             charged = [n.key for n in outcome.charged]
@@ -476,20 +606,35 @@ async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tu
             # The memory board follows the charges, so ops resolve against the same todos.
             await memory_driver.ledger.charge_due(policy=POLICY)
         elif op[0] in HIDDEN:
-            async with pool.acquire() as conn:
-                await hidden(conn, op, now, f"t{step}")
-            hidden_since_full_pass = True
+            verb = resolve(op, board, now, f"t{step}")
+            if verb is not None or op[0] in ("truncate", "purge"):
+                async with pool.acquire() as conn:
+                    await hidden(conn, op, verb)
+                if verb is not None:
+                    await verb(memory_driver)
+                hidden_since_full_pass = True
         elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
             await verb(postgres)
             await verb(memory_driver)
     return full_passes, exact
 
 
-def test_writes_the_triggers_miss_are_late_never_wrong(pg_server: str, pg_template: str) -> None:
-    """Hidden writes: no tick charges what status calls not due; the next full pass is exact."""
-    weights = {k: v for k, v in WEIGHTS.items() if k != "late"} | dict.fromkeys(HIDDEN, 2)
+def test_writes_the_triggers_miss_are_late_never_wrong(
+    pg_server: str, pg_template_incremental: str
+) -> None:
+    """Incremental, hidden writes: no tick charges what status calls not due; full passes are exact.
+
+    After a write no trigger saw, the incremental footprint may judge a pair
+    late (at its ended backoff or the next full pass), never wrongly: every
+    tick's charges are among what status, reading the host's rows, calls due,
+    and a full pass (or a tick with nothing hidden since the last one)
+    charges exactly the first tick_limit of them. The board is not the
+    reference here: after a late reset its stamps legitimately differ.
+    """
+    skip = ("late", "late_claim")
+    weights = {k: v for k, v in WEIGHTS.items() if k not in skip} | dict.fromkeys(HIDDEN, 2)
     ops = histories(weights, ARGS | HIDDEN)
-    with databases(pg_server, pg_template) as (runner, pool, _):
+    with databases(pg_server, pg_template_incremental) as (runner, pool, _):
 
         @settings(max_examples=60, deadline=None)
         @given(ops=ops)
@@ -512,6 +657,7 @@ def databases(
         try:
             dsn = pg.with_database(pg_server, name)
             pool = runner.run(open_pool(dsn))
+            runner.run(pool.execute(HOST_STAMPS_CLAIMS))
             late_pool = runner.run(open_pool(dsn))
             try:
                 yield runner, pool, late_pool

@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 import attrs
@@ -22,9 +22,23 @@ import pytest
 
 from adapters.memory import Todo
 from adapters.postgres import PostgresHooks, PostgresLedger, migrate
-from stall_core import ChargeOutcome, LedgerPort, LedgerRow, Nudge, PacingPolicy, PairKey
+from stall_core import (
+    ChargeOutcome,
+    LedgerPort,
+    LedgerRow,
+    Nudge,
+    PacingPolicy,
+    PairKey,
+    Progress,
+)
 from stall_testing import PostgresDriver, RecordingWake
-from stall_testing.contract import LedgerContract, stalled_queue, sweep
+from stall_testing.contract import (
+    CommitOrderContract,
+    LedgerContract,
+    TimestampsContract,
+    stalled_queue,
+    sweep,
+)
 from tests import pg
 from tests.support import T0, minutes
 
@@ -75,8 +89,14 @@ class _NamedLedger:
         todo = attrs.evolve(nudge.todo, id=self._ids.name(nudge.todo.id))
         return attrs.evolve(nudge, endpoint_id=self._ids.name(nudge.endpoint_id), todo=todo)
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
-        outcome = await self._ledger.charge_due(policy=policy)
+    @property
+    def progress(self) -> Progress:
+        return self._ledger.progress
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
+        outcome = await self._ledger.charge_due(policy=policy, every=every)
         changes: dict[str, object] = {}
         for field in attrs.fields(ChargeOutcome):
             value = getattr(outcome, field.name)
@@ -207,14 +227,14 @@ async def _ids_as_text(conn: asyncpg.Connection) -> None:
         )
 
 
-def _template(pg_server: str, id_type: str) -> Iterator[str]:
-    name = pg.unique_name(f"stall_template_{id_type}")
+def _template(pg_server: str, id_type: str, footprint: str = "lean") -> Iterator[str]:
+    name = pg.unique_name(f"stall_template_{id_type}_{footprint}")
 
     async def build() -> None:
         await pg.create_database(pg_server, name)
         conn = await asyncpg.connect(pg.with_database(pg_server, name))
         try:
-            await migrate(conn, host_schema=True, host_id_type=id_type)
+            await migrate(conn, host_schema=True, host_id_type=id_type, footprint=footprint)
         finally:
             await conn.close()
 
@@ -227,6 +247,12 @@ def _template(pg_server: str, id_type: str) -> Iterator[str]:
 def _uuid_template(pg_server: str) -> Iterator[str]:
     """A template database: the reference host with uuid ids, migrated."""
     yield from _template(pg_server, "uuid")
+
+
+@pytest.fixture(name="uuid_template_incremental", scope="session")
+def _uuid_template_incremental(pg_server: str) -> Iterator[str]:
+    """A template database: the reference host with uuid ids, migrated incremental."""
+    yield from _template(pg_server, "uuid", "incremental")
 
 
 @pytest.fixture(name="bigint_template", scope="session")
@@ -251,14 +277,23 @@ async def _typed_driver(
         await pg.drop_database(pg_server, name)
 
 
-class TestUuidHost(LedgerContract):
+class TestUuidHostLean(LedgerContract, TimestampsContract):
     @pytest.fixture(name="driver")
     async def _driver(self, pg_server: str, uuid_template: str) -> AsyncIterator[TypedIdDriver]:
         async for driver in _typed_driver(pg_server, uuid_template, "uuid"):
             yield driver
 
 
-class TestBigintHost(LedgerContract):
+class TestUuidHostIncremental(LedgerContract, CommitOrderContract):
+    @pytest.fixture(name="driver")
+    async def _driver(
+        self, pg_server: str, uuid_template_incremental: str
+    ) -> AsyncIterator[TypedIdDriver]:
+        async for driver in _typed_driver(pg_server, uuid_template_incremental, "uuid"):
+            yield driver
+
+
+class TestBigintHost(LedgerContract, TimestampsContract):
     @pytest.fixture(name="driver")
     async def _driver(self, pg_server: str, bigint_template: str) -> AsyncIterator[TypedIdDriver]:
         async for driver in _typed_driver(pg_server, bigint_template, "bigint"):

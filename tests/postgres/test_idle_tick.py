@@ -23,6 +23,13 @@ from tests.postgres.test_clock import SECRET, db_now
 
 pytestmark = pytest.mark.postgres
 
+
+@pytest.fixture(name="pg_pool")
+def _incremental(pg_pool_incremental: asyncpg.Pool) -> asyncpg.Pool:
+    """These checks are of the incremental footprint's logs: its database."""
+    return pg_pool_incremental
+
+
 POLICY = PacingPolicy()
 HOURS_2 = timedelta(hours=2)
 
@@ -37,7 +44,9 @@ async def board(pool: asyncpg.Pool) -> tuple[PostgresHost, PostgresLedger, datet
     await host.add_endpoint("ep")
     await host.add_hook("hook", endpoint_id="ep", url="http://127.0.0.1:9/", secret=SECRET)
     now = await db_now(pool)
-    await pool.execute("INSERT INTO stall_nudge_sweeps VALUES (true, $1)", now)
+    await pool.execute(
+        "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)", now
+    )
     return host, PostgresLedger(pool), now
 
 
@@ -122,8 +131,8 @@ async def test_a_pair_held_back_alone_makes_the_tick_judge(pg_pool: asyncpg.Pool
         )
 
     assert [("ep", "a", "t-a", 1)] == charges(await looked_at(ledger, one_at_a_time))
-    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_changes")
-    assert 1 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_held")
+    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.changes")
+    assert 1 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.held")
 
     assert [("ep", "b", "t-b", 1)] == charges(await looked_at(ledger, one_at_a_time))
 
@@ -138,9 +147,9 @@ async def test_claims_of_pairs_with_no_ledger_row_are_absorbed_without_judging(
     await looked_at(ledger)  # the new todos are not stalled yet: nothing to judge
 
     await host.claim("t0", owner="consumer")
-    logged = await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_claims")
+    logged = await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.claims")
     outcome = await looked_at(ledger)
 
     assert (1, [], ()) == (logged, charges(outcome), outcome.drained)
-    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge_claims")
+    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.claims")
     assert 0 == await pg_pool.fetchval("SELECT count(*) FROM queue_stall_nudges")

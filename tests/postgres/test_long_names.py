@@ -1,15 +1,16 @@
 """Names of any length: installing never makes a host write fail, and a long-named pair is nudged.
 
-A btree entry stops near 2.7 kB, so the pending index splits on the length of
-a todo's names (rule ``short_names``): longer ones are indexed by md5 of the
-pair's names, and our own tables key every pair by md5 too.
+A btree entry stops near 2.7 kB, so our pending and claimed indexes split on
+the length of a pair's names (rule ``short_names``): longer ones are indexed
+by md5 of the pair's names, and our own tables key every pair by md5 too. A
+pair's todos are all on one side of the split, since it depends on the
+pair's names alone.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
-from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -18,6 +19,7 @@ from adapters.postgres import PostgresLedger, host_schema_sql, migrate
 from stall_testing import PostgresDriver, RecordingWake
 from stall_testing.contract import POLICY, sweep
 from tests import pg
+from tests.postgres.pgboard import full_pass_done
 from tests.support import T0, minutes
 
 pytestmark = pytest.mark.postgres
@@ -47,9 +49,11 @@ async def _host_only_dsn(pg_server: str) -> AsyncIterator[str]:
     await pg.drop_database(pg_server, name)
 
 
-@pytest.fixture(name="driver")
-def _driver(pg_pool: asyncpg.Pool) -> PostgresDriver:
-    return PostgresDriver(pg_pool)
+@pytest.fixture(name="driver", params=["lean", "incremental"])
+def _driver(request: pytest.FixtureRequest) -> PostgresDriver:
+    """The reference host on each footprint."""
+    pool_fixture = "pg_pool" if request.param == "lean" else "pg_pool_incremental"
+    return PostgresDriver(request.getfixturevalue(pool_fixture))
 
 
 async def long_named_todo(driver: PostgresDriver) -> str:
@@ -64,10 +68,8 @@ async def long_named_todo(driver: PostgresDriver) -> str:
 
 
 async def mark_full_pass_done(driver: PostgresDriver) -> None:
-    """Make the next tick a usual one (it judges what changed), not a full pass."""
-    await driver.pool.execute(
-        "INSERT INTO stall_nudge_sweeps (full_pass_at) VALUES ($1)", T0 + minutes(9)
-    )
+    """Make the next incremental tick a usual one (it judges what changed), not a full pass."""
+    await full_pass_done(driver.pool, T0 + minutes(9))
 
 
 async def test_migrate_succeeds_on_a_table_holding_a_long_name(host_only_dsn: str) -> None:
@@ -84,7 +86,7 @@ async def test_migrate_succeeds_on_a_table_holding_a_long_name(host_only_dsn: st
 
         report = await migrate(conn)
 
-        assert "stall_nudge_todos_pending_long" in report.created
+        assert "index stall_nudge_pending_long on todos" in report.created
         assert 1 == await conn.fetchval(
             "SELECT count(*) FROM todos WHERE state = 'pending'"
             " AND md5(endpoint_id::text) = md5('ep-1') AND md5(queue) = md5($1)",
@@ -106,7 +108,12 @@ async def test_host_writes_of_long_named_todos_work_after_migrating(
     await driver.complete(todo)
 
     assert "done" == (await driver.todos())[todo].state
-    assert 2 == await driver.pool.fetchval("SELECT count(*) FROM stall_nudge_claims")
+    # Both claims reached the claimed index's long side, which the progress probe reads.
+    assert 1 == await driver.pool.fetchval(
+        "SELECT count(*) FROM todos WHERE claimed_at IS NOT NULL"
+        " AND md5(endpoint_id::text) = md5('ep-1') AND md5(queue) = md5($1)",
+        LONG_QUEUE,
+    )
 
 
 @pytest.mark.parametrize("full_pass", [True, False], ids=["full-pass", "usual-tick"])
@@ -132,28 +139,19 @@ async def test_a_long_named_pair_is_nudged_backs_off_and_drains(
     assert {} == await driver.ledger_rows()
 
 
-@pytest.mark.parametrize("older", ["long", "short"])
-@pytest.mark.parametrize("full_pass", [True, False], ids=["full-pass", "usual-tick"])
-async def test_a_pair_with_todos_on_both_sides_names_its_oldest(
-    driver: PostgresDriver, older: str, full_pass: bool
-) -> None:
-    """A pair with todos on both sides of the split: the nudge and status see its oldest."""
-    queue = "lane-" + "q" * 1900  # a short todo id fits beside it; a long one does not
-    await driver.add_endpoint("ep-1")
-    await driver.add_hook("hook-ep-1", endpoint_id="ep-1")
-    short_id, long_id = "t-short", "t-long-" + "x" * 200
-    ages = {short_id: 0, long_id: 5} if older == "short" else {short_id: 5, long_id: 0}
-    for todo_id, seconds in ages.items():
-        await driver.create_todo(
-            todo_id, endpoint_id="ep-1", queue=queue, created_at=T0 + timedelta(seconds=seconds)
-        )
-    if not full_pass:
-        await mark_full_pass_done(driver)
+async def test_a_long_named_pairs_claim_is_progress(driver: PostgresDriver) -> None:
+    """A claim in a long-named pair after its nudge resets it to nudge 1 at once."""
+    todo = await long_named_todo(driver)
+    await driver.create_todo(
+        "t-2", endpoint_id="ep-1", queue=LONG_QUEUE, created_at=T0, delivery_id="dlv-1"
+    )
     wake = RecordingWake()
 
     await sweep(driver, T0 + minutes(10), wake)
-    _, statuses = await PostgresLedger(driver.pool, clock=driver.clock).status(policy=POLICY)
+    await sweep(driver, T0 + minutes(16), wake)
+    await driver.claim(todo, owner="consumer", at=T0 + minutes(17))
+    await sweep(driver, T0 + minutes(18), wake)
 
-    oldest = short_id if older == "short" else long_id
-    assert [oldest] == [n.todo.id for n in wake.sent]
-    assert [(minutes(10), 2)] == [(s.oldest_age, s.pending_gated) for s in statuses]
+    assert [1, 2, 1] == [n.number for n in wake.sent]
+    _, [status] = await PostgresLedger(driver.pool, clock=driver.clock).status(policy=POLICY)
+    assert (minutes(18), 1) == (status.oldest_age, status.pending_gated)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -33,6 +34,7 @@ from stall_core import (
     LedgerRow,
     Nudge,
     PacingPolicy,
+    Progress,
     Sweeper,
     TickReport,
 )
@@ -62,11 +64,11 @@ RESET_ROW = """
 
 
 async def reset_no_row(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge_claims")
+    await conn.execute("DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge.claims")
 
 
 async def reset_due_row(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM stall_nudge_claims")
+    await conn.execute("DELETE FROM stall_nudge.claims")
     await conn.execute(RESET_ROW, *KEY, 1, LAST)
 
 
@@ -74,9 +76,9 @@ async def reset_progressed_row(conn: asyncpg.Connection) -> None:
     # Count 4 waits 6 h for nudge 5; only a claim after nudge 4, not yet absorbed by a
     # charge, makes the pair due (at 1): the claim a consumer made, as its trigger logs it.
     await conn.execute(RESET_ROW, *KEY, 4, LAST)
-    await conn.execute("DELETE FROM stall_nudge_claims")
+    await conn.execute("DELETE FROM stall_nudge.claims")
     await conn.execute(
-        "INSERT INTO stall_nudge_claims VALUES ($1, $2, $3)", *KEY, LAST + minutes(1)
+        "INSERT INTO stall_nudge.claims VALUES ($1, $2, $3)", *KEY, LAST + minutes(1)
     )
 
 
@@ -89,15 +91,22 @@ RACES: dict[str, tuple[Callable[[asyncpg.Connection], Awaitable[None]], int]] = 
 
 
 class WithoutTickLock:
-    """A build from before the tick lock: the charging statement alone, on its own clock."""
+    """A build from before the tick lock: the full pass statement alone, on its own clock."""
 
-    def __init__(self, pool: asyncpg.Pool, clock: FakeClock) -> None:
+    def __init__(self, pool: asyncpg.Pool, clock: FakeClock, footprint: str) -> None:
         self._pool = pool
         self._clock = clock
+        self._statement = _SQL["tick_lean" if footprint == "lean" else "tick_full"]
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+    @property
+    def progress(self) -> Progress:
+        raise AssertionError("a build from before declares no progress reading")
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
         now = self._clock()
-        rows = await self._pool.fetch(_SQL["charge_due"], *charge_due_parameters(now, policy))
+        rows = await self._pool.fetch(self._statement, *charge_due_parameters(now, policy))
         return charge_outcome(rows, now)
 
     async def refund(self, nudge: Nudge) -> bool:
@@ -141,6 +150,20 @@ async def until_both_blocked(admin: asyncpg.Connection, pids: list[int]) -> None
             )
 
 
+@pytest.fixture(name="footprint", params=["lean", "incremental"])
+def _footprint(request: pytest.FixtureRequest) -> str:
+    """Each race runs on each footprint."""
+    param: str = request.param
+    return param
+
+
+@pytest.fixture(name="pg_dsn")
+def _pg_dsn(request: pytest.FixtureRequest, footprint: str) -> str:
+    """The test's database, in the footprint under test."""
+    dsn: str = request.getfixturevalue("pg_dsn" if footprint == "lean" else "pg_dsn_incremental")
+    return dsn
+
+
 @pytest.fixture(name="instances")
 async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
     """Two independent one-connection pools: two switchboard processes on one database."""
@@ -175,6 +198,7 @@ async def test_two_instances_one_wake(
     instances: list[asyncpg.Pool],
     admin: asyncpg.Connection,
     pg_dsn: str,
+    footprint: str,
 ) -> None:
     """Two instances, one wake: 200 concurrent trials of each race charge exactly once."""
     reset, number = RACES[race]
@@ -187,7 +211,7 @@ async def test_two_instances_one_wake(
         await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
     ledgers: list[LedgerPort] = [
         PostgresLedger(instances[0], clock=clock),
-        WithoutTickLock(instances[1], clock)
+        WithoutTickLock(instances[1], clock, footprint)
         if pairing == "current+older"
         else PostgresLedger(instances[1], clock=clock),
     ]

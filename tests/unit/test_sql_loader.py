@@ -6,9 +6,12 @@ import re
 
 import pytest
 
+from adapters.postgres import ledger_statements, readable_statements
 from adapters.postgres.sql import (
     CACHEABLE_STATEMENT_SIZE,
+    assemble,
     expand,
+    parse_parts,
     parse_queries,
     parse_rules,
     queries,
@@ -118,21 +121,88 @@ def test_every_packaged_query_stays_prepared_in_asyncpg(package: str, filename: 
     assert {} == {name: size for name, size in sizes.items() if size > CACHEABLE_STATEMENT_SIZE}
 
 
-def test_a_query_is_sent_with_its_description_only_and_unindented() -> None:
+def test_every_tick_statement_stays_prepared_in_asyncpg() -> None:
+    """The statements built from tick.sql's parts fit asyncpg's statement cache too."""
+    sizes = {name: len(text) for name, text in ledger_statements().items()}
+
+    assert {} == {name: size for name, size in sizes.items() if size > CACHEABLE_STATEMENT_SIZE}
+
+
+def test_a_statement_is_sent_with_its_description_only_and_unindented() -> None:
     """Comments past the description and indentation are the reader's, not the server's."""
-    file_text = script("adapters.postgres", "ledger.sql")
-    sent = queries("adapters.postgres", "ledger.sql")["charge_changed"]
+    readable = readable_statements()["tick_changed"]
+    sent = ledger_statements()["tick_changed"]
     first, *rest = sent.splitlines()
 
-    assert "-- Why the cut is enough" in file_text
-    assert first.startswith("-- The usual tick: judge only the pairs that changed")
+    assert "-- Why the cut is enough" in readable
+    assert "-- tick_changed: find_changed + find_backoff_ended + find_held + judge" in first
     assert [] == [line for line in rest if line.startswith("--") or line != line.strip()]
-    assert "WITH RECURSIVE walk" in sent
+    assert "WITH RECURSIVE" == rest[0]
 
 
-def test_the_ledger_queries_the_adapter_runs_exist() -> None:
-    """ledger.sql names the queries PostgresLedger runs."""
-    assert {"charge_due", "ledger_rows"} <= set(queries("adapters.postgres", "ledger.sql"))
+def test_the_ledger_statements_the_adapter_runs_exist() -> None:
+    """The ledger's statements include every kind of tick, status and inspection."""
+    wanted = {"tick_lean", "tick_full", "tick_changed", "pair_status", "ledger_rows", "tick_lock"}
+
+    assert wanted <= set(ledger_statements())
+
+
+PARTS = """-- part: find
+-- Defines found.
+found AS (SELECT 1 AS x)
+
+-- part: more
+more AS (SELECT x + 1 AS x FROM found)
+
+-- part: report
+SELECT x FROM more
+"""
+
+
+def test_a_statement_is_its_parts_under_one_with_then_its_last_part() -> None:
+    """A recipe's CTE parts are joined under one WITH RECURSIVE, its last part is the SELECT."""
+    built = assemble("s", parse_parts(PARTS), ("find", "more", "report"))
+
+    assert (
+        "-- s: find + more + report\nWITH RECURSIVE\n-- Defines found.\n"
+        "found AS (SELECT 1 AS x),\nmore AS (SELECT x + 1 AS x FROM found)\n"
+        "SELECT x FROM more"
+    ) == built
+
+
+@pytest.mark.parametrize("recipe", [(), ("find", "nope", "report")], ids=["empty", "unknown"])
+def test_a_recipe_naming_no_part_or_an_unknown_one_is_refused(recipe: tuple[str, ...]) -> None:
+    """A statement built of nothing, or of a part the file lacks, is an error naming it."""
+    with pytest.raises(ValueError, match="statement 's' names unknown parts"):
+        assemble("s", parse_parts(PARTS), recipe)
+
+
+#: What a rule may read: the host's tables, ours, and set-returning functions. Never a CTE.
+TABLES = {
+    "todos",
+    "deliveries",
+    "endpoints",
+    "notify_hooks",
+    "queue_stall_nudges",
+    "stall_nudge.claims",
+    "stall_nudge.changes",
+    "unnest",
+}
+
+
+def test_no_rule_reads_a_name_its_caller_defines() -> None:
+    """Every FROM and JOIN in rules.sql names a table, so a rule reads no CTE of its caller."""
+    rules = parse_rules(script("adapters.postgres", "rules.sql"))
+    read = {
+        (name, table)
+        for name, rule in rules.items()
+        for table in re.findall(
+            r"\b(?:FROM|JOIN)\s+(?:LATERAL\s+)?(?!LATERAL\b)([\w.]+)", rule.body
+        )
+        if not table.startswith("(")
+    }
+
+    assert set() == {(name, table) for name, table in read if table not in TABLES}
 
 
 def test_the_hook_directory_queries_exist() -> None:
@@ -215,9 +285,9 @@ def test_a_rule_calling_itself_is_refused() -> None:
 
 
 def test_the_ledger_queries_load_with_every_rule_expanded() -> None:
-    """The shipped queries use only rules that exist, and none is left unexpanded."""
-    ledger = queries("adapters.postgres", "ledger.sql")
+    """The shipped statements use only rules that exist, and none is left unexpanded."""
+    ledger = ledger_statements()
 
     assert all("{{" not in sql for sql in ledger.values())
-    assert "gate_d.verified" in ledger["charge_due"]
+    assert "gate_d.verified" in ledger["tick_lean"]
     assert "gate_d.verified" in ledger["pair_status"]

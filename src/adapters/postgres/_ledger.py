@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from adapters.postgres.sql import queries
+from adapters.postgres.sql import expanded, queries, sendable, statements
 from stall_core import (
     FULL_PASS_INTERVAL,
     QUARANTINE_QUEUE,
@@ -25,12 +25,14 @@ from stall_core import (
     PairKey,
     PairState,
     PairStatus,
+    Progress,
     TodoRef,
     aware,
     full_pass_due,
     pair_status,
     positive_int,
     positive_seconds,
+    swept_recently,
 )
 
 from ._errors import DATABASE_ERRORS, as_ledger_error
@@ -42,14 +44,43 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPACT_AT",
+    "TICKS",
     "TICK_LOCK_KEY",
     "PostgresLedger",
     "charge_due_parameters",
     "charge_outcome",
     "ledger_statements",
+    "readable_statements",
 ]
 
-_SQL = queries("adapters.postgres", "ledger.sql")
+#: Each statement built from the parts of tick.sql, by name: the lean tick (every tick a
+#: full pass), the incremental footprint's full pass and usual tick, and status.
+TICKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tick_lean", ("find_every_pair", "judge", "report")),
+    ("tick_full", ("find_every_pair", "judge", "keep_hints", "report")),
+    (
+        "tick_changed",
+        ("find_changed", "find_backoff_ended", "find_held", "judge", "keep_hints", "report"),
+    ),
+    ("pair_status", ("find_every_pair", "count_pending", "status")),
+)
+
+
+def readable_statements() -> Mapping[str, str]:
+    """Every statement the ledger sends, rules expanded and comments kept: what a reviewer reads.
+
+    golden/ holds them (a test keeps it current) and ``stall-nudge sql`` prints them.
+    """
+    return {
+        **expanded("adapters.postgres", "ledger.sql"),
+        **statements("adapters.postgres", "tick.sql", TICKS),
+    }
+
+
+_SQL = {
+    **queries("adapters.postgres", "ledger.sql"),
+    **sendable(statements("adapters.postgres", "tick.sql", TICKS)),
+}
 
 
 def ledger_statements() -> Mapping[str, str]:
@@ -86,21 +117,24 @@ class PostgresLedger:
     ``timeout`` seconds, on the client (a black-holed server) and on the
     server (statement and lock timeouts).
 
-    A tick judges only the pairs that changed since the ticks before it
-    (``charge_changed``), after a cheap test that there is one: planning that
-    statement is most of an idle tick's cost. Every ``full_pass_interval``
-    one tick of the fleet judges every pair (``charge_due``), which bounds
-    how late a change the triggers cannot see is nudged. Only tests and
-    simulations pass another interval than the core's ``FULL_PASS_INTERVAL``.
+    What a tick reads follows the database's footprint, read each tick. Lean:
+    every tick is a full pass over the host's rows (``tick_lean``), and
+    progress is read from the todos' ``claimed_at``. Incremental: triggers log
+    what changed, so a tick judges only those pairs (``tick_changed``), after
+    a cheap test that there is one; every ``full_pass_interval`` one tick of
+    the fleet judges every pair (``tick_full``), which repairs whatever the
+    triggers could not see; progress is read from the claim log (commit
+    order) and from ``claimed_at`` alike. Both kinds find pairs differently
+    and judge them with one judging part (tick.sql).
 
-    After a sweeper outage the logs hold every claim and arrival since, and
-    one statement reading them all may outlast the timeout, again on every
-    tick. So a tick that finds ``compact_at`` rows in a log first compacts
-    both (each pair's latest claim, its oldest change), a range of blocks per
-    statement, for at most half its timeout, and commits that; it judges in a
-    second transaction once the compaction got through, otherwise the next
-    tick goes on with it. Compacting changes no decision. ``compact_for``
-    (seconds, under ``timeout``) replaces that half.
+    After a sweeper outage the incremental logs hold every claim and arrival
+    since, and one statement reading them all may outlast the timeout, again
+    on every tick. So a tick that finds ``compact_at`` rows in a log first
+    compacts both (each pair's latest claim, its oldest change), a range of
+    blocks per statement, for at most half its timeout, and commits that; it
+    judges in a second transaction once the compaction got through, otherwise
+    the next tick goes on with it. Compacting changes no decision.
+    ``compact_for`` (seconds, under ``timeout``) replaces that half.
     """
 
     def __init__(
@@ -129,19 +163,34 @@ class PostgresLedger:
         #: Per log, the block its compaction goes on from; None: through, this round.
         self._compacting: dict[str, int | None] = {}
         self._compact_for = timeout / 2 if compact_for is None else compact_for
+        self._footprint: str | None = None
 
     @property
     def timeout(self) -> float:
         return self._timeout
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
-        outcome = await self._tick(policy, may_compact=True)
+    @property
+    def footprint(self) -> str | None:
+        """The database's footprint as the last tick read it (None before the first)."""
+        return self._footprint
+
+    @property
+    def progress(self) -> Progress:
+        """Commit order where the claim log is fed (incremental), else the todos' timestamps."""
+        return Progress.COMMIT_ORDER if self._footprint == "incremental" else Progress.TIMESTAMPS
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
+        outcome = await self._tick(policy, every, may_compact=True)
         if outcome is None:  # the logs compacted through: judge them in a new transaction
-            outcome = await self._tick(policy, may_compact=False)
+            outcome = await self._tick(policy, every, may_compact=False)
         assert outcome is not None  # only a tick that may compact leaves the judging
         return outcome
 
-    async def _tick(self, policy: PacingPolicy, *, may_compact: bool) -> ChargeOutcome | None:
+    async def _tick(
+        self, policy: PacingPolicy, every: timedelta | None, *, may_compact: bool
+    ) -> ChargeOutcome | None:
         """One tick; None when it compacted the logs through and left the judging to a new one."""
         async with self._connection("charging due pairs", transaction=True) as conn:
             lock = await conn.fetchrow(
@@ -149,27 +198,43 @@ class PostgresLedger:
             )
             assert lock is not None  # a SELECT with no FROM returns its one row
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
+            swept_at: datetime | None = lock["swept_at"]
+            self._footprint = lock["footprint"]
             if not lock["got"]:
-                return ChargeOutcome(now=now, skipped=True)
+                return ChargeOutcome(now=now, skipped=True, swept_at=swept_at)
+            if swept_recently(swept_at, now, every):
+                return ChargeOutcome(now=now, skipped=True, swept_at=swept_at)
             parameters = charge_due_parameters(now, policy)
-            threshold_us = parameters[1]
-            if may_compact and await conn.fetchval(
-                _SQL["backlog"], now, threshold_us, self._compact_at
-            ):
-                compacted = await self._compact(conn, now, threshold_us)
-                _log.info(
-                    "a log held %d rows or more: compacted %s",
-                    self._compact_at,
-                    "through, judging next" if compacted else "in part, the next tick goes on",
-                )
-                return None if compacted else ChargeOutcome(now=now)
-            if full_pass_due(lock["full_pass_at"], now, self._full_pass_interval):
-                statement = "charge_due"
-            elif await conn.fetchval(_SQL["anything_to_judge"], *parameters[:4]):
-                statement = "charge_changed"
+            interval_ms = None if every is None else every / timedelta(milliseconds=1)
+            if lock["footprint"] == "lean":
+                statement = "tick_lean"
             else:
-                return ChargeOutcome(now=now)
+                threshold_us = parameters[1]
+                if may_compact and await conn.fetchval(
+                    _SQL["backlog"], now, threshold_us, self._compact_at
+                ):
+                    compacted = await self._compact(conn, now, threshold_us)
+                    _log.info(
+                        "a log held %d rows or more: compacted %s",
+                        self._compact_at,
+                        "through, judging next" if compacted else "in part, the next tick goes on",
+                    )
+                    return None if compacted else ChargeOutcome(now=now, swept_at=swept_at)
+                if full_pass_due(lock["full_pass_at"], now, self._full_pass_interval):
+                    statement = "tick_full"
+                elif await conn.fetchval(_SQL["anything_to_judge"], *parameters[:4]):
+                    statement = "tick_changed"
+                else:
+                    await conn.execute(_SQL["record_sweep"], now, interval_ms, None, None)
+                    return ChargeOutcome(now=now, swept_at=now)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             rows = await conn.fetch(_SQL[statement], *parameters)
+            full = statement != "tick_changed"
+            took_ms = (loop.time() - started) * 1000 if full else None
+            await conn.execute(
+                _SQL["record_sweep"], now, interval_ms, now if full else None, took_ms
+            )
         return charge_outcome(rows, now)
 
     async def _compact(self, conn: PooledConnection, now: datetime, threshold_us: object) -> bool:
@@ -184,8 +249,8 @@ class PostgresLedger:
         blocks = max(1, self._compact_at // (20 * ROWS_PER_BLOCK))
         ran = False
         for table, statement, arguments in (
-            ("stall_nudge_claims", "compact_claims", ()),
-            ("stall_nudge_changes", "compact_changes", (now, threshold_us)),
+            ("stall_nudge.claims", "compact_claims", ()),
+            ("stall_nudge.changes", "compact_changes", (now, threshold_us)),
         ):
             first = self._compacting.get(table, 0)
             if first is None:  # through already, this round
@@ -281,7 +346,7 @@ class PostgresLedger:
         Returns the instant judged at, on the ledger's clock, with the pairs.
         """
         async with self._connection("reading the queue status") as conn:
-            rows = await conn.fetch(_SQL["pair_status"])
+            rows = await conn.fetch(_SQL["pair_status"], QUARANTINE_QUEUE)
             now = (
                 await conn.fetchval(_SQL["now"])
                 if self._clock is None
@@ -297,7 +362,7 @@ class PostgresLedger:
                     else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
                     endpoint_active=r["endpoint_active"],
                     has_receiver=r["has_receiver"],
-                    unabsorbed_claim_at=r["unabsorbed_claim_at"],
+                    progress_at=r["progress_at"],
                 ),
                 None if r["nudges"] is None else _ledger_row(r),
                 pending_gated=r["gated"],
@@ -321,7 +386,7 @@ def _ledger_row(r: asyncpg.Record) -> LedgerRow:
 
 
 def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
-    """The ChargeOutcome of charge_due's result rows: charges in rank order, drains sorted."""
+    """The ChargeOutcome of a tick's result rows: charges in rank order, drains sorted."""
     charged = tuple(
         Nudge(
             endpoint_id=r["endpoint_id"],
@@ -334,11 +399,11 @@ def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
         if r["kind"] == "charge"
     )
     drained = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "drain"))
-    return ChargeOutcome(now=now, charged=charged, drained=drained)
+    return ChargeOutcome(now=now, charged=charged, drained=drained, swept_at=now)
 
 
 def charge_due_parameters(now: datetime, policy: PacingPolicy) -> tuple[object, ...]:
-    """$1..$6 of charge_due and charge_changed: every number from the policy, none written twice.
+    """$1..$6 of every tick statement: every number from the policy, none written twice.
 
     Durations go as whole microseconds: an interval with a days field would be
     added as calendar days in the session time zone.

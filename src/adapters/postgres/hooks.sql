@@ -5,14 +5,15 @@
 -- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
 SELECT h.id::text AS id, h.endpoint_id::text AS endpoint_id, h.url, h.secret
   FROM notify_hooks h
- WHERE {{covers(h, $1, $2)}}
+ CROSS JOIN (SELECT {{endpoint_key($1)}} AS key) k
+ WHERE {{covers(h, k.key, $2)}}
  ORDER BY h.id;
 
 -- name: record_success
 -- Reset a hook's consecutive failure count after a delivered message.
 UPDATE notify_hooks
 SET consecutive_failures = 0
-WHERE id = {{host_id(notify_hooks, $1)}} AND consecutive_failures <> 0;
+WHERE id = {{hook_key($1)}} AND consecutive_failures <> 0;
 
 -- name: record_failure
 -- Count one failed delivery; the $2-th in a row disables the hook at $3 for reason $4.
@@ -23,5 +24,5 @@ SET consecutive_failures = consecutive_failures + 1,
                        THEN $3 ELSE disabled_at END,
     disabled_reason = CASE WHEN enabled AND consecutive_failures + 1 >= $2
                            THEN $4 ELSE disabled_reason END
-WHERE id = {{host_id(notify_hooks, $1)}}
+WHERE id = {{hook_key($1)}}
 RETURNING consecutive_failures, enabled;

@@ -9,13 +9,19 @@ NAME(param, ...)`` headers, each rule written once. A query (or another
 rule) uses one as ``{{NAME(arg, ...)}}``; the loader expands it with
 ``{param}`` replaced by the argument, which must be a column reference or a
 ``$n`` parameter. So every query of the package states a rule the same way.
+
+A statement too long to read as one piece is built from parts: a file of
+``-- part: NAME`` sections, each a list of CTEs or a final SELECT, and a
+recipe naming the parts in order (``statements``). ``expanded`` gives the
+text a reviewer reads (rules expanded, comments kept); what is sent is the
+same less its comments and indentation.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from types import MappingProxyType
 
@@ -24,15 +30,21 @@ import attrs
 __all__ = [
     "CACHEABLE_STATEMENT_SIZE",
     "Rule",
+    "assemble",
     "expand",
+    "expanded",
+    "parse_parts",
     "parse_queries",
     "parse_rules",
     "queries",
     "script",
+    "sendable",
+    "statements",
     "with_rules",
 ]
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_PART_HEADER = re.compile(r"^-- part: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _RULE_HEADER = re.compile(r"^-- rule: ([a-z_][a-z0-9_]*)\(([a-z_, ]*)\)\s*$", re.MULTILINE)
 _CALL = re.compile(r"\{\{([a-z_][a-z0-9_]*)\(([^(){}]*)\)\}\}")
 _PARAM = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
@@ -98,22 +110,68 @@ def expand(sql: str, rules: Mapping[str, Rule]) -> str:
 
 def parse_queries(text: str) -> Mapping[str, str]:
     """Split ``text`` into {name: query}; a repeated name or an empty query is an error."""
-    parts = _HEADER.split(text)
+    return _sections(text, _HEADER, "query")
+
+
+def parse_parts(text: str) -> Mapping[str, str]:
+    """Split ``text`` into {name: part}; a repeated name or an empty part is an error."""
+    return _sections(text, _PART_HEADER, "part")
+
+
+def _sections(text: str, header: re.Pattern[str], kind: str) -> Mapping[str, str]:
+    pieces = header.split(text)
     found: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    for name, body in zip(pieces[1::2], pieces[2::2], strict=True):
         if name in found:
-            raise ValueError(f"query {name!r} is defined twice")
+            raise ValueError(f"{kind} {name!r} is defined twice")
         body = body.strip()
         if not any(line and not line.startswith("--") for line in body.splitlines()):
-            raise ValueError(f"query {name!r} has no SQL")
+            raise ValueError(f"{kind} {name!r} has no SQL")
         found[name] = body
     return MappingProxyType(found)
+
+
+def assemble(name: str, parts: Mapping[str, str], recipe: Sequence[str]) -> str:
+    """Statement ``name`` built from ``recipe``: its CTE parts under one WITH, then its last part.
+
+    The first line names the statement and its parts, as the description a
+    statement's first line is.
+    """
+    missing = [part for part in recipe if part not in parts]
+    if missing or not recipe:
+        raise ValueError(f"statement {name!r} names unknown parts {missing} (or none)")
+    *ctes, final = (parts[part] for part in recipe)
+    head = f"-- {name}: {' + '.join(recipe)}"
+    if not ctes:
+        return f"{head}\n{final}"
+    return f"{head}\nWITH RECURSIVE\n" + ",\n".join(ctes) + f"\n{final}"
+
+
+@functools.cache
+def statements(
+    package: str, filename: str, recipes: tuple[tuple[str, tuple[str, ...]], ...]
+) -> Mapping[str, str]:
+    """The statements ``recipes`` build from the parts of ``filename``, readable (``expanded``)."""
+    parts = parse_parts(script(package, filename))
+    built = {name: assemble(name, parts, recipe) for name, recipe in recipes}
+    return MappingProxyType(dict(with_rules(package, built)))
+
+
+def sendable(readable: Mapping[str, str]) -> Mapping[str, str]:
+    """Statements as sent: comment lines (all but the description) and indentation dropped."""
+    return MappingProxyType({name: _without_comments(sql) for name, sql in readable.items()})
 
 
 #: asyncpg keeps a statement prepared (parsed and planned once per connection) only
 #: up to this many characters of text, by default (``max_cacheable_statement_size``);
 #: a longer one is planned anew on every call, milliseconds per tick.
 CACHEABLE_STATEMENT_SIZE = 15 * 1024
+
+
+@functools.cache
+def expanded(package: str, filename: str) -> Mapping[str, str]:
+    """The named queries of one ``.sql`` file in ``package``, rules expanded, comments kept."""
+    return MappingProxyType(dict(with_rules(package, parse_queries(script(package, filename)))))
 
 
 @functools.cache
@@ -124,8 +182,7 @@ def queries(package: str, filename: str) -> Mapping[str, str]:
     and no line is indented, so a statement stays short enough for asyncpg to
     keep it prepared.
     """
-    parsed = with_rules(package, parse_queries(script(package, filename)))
-    return MappingProxyType({name: _without_comments(sql) for name, sql in parsed.items()})
+    return sendable(expanded(package, filename))
 
 
 def with_rules(package: str, parsed: Mapping[str, str]) -> Mapping[str, str]:
