@@ -14,24 +14,29 @@ from aiohttp import web
 class Hook:
     url: str
     received: asyncio.Event
+    #: Cleared, the hook takes each delivery and answers only once it is set again.
+    hold: asyncio.Event
 
 
 @pytest.fixture(name="hook")
 async def _hook() -> AsyncIterator[Hook]:
     """A loopback notify hook that answers 204 to every delivery and sets ``received``."""
-    received = asyncio.Event()
+    received, hold = asyncio.Event(), asyncio.Event()
+    hold.set()
 
     async def handle(request: web.Request) -> web.Response:
         await request.read()
         received.set()
+        await hold.wait()
         return web.Response(status=204)
 
     app = web.Application()
     app.router.add_post("/hook", handle)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield Hook(f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received)
+    yield Hook(f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received, hold)
+    hold.set()
     await runner.cleanup()
 
 

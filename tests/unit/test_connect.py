@@ -2,29 +2,57 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from stall_nudge import StartupError, check_dsn
+from stall_nudge import DsnError, StartupError, check_dsn
 from stall_nudge.redaction import redact, secrets_of
+
+#: A file that exists, for the certificate and key parameters.
+HERE = __file__
+MISSING = "/nonexistent/stall-nudge/root.crt"
+SSL_MODES = "disable, allow, prefer, require, verify-ca, verify-full"
+TARGETS = "any, primary, standby, prefer-standby, read-write, read-only"
+TLS = "TLSv1, TLSv1.1, TLSv1.2, TLSv1.3"
+
+
+@pytest.fixture(name="home")
+def _home(tmp_path: Path) -> dict[str, str]:
+    """An environment whose only variable is a HOME with no ~/.postgresql in it."""
+    return {"HOME": str(tmp_path)}
 
 
 @pytest.mark.parametrize(
-    "dsn",
+    ("dsn", "env"),
     [
-        "postgresql://u@h/db",
-        "postgres://u:pw@h:5432/db",
-        "postgresql://u@[::1]/db",
-        "postgresql://u@[::1]:5432/db",
-        "postgresql://u@h1:5432,h2:5433/db",
-        "postgresql:///db?host=/tmp/sock",
+        ("postgresql://u@h/db", {}),
+        ("postgres://u:pw@h:5432/db", {}),
+        ("postgresql://u@[::1]/db", {}),
+        ("postgresql://u@[::1]:5432/db", {}),
+        ("postgresql://u@h1:5432,h2:5433/db", {}),
+        ("postgresql://u@h:%35432/db", {}),
+        ("postgresql:///db?host=/tmp/sock", {}),
+        ("postgresql:///db?host=h1,h2&port=5432,5433", {}),
+        ("postgresql:///db?host=h&port=5432", {"PGPORT": "abc"}),
+        ("postgresql://u@h/db?sslmode=verify_full&sslrootcert=" + HERE, {}),
+        ("postgresql://u@h/db?sslmode=require", {}),
+        ("postgresql://u@h/db?sslmode=disable&sslcert=" + MISSING, {}),
+        ("postgresql://u@h/db?sslmode=prefer&sslrootcert=" + MISSING, {}),
+        ("postgresql://u@h/db?sslmode=require", {"PGSSLMODE": "bogus"}),
+        ("postgresql://u@h/db?target_session_attrs=read-write&application_name=x", {}),
+        ("postgresql://u@h/db?ssl_min_protocol_version=TLSv1.3", {}),
+        ("postgresql://u@h/db?sslmode=verify-ca", {"PGSSLROOTCERT": HERE}),
+        ("postgresql://u@h/db", {"PGSSLMINPROTOCOLVERSION": "", "PGPORT": "", "PGHOST": ""}),
     ],
 )
-def test_well_formed_dsns_pass(dsn: str) -> None:
-    """DSNs asyncpg accepts, IPv6 and multi-host included, pass the check."""
-    assert None is check_dsn(dsn)
+def test_dsns_asyncpg_accepts_pass(home: dict[str, str], dsn: str, env: dict[str, str]) -> None:
+    """DSNs and environments asyncpg reads as meant, IPv6 and multi-host included, pass."""
+    assert None is check_dsn(dsn, env=home | env)
 
 
-BAD_PORT = "malformed DSN: the port must be a number from 1 to 65535"
+BAD_PORT = "the DSN's port must be a number from 1 to 65535"
+IPV6 = "an IPv6 address must be written whole in brackets, as [::1] or [::1]:5432"
 
 
 @pytest.mark.parametrize(
@@ -35,26 +63,158 @@ BAD_PORT = "malformed DSN: the port must be a number from 1 to 65535"
         ("postgresql://u@h:0/db", BAD_PORT),
         ("postgresql://u@h1:1,h2:x/db", BAD_PORT),
         ("postgresql://u@h/db?port=70000", BAD_PORT),
+        ("postgresql:///db?host=h1,h2,h3&port=1,2", "the DSN's port names 2 ports for 3 hosts"),
         ("postgresql://u:pw\udcff@h/db", "the DSN holds text that is not valid UTF-8"),
+        ("postgresql://u@[::1/db", f"the DSN's host: {IPV6}"),
+        ("postgresql://u@[::1]x/db", f"the DSN's host: {IPV6}"),
+        ("postgresql:///db?host=[::1", f"the DSN's host: {IPV6}"),
+        ("postgresql://u@h1,,h2/db", "the DSN's host has an empty entry in its list"),
+        ("postgresql://u@h1,/db", "the DSN's host has an empty entry in its list"),
+        ("postgresql://u@" + "a" * 64 + ".invalid/db", "the DSN's host is not a valid DNS name"),
+        (
+            "postgresql://u:p@ss@h/db",
+            "malformed DSN: the user or password holds a raw '@': write it as %40",
+        ),
+        (
+            "postgresql://u:pa[ss@h/db",
+            "malformed DSN: the user or password holds a raw '[' or ']': write them as %5B, %5D",
+        ),
+        ("postgresql://u:pa#ss@h/db", "malformed DSN: a raw '#' ends it early: write it as %23"),
+        ("postgresql://u@h/db?sslmode", "malformed DSN: the query must be name=value pairs"),
+        ("postgresql://u@h/db?a=1&", "malformed DSN: the query must be name=value pairs"),
+        ("postgresql://u@h/db?sslmode=bogus", f"the DSN's sslmode must be one of {SSL_MODES}"),
+        ("postgresql://u@h/db?sslmode=parse", f"the DSN's sslmode must be one of {SSL_MODES}"),
+        (
+            "postgresql://u@h/db?target_session_attrs=bogus",
+            f"the DSN's target_session_attrs must be one of {TARGETS}",
+        ),
+        ("postgresql://u@h/db?gsslib=krb", "the DSN's gsslib must be one of gssapi, sspi"),
+        (
+            "postgresql://u@h/db?sslnegotiation=tls",
+            "the DSN's sslnegotiation must be one of postgres, direct",
+        ),
+        (
+            "postgresql://u@h/db?sslnegotiation=direct&sslmode=prefer",
+            "the DSN's sslnegotiation=direct needs sslmode require, verify-ca or verify-full",
+        ),
+        (
+            "postgresql://u@h/db?ssl_max_protocol_version=SSLv3",
+            f"the DSN's ssl_max_protocol_version must be one of {TLS}",
+        ),
+        (
+            f"postgresql://u@h/db?sslmode=verify-full&sslrootcert={MISSING}",
+            "the DSN's sslrootcert names a file that does not exist",
+        ),
+        (
+            f"postgresql://u@h/db?sslmode=require&sslrootcert={MISSING}",
+            "the DSN's sslrootcert names a file that does not exist",
+        ),
+        (
+            "postgresql://u@h/db?sslmode=verify-ca&sslrootcert=/",
+            "the DSN's sslrootcert names a directory, not a file",
+        ),
+        (
+            "postgresql://u@h/db?sslmode=verify-ca",
+            "sslmode verify-ca needs a root certificate: set the DSN's sslrootcert "
+            "or PGSSLROOTCERT, or put one at ~/.postgresql/root.crt",
+        ),
+        (
+            f"postgresql://u@h/db?sslmode=require&sslcrl={MISSING}",
+            "the DSN's sslcrl names a file that does not exist",
+        ),
+        (
+            f"postgresql://u@h/db?sslcert={MISSING}",
+            "the DSN's sslcert names a file that does not exist",
+        ),
+        (
+            f"postgresql://u@h/db?sslcert={HERE}&sslkey={MISSING}",
+            "the DSN's sslkey names a file that does not exist",
+        ),
     ],
 )
-def test_malformed_dsns_are_refused_without_quoting_them(dsn: str, message: str) -> None:
-    """Each malformed DSN is refused with a message that names the field, not the value."""
-    with pytest.raises(StartupError) as caught:
-        check_dsn(dsn)
+def test_dsn_mistakes_are_refused_naming_the_parameter(
+    home: dict[str, str], dsn: str, message: str
+) -> None:
+    """Each DSN mistake is a DsnError whose message names the parameter, never its value."""
+    with pytest.raises(DsnError) as caught:
+        check_dsn(dsn, env=home)
 
     assert message == str(caught.value)
 
 
-def test_pgport_is_checked_only_when_the_dsn_names_no_port(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("dsn", "env", "message"),
+    [
+        ("postgresql://u@h/db", {"PGPORT": "abc"}, "PGPORT must be a number from 1 to 65535"),
+        ("postgresql://u@h:5432/db", {"PGPORT": "abc"}, "PGPORT must be a number from 1 to 65535"),
+        ("postgresql:///db?host=h", {"PGPORT": "1,x"}, "PGPORT must be a number from 1 to 65535"),
+        ("postgresql://u@h/db", {"PGPORT": "1,2"}, "PGPORT names 2 ports for 1 host"),
+        ("postgresql:///db", {"PGHOST": "[::1"}, f"PGHOST: {IPV6}"),
+        ("postgresql:///db", {"PGHOST": "h1,"}, "PGHOST has an empty entry in its list"),
+        ("postgresql://u@h/db", {"PGSSLMODE": "bogus"}, f"PGSSLMODE must be one of {SSL_MODES}"),
+        ("postgresql://u@h/db", {"PGSSLMODE": ""}, f"PGSSLMODE must be one of {SSL_MODES}"),
+        (
+            "postgresql://u@h/db",
+            {"PGTARGETSESSIONATTRS": "bogus"},
+            f"PGTARGETSESSIONATTRS must be one of {TARGETS}",
+        ),
+        (
+            "postgresql://u@h/db",
+            {"PGSSLMODE": "verify-full", "PGSSLROOTCERT": MISSING},
+            "PGSSLROOTCERT names a file that does not exist",
+        ),
+        (
+            "postgresql://u@h/db",
+            {"PGSSLCERT": MISSING},
+            "PGSSLCERT names a file that does not exist",
+        ),
+        ("postgresql://u@h/db", {"PGUSER": "x\udcff"}, "PGUSER holds text that is not valid UTF-8"),
+    ],
+)
+def test_libpq_variable_mistakes_are_refused_naming_the_variable(
+    home: dict[str, str], dsn: str, env: dict[str, str], message: str
 ) -> None:
-    """PGPORT=abc is refused for a DSN without a port, ignored for one with a port."""
-    monkeypatch.setenv("PGPORT", "abc")
+    """A libpq variable asyncpg would read and choke on is a DsnError naming the variable."""
+    with pytest.raises(DsnError) as caught:
+        check_dsn(dsn, env=home | env)
 
-    with pytest.raises(StartupError, match="PGPORT must be a number from 1 to 65535"):
-        check_dsn("postgresql://u@h/db")
-    assert None is check_dsn("postgresql://u@h:5432/db")
+    assert message == str(caught.value)
+
+
+def test_a_root_certificate_in_home_satisfies_verify_full(tmp_path: Path) -> None:
+    """With ~/.postgresql/root.crt present, sslmode=verify-full needs no sslrootcert."""
+    (tmp_path / ".postgresql").mkdir()
+    (tmp_path / ".postgresql" / "root.crt").write_text("")
+
+    assert None is check_dsn("postgresql://u@h/db?sslmode=verify-full", env={"HOME": str(tmp_path)})
+
+
+def test_the_service_file_is_read_as_asyncpg_reads_it(tmp_path: Path) -> None:
+    """A named service's values are checked; a missing service or a broken file is refused."""
+    good = tmp_path / "good.conf"
+    good.write_text("[main]\nhost=h\nport=5432\nsslmode=require\n[bad]\nsslmode=bogus\n")
+    broken = tmp_path / "broken.conf"
+    broken.write_text("host=h\n")
+    env = {"HOME": str(tmp_path), "PGSERVICEFILE": str(good)}
+
+    passed = check_dsn("postgresql:///db?service=main", env=env)
+    refusals = {}
+    for service, file in (("bad", good), ("other", good), ("main", broken)):
+        with pytest.raises(DsnError) as caught:
+            check_dsn(f"postgresql:///db?service={service}", env=env | {"PGSERVICEFILE": str(file)})
+        refusals[service] = str(caught.value)
+
+    assert None is passed
+    assert {
+        "bad": f"the service file's sslmode must be one of {SSL_MODES}",
+        "other": "the DSN's service is not in the service file (PGSERVICEFILE)",
+        "main": "the service file (PGSERVICEFILE) is not valid: line 1",
+    } == refusals
+
+
+def test_a_dsn_mistake_is_a_startup_error() -> None:
+    """Embedders catching StartupError still catch a DSN mistake."""
+    assert issubclass(DsnError, StartupError)
 
 
 def test_every_password_form_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:

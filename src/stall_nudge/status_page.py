@@ -1,0 +1,157 @@
+""" "Is my queue drained?" as a small read-only HTML page that refreshes itself.
+
+No script and no framework: one table, the most urgent pairs first, each
+name a sender chose shown with its control characters escaped and then
+HTML-escaped, so a queue named ``<script>`` is text. The page reloads itself
+with a meta refresh; each load reads the status view afresh.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from stall_core import PacingPolicy, PairStatus, format_duration
+
+from ._pairs import by_urgency, hook_trouble, needs_person
+from ._tally import Health
+from .cli.text import printable
+
+__all__ = ["ROW_LIMIT", "render_page"]
+
+#: The most pairs one page shows; the rest, least urgent, are counted.
+ROW_LIMIT = 200
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1b1b1b; }
+h1 { font-size: 1.3em; margin: 0 0 .3em; }
+p { margin: .3em 0; }
+table { border-collapse: collapse; margin-top: .8em; }
+th, td { padding: .25em .7em; text-align: left; border-bottom: 1px solid #ddd; }
+th { background: #f2f2f2; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+tr.person td { background: #fde2e1; }
+tr.hooks td { background: #fff3cd; }
+.verdict { font-weight: 600; }
+.ready { color: #176b2c; } .unready { color: #a31616; }
+code { font: 13px ui-monospace, monospace; }
+"""
+
+_COLUMNS = (
+    "Endpoint",
+    "Queue",
+    "Verdict",
+    "Hooks",
+    "Gated",
+    "Ungated",
+    "Oldest",
+    "Nudges",
+    "Last nudge",
+    "Next due",
+)
+
+
+def _text(value: str) -> str:
+    """A sender's text as safe HTML: control characters escaped, then markup."""
+    return html.escape(printable(value), quote=True)
+
+
+def _age(delta: timedelta | None) -> str:
+    return "-" if delta is None else format_duration(delta)
+
+
+def _when(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return "-"
+    if at <= now:
+        return "now"
+    return "in " + format_duration(at - now)
+
+
+def _hooks(pair: PairStatus) -> str:
+    parts = []
+    if pair.hook_failures:
+        parts.append(f"{pair.hook_failures} failures in a row")
+    if pair.hooks_disabled:
+        parts.append(f"{pair.hooks_disabled} disabled")
+    return ", ".join(parts) or "ok"
+
+
+def _row(pair: PairStatus, now: datetime, policy: PacingPolicy) -> str:
+    kind = "person" if needs_person(pair, policy) else "hooks" if hook_trouble(pair) else ""
+    verdict = pair.verdict.value
+    cells = (
+        _text(pair.endpoint_id),
+        _text(pair.queue),
+        f'<span class="verdict">{verdict}</span>',
+        _hooks(pair),
+        str(pair.pending_gated),
+        str(pair.pending_ungated),
+        _age(pair.oldest_age),
+        "-" if pair.effective_nudges is None else str(pair.effective_nudges),
+        "-" if pair.last_nudged_at is None else _age(now - pair.last_nudged_at) + " ago",
+        _when(pair.next_due_at, now),
+    )
+    numeric = {4, 5, 7}
+    tds = "".join(
+        f'<td class="n">{cell}</td>' if i in numeric else f"<td>{cell}</td>"
+        for i, cell in enumerate(cells)
+    )
+    return (
+        f'<tr class="{kind}" data-verdict="{verdict}" data-queue="{_text(pair.queue)}">{tds}</tr>'
+    )
+
+
+def render_page(
+    now: datetime,
+    pairs: Sequence[PairStatus],
+    *,
+    policy: PacingPolicy,
+    refresh_s: int,
+    limit: int = ROW_LIMIT,
+    health: Health | None = None,
+) -> str:
+    """The page for the pairs judged at ``now``: at most ``limit`` rows, the rest counted."""
+    ordered = by_urgency(pairs, policy)
+    shown, rest = ordered[:limit], len(ordered) - limit
+    verdicts = Counter(p.verdict.value for p in ordered)
+    people = sum(needs_person(p, policy) for p in ordered)
+    summary = ", ".join(f"{count} {verdict}" for verdict, count in sorted(verdicts.items()))
+    lines = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="refresh" content="{refresh_s}">',
+        "<title>stall-nudge: is my queue drained?</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>Is my queue drained?</h1>",
+    ]
+    if health is not None:
+        state = "ready" if health.ready else "unready"
+        lines.append(
+            f'<p class="{state}">Sweep {"ready" if health.ready else "not ready"}: '
+            f"{_text(health.reason)}</p>"
+        )
+    lines.append(
+        f"<p>As of {now.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, on the database's clock; "
+        f"refreshes every {refresh_s} s.</p>"
+    )
+    if not ordered:
+        lines.append("<p>No pending work and no ledger rows: every queue is drained.</p>")
+    else:
+        lines.append(
+            f"<p>{len(ordered)} pairs: {people} need a person; {summary}. Most urgent first.</p>"
+        )
+        lines.append("<table><thead><tr>")
+        lines.append("".join(f"<th>{column}</th>" for column in _COLUMNS))
+        lines.append("</tr></thead><tbody>")
+        lines.extend(_row(pair, now, policy) for pair in shown)
+        lines.append("</tbody></table>")
+        if rest > 0:
+            lines.append(
+                f"<p>{rest} more pairs, less urgent, not shown "
+                "(<code>stall-nudge status --json</code> lists every pair).</p>"
+            )
+    lines.append("</body></html>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,177 @@
+"""`/` on the ops port: "is my queue drained?" as a self-refreshing page, in a real browser."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+import stall_nudge
+from stall_core import PacingPolicy, PairStatus, Verdict
+from stall_nudge.ops_port import serve_ops_port
+from stall_nudge.status_page import render_page
+from stall_testing import PostgresHost
+
+from .browser import CHROMIUM, Browser
+from .conftest import Receiver, ago, stalled_pair
+
+NOW = datetime(2026, 12, 3, 3, 30, tzinfo=UTC)
+POLICY = PacingPolicy()
+HOSTILE = '<script>window.pwned = 1</script>"&\x1b[2J\u202e'
+
+
+def pair(queue: str, verdict: Verdict, *, age_min: float = 30, **fields: int) -> PairStatus:
+    """A status line on ep-1 whose oldest gated todo is ``age_min`` minutes old."""
+    return PairStatus(
+        endpoint_id="ep-1",
+        queue=queue,
+        pending_gated=1,
+        pending_ungated=0,
+        oldest_age=timedelta(minutes=age_min),
+        effective_nudges=None,
+        last_nudged_at=None,
+        next_due_at=None,
+        verdict=verdict,
+        **fields,
+    )
+
+
+def rows_of(page: str) -> list[str]:
+    """The queue cell of each table row, in page order."""
+    return [
+        line.split('data-queue="', 1)[1].split('"', 1)[0]
+        for line in page.splitlines()
+        if "data-queue=" in line
+    ]
+
+
+def test_a_hostile_name_is_escaped_and_never_markup() -> None:
+    """A queue named like a script tag shows as text: no raw tag, quote or control character."""
+    page = render_page(NOW, [pair(HOSTILE, Verdict.DUE)], policy=POLICY, refresh_s=15)
+
+    assert "<script" not in page
+    assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;&quot;&amp;\\x1b[2J\\u202e" in page
+    assert "\x1b" not in page
+    assert "\u202e" not in page
+
+
+def test_the_most_urgent_pairs_come_first() -> None:
+    """A person's pairs, then failing hooks, then due, backing off, fresh, drained; oldest first."""
+    pairs = [
+        pair("drained", Verdict.DRAINED),
+        pair("fresh", Verdict.FRESH, age_min=1),
+        pair("backing-off", Verdict.BACKING_OFF),
+        pair("due-young", Verdict.DUE, age_min=10),
+        pair("due-old", Verdict.DUE, age_min=50),
+        pair("failing-hook", Verdict.BACKING_OFF, hook_failures=4),
+        pair("capped", Verdict.CAPPED),
+        pair("no-receiver-stuck", Verdict.NO_RECEIVER),
+        pair("no-receiver-fresh", Verdict.NO_RECEIVER, age_min=1),
+    ]
+
+    page = render_page(NOW, pairs, policy=POLICY, refresh_s=15)
+
+    assert [
+        "capped",
+        "no-receiver-stuck",
+        "failing-hook",
+        "due-old",
+        "due-young",
+        "backing-off",
+        "fresh",
+        "no-receiver-fresh",
+        "drained",
+    ] == rows_of(page)
+
+
+def test_rows_are_bounded_and_the_rest_counted() -> None:
+    """Past the row limit the least urgent pairs are left out, and the page says how many."""
+    pairs = [pair(f"q{i}", Verdict.DUE, age_min=10 + i) for i in range(5)]
+
+    page = render_page(NOW, pairs, policy=POLICY, refresh_s=15, limit=3)
+
+    assert ["q4", "q3", "q2"] == rows_of(page)
+    assert "2 more pairs, less urgent, not shown" in page
+
+
+def test_the_page_refreshes_itself_and_says_when_a_board_is_drained() -> None:
+    """An empty board is one sentence; every page carries its meta refresh."""
+    page = render_page(NOW, [], policy=POLICY, refresh_s=7)
+
+    assert '<meta http-equiv="refresh" content="7">' in page
+    assert "every queue is drained" in page
+
+
+def test_hook_health_shows_beside_the_verdict() -> None:
+    """Failures in a row and disabled hooks are shown in the pair's hooks cell."""
+    page = render_page(
+        NOW,
+        [pair("lane", Verdict.DUE, hook_failures=3, hooks_disabled=1)],
+        policy=POLICY,
+        refresh_s=15,
+    )
+
+    assert "3 failures in a row, 1 disabled" in page
+
+
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+
+ROWS = """Array.from(document.querySelectorAll('tbody tr')).map(
+    r => [r.cells[1].textContent, r.dataset.verdict])"""
+
+
+@pytest.mark.postgres
+@needs_browser
+async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_script(
+    pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
+) -> None:
+    """Each pair's verdict renders in chromium; a queue named like a script tag stays text."""
+    await stalled_pair(host, receiver, queue="lane-due")
+    await host.create_todo("f", endpoint_id="ep-1", queue="lane-fresh", created_at=ago(0))
+    await host.create_todo("h", endpoint_id="ep-1", queue=HOSTILE, created_at=ago(30))
+    await host.add_endpoint("ep-2")
+    await host.create_todo("n", endpoint_id="ep-2", queue="lane-nobody", created_at=ago(30))
+    await host.add_endpoint("ep-3", state="paused")
+    await host.add_hook("hook-3", endpoint_id="ep-3", url=receiver.url, secret="whsec_eA==")
+    await host.create_todo("p", endpoint_id="ep-3", queue="lane-paused", created_at=ago(30))
+    async with (
+        stall_nudge.open_reaper(pg_pool) as reaper,
+        serve_ops_port(reaper, host="127.0.0.1", port=0) as url,
+        Browser() as browser,
+    ):
+        await browser.goto(url + "/")
+        rows = await browser.until(ROWS)
+        pwned = await browser.evaluate("window.pwned === undefined && document.scripts.length")
+
+    assert {
+        ("lane-due", "due"),
+        ("lane-fresh", "fresh"),
+        ('<script>window.pwned = 1</script>"&\\x1b[2J\\u202e', "due"),
+        ("lane-nobody", "no-receiver"),
+        ("lane-paused", "endpoint-inactive"),
+    } == {tuple(r) for r in rows}
+    assert 0 == pwned
+
+
+@pytest.mark.postgres
+@needs_browser
+async def test_the_page_keeps_refreshing_until_a_later_state_shows(
+    pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
+) -> None:
+    """With the page open, a pair that appears later shows up without anyone reloading."""
+    await stalled_pair(host, receiver)
+    async with (
+        stall_nudge.open_reaper(pg_pool) as reaper,
+        serve_ops_port(reaper, host="127.0.0.1", port=0, refresh=1) as url,
+        Browser() as browser,
+    ):
+        await browser.goto(url + "/")
+        first = await browser.until(ROWS)
+        await host.create_todo("late", endpoint_id="ep-1", queue="lane-late", created_at=ago(30))
+        later = await browser.until(ROWS + ".some(r => r[0] === 'lane-late')")
+
+    assert [["lane-l", "due"]] == first
+    assert True is later

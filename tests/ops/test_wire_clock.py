@@ -1,0 +1,50 @@
+"""The database's clock on the wire: a sidecar 10 minutes ahead still sends verifiable nudges."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+
+from stall_testing import PostgresHost, SkewUnavailable, skewed_env
+from tests.cli.conftest import cli
+
+from .conftest import Receiver, stalled_pair
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(name="ahead")
+def _ahead() -> dict[str, str]:
+    """The environment of a child whose wall clock runs 10 minutes ahead."""
+    try:
+        return skewed_env("+10m")
+    except SkewUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+async def test_a_sidecar_ten_minutes_ahead_sends_nudges_a_verifier_accepts(
+    pg_dsn: str, host: PostgresHost, receiver: Receiver, ahead: dict[str, str]
+) -> None:
+    """standardwebhooks (5-minute tolerance) accepts the skewed child's nudge: it is stamped on
+    the database's clock, and the start-up line says how far this host's clock is off."""
+    await stalled_pair(host, receiver)
+
+    result = await cli("--log-level", "info", "sweep", "--once", "--dsn", pg_dsn, env=ahead)
+
+    assert 0 == result.status, result.err
+    assert ([], [("l-0", "stalled")]) == (receiver.rejected, receiver.reasons())
+    assert "wire clock: the database's (this host is 600 s ahead)" in result.err
+
+
+async def test_the_harness_really_moves_the_childs_clock(ahead: dict[str, str]) -> None:
+    """The skewed child reads a wall clock more than the verifier's 5-minute tolerance ahead."""
+    script = "import datetime; print(int(datetime.datetime.now(datetime.UTC).timestamp()))"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, env=ahead, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+
+    assert int(out) - time.time() > 5 * 60
