@@ -509,7 +509,7 @@ class _Run:
                     oldest=self._oldest(pair) if pair.gated else None,
                     endpoint_active=True,
                     has_receiver=pair.has_receiver,
-                    unabsorbed_claim_at=claim_at,
+                    progress_at=claim_at,
                 )
             )
             if pair.row_nudges is not None and pair.charged_us is not None:

@@ -1,4 +1,4 @@
-"""Bad DSNs, options and environment through every command: one line, non-zero, no secret.
+"""Bad DSNs, options and environment through every command: one line, the right exit, no secret.
 
 Each case runs the real `stall-nudge` in a subprocess. The password in every
 DSN (and in PGPASSWORD) is a marker that must appear nowhere in the output.
@@ -25,6 +25,9 @@ MARKER = "s3cret-MARKER-42"
 COMMANDS = (("migrate",), ("sweep", "--once"), ("status",))
 #: A 64-character label: refused by the IDNA codec before any lookup (no DNS traffic).
 UNKNOWN_HOST = "a" * 64 + ".invalid"
+#: A loopback DSN for mistakes refused before any connection is tried.
+NEVER_DIALED = f"postgresql://postgres:{MARKER}@127.0.0.1:1/x"
+MISSING = "/nonexistent/stall-nudge/root.crt"
 
 
 @pytest.fixture(name="checking_server", scope="module")
@@ -76,6 +79,22 @@ def cases(pg_dsn: str, checking_server: str) -> dict[str, tuple[str, dict[str, s
     return {
         "port 99999": (dsn_with(pg_dsn, password=MARKER, port="99999"), {}),
         "PGPORT=abc": (dsn_with(pg_dsn, password=MARKER, port=None), {"PGPORT": "abc"}),
+        # Refused before any connection: asyncpg parses PGPORT even beside host:port.
+        "PGPORT=abc beside host:port": (NEVER_DIALED, {"PGPORT": "abc"}),
+        "unclosed IPv6 bracket": (f"postgresql://postgres:{MARKER}@[::1/x", {}),
+        "raw @ in the password": (f"postgresql://postgres:{MARKER}@x@127.0.0.1:1/x", {}),
+        "target_session_attrs=bogus": (
+            dsn_with(pg_dsn, password=MARKER, target_session_attrs="bogus"),
+            {},
+        ),
+        "sslrootcert missing": (
+            dsn_with(pg_dsn, password=MARKER, sslmode="verify-full", sslrootcert=MISSING),
+            {},
+        ),
+        "PGSSLROOTCERT missing": (
+            dsn_with(pg_dsn, password=MARKER),
+            {"PGSSLMODE": "verify-ca", "PGSSLROOTCERT": MISSING},
+        ),
         "statement_timeout=1 in options": (
             dsn_with(pg_dsn, password=MARKER, options="-c statement_timeout=1"),
             {},
@@ -95,25 +114,35 @@ async def tables_locked(dsn: str) -> AsyncIterator[None]:
     try:
         async with conn.transaction():
             await conn.execute(
-                "LOCK TABLE queue_stall_nudges, stall_nudge_schema IN ACCESS EXCLUSIVE MODE"
+                "LOCK TABLE queue_stall_nudges, stall_nudge.migrations, stall_nudge.settings,"
+                " stall_nudge.sweeps IN ACCESS EXCLUSIVE MODE"
             )
             yield
     finally:
         await conn.close()
 
 
-#: Each case by name, with what its one line must say.
-REASONS = {
-    "port 99999": "the port must be a number from 1 to 65535",
-    "PGPORT=abc": "PGPORT must be a number from 1 to 65535",
-    "statement_timeout=1 in options": "canceling statement due to statement timeout",
-    "unknown host": "a host name is not a valid DNS name",
-    "refused port": "cannot reach PostgreSQL",
-    "bad password": 'password authentication failed for user "postgres"',
-    "bad password from PGPASSWORD": 'password authentication failed for user "postgres"',
-    "password not UTF-8": "the DSN holds text that is not valid UTF-8",
+#: Each case by name: its exit status (2 a usage mistake, 1 the server), and what its line says.
+EXPECTED = {
+    "port 99999": (2, "the DSN's port must be a number from 1 to 65535"),
+    "PGPORT=abc": (2, "PGPORT must be a number from 1 to 65535"),
+    "PGPORT=abc beside host:port": (2, "PGPORT must be a number from 1 to 65535"),
+    "unclosed IPv6 bracket": (2, "the DSN's host: an IPv6 address must be written whole in"),
+    "raw @ in the password": (2, "the user or password holds a raw '@': write it as %40"),
+    "target_session_attrs=bogus": (
+        2,
+        "the DSN's target_session_attrs must be one of any, primary, standby, prefer-standby,",
+    ),
+    "sslrootcert missing": (2, "the DSN's sslrootcert names a file that does not exist"),
+    "PGSSLROOTCERT missing": (2, "PGSSLROOTCERT names a file that does not exist"),
+    "statement_timeout=1 in options": (1, "canceling statement due to statement timeout"),
+    "unknown host": (2, "the DSN's host is not a valid DNS name"),
+    "refused port": (1, "cannot reach PostgreSQL"),
+    "bad password": (1, 'password authentication failed for user "postgres"'),
+    "bad password from PGPASSWORD": (1, 'password authentication failed for user "postgres"'),
+    "password not UTF-8": (2, "the DSN holds text that is not valid UTF-8"),
 }
-CASES = tuple(REASONS)
+CASES = tuple(EXPECTED)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -121,7 +150,7 @@ CASES = tuple(REASONS)
 async def test_bad_input_gets_one_line_and_no_secret(
     pg_dsn: str, checking_server: str, command: tuple[str, ...], case: str
 ) -> None:
-    """One clear line on stderr, a non-zero exit, no traceback, and the password nowhere."""
+    """One clear line on stderr naming the fault, exit 2 for a DSN mistake, no password."""
     dsn, extra = cases(pg_dsn, checking_server)[case]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | extra
 
@@ -130,10 +159,11 @@ async def test_bad_input_gets_one_line_and_no_secret(
     async with tables_locked(pg_dsn) if locked else contextlib.nullcontext():
         result = await cli(*command, "--dsn", dsn, env=env)
 
-    assert 0 != result.status
+    status, reason = EXPECTED[case]
+    assert status == result.status, result.err
     assert "" == result.out
     assert [] == [line for line in result.err.splitlines() if not line.startswith("stall-nudge")]
     assert 1 == len(result.err.splitlines()), result.err
     assert "Traceback" not in result.err
     assert MARKER not in result.err
-    assert REASONS[case] in result.err, result.err
+    assert reason in result.err, result.err

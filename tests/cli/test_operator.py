@@ -44,6 +44,13 @@ async def add_capped_pair(host: PostgresHost, pool: asyncpg.Pool, hook: Hook) ->
     )
 
 
+async def set_failures(pool: asyncpg.Pool, hook_id: str, failures: int) -> None:
+    """The hook's consecutive failed deliveries, as the dispatcher books them."""
+    await pool.execute(
+        "UPDATE notify_hooks SET consecutive_failures = $2 WHERE id = $1", hook_id, failures
+    )
+
+
 @pytest.mark.parametrize(
     ("setup", "expected"),
     [
@@ -52,6 +59,9 @@ async def add_capped_pair(host: PostgresHost, pool: asyncpg.Pool, hook: Hook) ->
         ("capped", 3),
         ("stale-without-receiver", 3),
         ("stale-on-paused-endpoint", 3),
+        ("stale-with-failing-receiver", 3),
+        ("fresh-with-failing-receiver", 0),
+        ("stale-with-a-disabled-hook-beside-a-working-one", 0),
     ],
 )
 async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
@@ -63,8 +73,13 @@ async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
     else:
         state = "paused" if setup == "stale-on-paused-endpoint" else "active"
         await host.add_endpoint("ep-1", state=state)
-        if setup in {"due", "stale-on-paused-endpoint"}:
+        if "without-receiver" not in setup:
             await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+        if "failing" in setup:
+            await set_failures(pg_pool, "hook-1", 3)
+        if "disabled" in setup:
+            await host.add_hook("hook-off", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+            await host.set_hook_enabled("hook-off", False, at=old(5), reason="by hand")
         age = 0 if setup.startswith("fresh") else 30
         await host.create_todo("t-0", endpoint_id="ep-1", queue="lane", created_at=old(age))
 
@@ -74,6 +89,57 @@ async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
     assert (expected, expected) == (text.status, as_json.status), text.err
     pairs = json.loads(as_json.out)["pairs"]
     assert [expected == 3] == [p["needs_person"] for p in pairs]
+    _, row, *legend = text.out.splitlines()
+    assert ("!" if expected == 3 else " ") == row[0]
+    assert (["! needs a person: 1 of 1 pair"] if expected == 3 else []) == legend
+
+
+async def test_status_shows_hook_health_before_auto_disable(
+    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+) -> None:
+    """A failing receiver and a disabled hook show per pair, in the table and in JSON."""
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_hook("hook-off", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.set_hook_enabled("hook-off", False, at=old(5), reason="10 failed deliveries")
+    await set_failures(pg_pool, "hook-1", 3)
+    await host.create_todo("t-0", endpoint_id="ep-1", queue="lane", created_at=old(30))
+    await host.add_endpoint("ep-2")
+    await host.add_hook("hook-2", endpoint_id="ep-2", url=hook.url, secret=SECRET)
+    await host.create_todo("t-1", endpoint_id="ep-2", queue="lane", created_at=old(30))
+
+    table = await cli("status", "--dsn", pg_dsn)
+    as_json = await cli("status", "--json", "--dsn", pg_dsn)
+
+    header, *rows, legend = table.out.splitlines()
+    hooks = header.index("HOOKS")
+    shown = {row[2:].split()[0]: (row[0], row[hooks:].split("  ")[0]) for row in rows}
+    assert {"ep-1": ("!", "3 failures, 1 disabled"), "ep-2": (" ", "-")} == shown
+    assert "! needs a person: 1 of 2 pairs" == legend
+    assert {"ep-1": (3, 1, True), "ep-2": (0, 0, False)} == {
+        p["endpoint_id"]: (p["hook_failures"], p["hooks_disabled"], p["needs_person"])
+        for p in json.loads(as_json.out)["pairs"]
+    }
+
+
+async def test_status_cuts_long_cells_and_json_keeps_them_whole(
+    pg_dsn: str, host: PostgresHost, hook: Hook
+) -> None:
+    """A 1 MiB queue name is cut in its own cell, with a marker; other rows stay narrow."""
+    huge = "q" * 2**20
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    for i, queue in enumerate((huge, "lane-a", "lane-b", "lane-c")):
+        await host.create_todo(f"t-{i}", endpoint_id="ep-1", queue=queue, created_at=old(30))
+
+    table = await cli("status", "--dsn", pg_dsn)
+    as_json = await cli("status", "--json", "--dsn", pg_dsn)
+
+    assert 0 == table.status, table.err
+    assert 5 == len(table.out.splitlines())
+    assert max(len(line) for line in table.out.splitlines()) < 300
+    assert "q" * 37 + "..." in table.out
+    assert huge in {p["queue"] for p in json.loads(as_json.out)["pairs"]}
 
 
 async def test_an_empty_board_is_valid_json_and_passes_the_check(pg_dsn: str) -> None:

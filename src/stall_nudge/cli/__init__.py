@@ -6,6 +6,12 @@ and returning the exit status. A ``CliError`` is a user mistake: one line on
 stderr and a non-zero exit, never a traceback. The objects a command uses
 come from ``stall_nudge`` (``connect``, ``open_reaper``), as an embedder's do.
 
+Starting is cheap: a command module's top level imports only what its
+parser needs, and each function imports the driver, the HTTP stack, the
+core or the simulator when it runs. The demo's module is all real parts, so
+its parser is built here and the module loads in its ``run``.
+tests/cli/test_start.py keeps to that; benchmarks/cli_start.py times it.
+
 Exit statuses, for every command: 0 done and nothing needs a person, 1 could
 not do it (database unreachable or unusable, the tick failed), 2 usage, 3
 done and something needs a person.
@@ -17,20 +23,51 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from importlib import metadata
+from typing import Any
 
-from . import demo, migrate, simulate, status, sweep
+from . import migrate, simulate, sql, status, sweep
 from .common import CliError
 from .text import printable
 
 __all__ = ["CliError", "build_parser", "main"]
 
 
-def _version() -> str:
-    try:
-        return metadata.version("stall-nudge")
-    except metadata.PackageNotFoundError:  # running from a source tree
-        return "0+unknown"
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked: importlib.metadata is slow to import."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("stall-nudge")
+        except metadata.PackageNotFoundError:  # running from a source tree
+            version = "0+unknown"
+        print(f"{parser.prog} {version}")
+        parser.exit()
+
+
+def _register_demo(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="play the reported case and the lost wake end to end (embedded PostgreSQL)",
+        description="Start an embedded PostgreSQL, a loopback notify hook and a one-shot "
+        "consumer, and play SPEC-0038's reported case and lost wake on an accelerated clock.",
+    )
+    parser.add_argument(
+        "--dsn",
+        help="use this PostgreSQL server instead of the embedded one (a throwaway "
+        "database is created on it and dropped afterwards)",
+    )
+    parser.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    return demo.run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="stall-nudge",
         description="Level-triggered queue-stall nudges for switchboard (SPEC-0038).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     parser.add_argument(
         "--log-level",
         choices=_LEVELS,
@@ -48,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         "for one-shot commands, whose answer is on stdout)",
     )
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    for module in (migrate, sweep, status, demo, simulate):
-        module.register(commands)
+    migrate.register(commands)
+    sweep.register(commands)
+    status.register(commands)
+    _register_demo(commands)
+    simulate.register(commands)
+    sql.register(commands)
     # Global, and accepted after the command as well, where operators tend to type it.
     for command in commands.choices.values():
         command.add_argument(

@@ -7,11 +7,12 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-
-import asyncpg
+from typing import TYPE_CHECKING
 
 import stall_nudge
-from stall_core import parse_duration
+
+if TYPE_CHECKING:
+    import asyncpg
 
 __all__ = [
     "ATTENTION",
@@ -57,13 +58,15 @@ def resolve_dsn(args: argparse.Namespace) -> str:
         raise CliError("no database given: pass --dsn DSN or set STALL_DSN")
     try:
         stall_nudge.check_dsn(dsn)
-    except stall_nudge.StartupError as exc:
-        raise CliError(str(exc)) from None
+    except stall_nudge.DsnError as exc:
+        raise CliError(str(exc), status=USAGE) from None
     return dsn
 
 
 def positive_duration(text: str) -> timedelta:
     """argparse type for intervals: ``15s``, ``2m``, ``1h``, ``1h30m``, or bare seconds, above 0."""
+    from stall_core import parse_duration
+
     try:
         value = parse_duration(text)
     except ValueError as exc:
@@ -75,9 +78,14 @@ def positive_duration(text: str) -> timedelta:
 
 @asynccontextmanager
 async def open_pool(dsn: str, *, max_size: int = 4) -> AsyncIterator[asyncpg.Pool]:
-    """stall_nudge's pool (every statement bounded), or a one-line CliError saying why not."""
+    """stall_nudge's pool (every statement bounded), or a one-line CliError saying why not.
+
+    A DSN mistake is a usage error; a server that cannot be reached, or refuses, is not.
+    """
     try:
         async with stall_nudge.connect(dsn, timeout=COMMAND_TIMEOUT_S, max_size=max_size) as pool:
             yield pool
+    except stall_nudge.DsnError as exc:
+        raise CliError(str(exc), status=USAGE) from None
     except stall_nudge.StartupError as exc:
         raise CliError(str(exc), status=FAILED) from None

@@ -5,6 +5,8 @@ HTTP dispatcher and a loopback notify hook whose one-shot consumer verifies
 each signature, claims one todo and exits. Only time is accelerated: the
 sweeper, the dispatcher and the consumer read one virtual clock that the
 demo moves by one reaper tick at a time.
+
+Its parser lives in ``stall_nudge.cli``: this module loads only when the demo runs.
 """
 
 from __future__ import annotations
@@ -43,21 +45,6 @@ ENDPOINT = "ep-demo"
 TICK = timedelta(seconds=15)
 #: Virtual time the demo runs past the last wake, to show the wakes stopped.
 QUIET = timedelta(hours=1)
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="play the reported case and the lost wake end to end (embedded PostgreSQL)",
-        description="Start an embedded PostgreSQL, a loopback notify hook and a one-shot "
-        "consumer, and play SPEC-0038's reported case and lost wake on an accelerated clock.",
-    )
-    parser.add_argument(
-        "--dsn",
-        help="use this PostgreSQL server instead of the embedded one (a throwaway "
-        "database is created on it and dropped afterwards)",
-    )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
-
-import attrs
-
-from stall_core import PacingPolicy, format_duration
-from stall_core import parse_duration as parse_any_duration
-from stall_sim import (
-    Bursts,
-    Consumer,
-    ConsumerKind,
-    Poisson,
-    Scenario,
-    SimPolicy,
-    SimResult,
-    simulate,
-)
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .common import CliError
 from .jsonout import dumps
+
+if TYPE_CHECKING:
+    from stall_sim import Scenario, SimPolicy, SimResult
 
 __all__ = ["parse_duration", "parse_policy", "register"]
 
@@ -90,6 +77,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the scenario and policies from ``args``, simulate each, report."""
+    import random
+
+    import attrs
+
+    from stall_sim import simulate
+
     scenario = _scenario(args)
     if args.plot:  # a plot may zoom in on the first minutes of a long run: sample finely
         scenario = attrs.evolve(scenario, samples=_PLOT_SAMPLES)
@@ -130,6 +123,8 @@ def parse_duration(option: str, text: str) -> timedelta:
 
 
 def _duration(option: str, text: str) -> timedelta:
+    from stall_core import parse_duration as parse_any_duration
+
     try:
         return parse_any_duration(text)
     except ValueError as exc:
@@ -138,6 +133,9 @@ def _duration(option: str, text: str) -> timedelta:
 
 def parse_policy(spec: str) -> tuple[str, SimPolicy]:
     """Parse ``NAME:key=value,...`` (threshold, backoff, cap, tick_limit) into a named policy."""
+    from stall_core import PacingPolicy
+    from stall_sim import SimPolicy
+
     name, sep, body = spec.partition(":")
     name = name.strip()
     if not sep or not name or not body.strip():
@@ -179,6 +177,8 @@ def _names(text: str) -> list[str]:
 
 
 def _named_policy(name: str, customs: dict[str, SimPolicy]) -> SimPolicy:
+    from stall_sim import SimPolicy
+
     if name in customs:
         return customs[name]
     if name == "default":
@@ -216,6 +216,8 @@ def _share(option: str, text: str) -> float:
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
+    from stall_sim import Bursts, Consumer, ConsumerKind, Poisson, Scenario
+
     try:
         kind = ConsumerKind(args.consumer)
     except ValueError:
@@ -267,6 +269,8 @@ def _non_negative_duration(option: str, text: str) -> timedelta:
 
 
 def _human(seconds: float | None) -> str:
+    from stall_core import format_duration
+
     return "-" if seconds is None else format_duration(timedelta(seconds=seconds))
 
 
@@ -306,6 +310,8 @@ def format_table(results: Sequence[SimResult]) -> str:
 
 
 def _describe(scenario: Scenario, seed: int) -> str:
+    from stall_sim import Bursts, ConsumerKind
+
     c = scenario.consumer
     arrivals = scenario.arrivals
     shape = (
@@ -330,6 +336,8 @@ def _describe(scenario: Scenario, seed: int) -> str:
 
 
 def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dict[str, Any]:
+    from stall_sim import Bursts
+
     arrivals = scenario.arrivals
     c = scenario.consumer
     return {

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from datetime import datetime, timedelta
-from typing import Any
-
-from adapters.postgres import PostgresLedger
-from stall_core import LedgerError, PacingPolicy, PairStatus, Verdict, format_duration
+from typing import TYPE_CHECKING, Any
 
 from .common import ATTENTION, FAILED, OK, CliError, add_dsn_argument, open_pool, resolve_dsn
 from .jsonout import dumps, seconds, utc
-from .text import printable
+from .text import clip
+
+if TYPE_CHECKING:
+    from stall_core import PacingPolicy, PairStatus
+
+#: The widest a table cell gets: a UUID fits; a longer name is cut (whole in --json).
+CELL = 40
+#: What marks a pair that needs a person, in the first column of the table.
+MARK = "!"
 
 
 def register(subparsers: Any) -> None:
@@ -20,7 +24,9 @@ def register(subparsers: Any) -> None:
         "status",
         help="answer 'is my queue drained?' for every pair",
         description="List every (endpoint, queue) with pending work or a ledger row: pending "
-        "counts, oldest age, nudges, next due, and the sweep's verdict.",
+        "counts, oldest age, nudges, next due, the health of its hooks, and the sweep's "
+        f"verdict. Pairs that need a person are marked {MARK}; cells are cut to {CELL} "
+        "characters (--json has every value whole).",
     )
     add_dsn_argument(parser)
     parser.add_argument(
@@ -29,17 +35,22 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help=f"exit {ATTENTION} when a pair needs a person (capped, or no receiver or an "
-        f"inactive endpoint with work past the threshold), {OK} otherwise",
+        help=f"exit {ATTENTION} when a pair needs a person (capped; no receiver or an "
+        "inactive endpoint; or a receiver failing its deliveries, with work past the "
+        f"threshold), {OK} otherwise",
     )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from stall_core import PacingPolicy
+
     dsn = resolve_dsn(args)
     policy = PacingPolicy()
     now, pairs = asyncio.run(_status(dsn, policy))
-    lines = [status_json(pairs, now, policy)] if args.json else render_table(pairs, now)
+    lines = [status_json(pairs, now, policy)] if args.json else render_table(pairs, now, policy)
     for line in lines:
         print(line)
     if args.check and any(needs_person(p, policy) for p in pairs):
@@ -48,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
+    from adapters.postgres import PostgresLedger
+    from stall_core import LedgerError
+
     async with open_pool(dsn, max_size=1) as pool:
         try:
             # Judged on the database's clock, as the sweep judges.
@@ -59,14 +73,22 @@ async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairSt
 def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
     """Whether the sweep can no longer get this pair's work claimed without a person.
 
-    Capped: woken five times, never claimed. No receiver, or an inactive
-    endpoint, with work older than the threshold: nothing will wake it.
-    Fresh work on such a pair may still get a hook or a resume in time.
+    Capped: woken five times, never claimed. Work older than the threshold
+    that nothing will wake: no receiver, or an inactive endpoint. Or that
+    the sweep is nudging into a receiver whose last delivery failed every
+    attempt: a dead receiver shows here at once, not only when ten failures
+    have disabled its hook (no-receiver) some fifty minutes later. Fresh
+    work does not count yet: a hook, a resume or a retry may come in time.
     """
+    from stall_core import Verdict
+
     if pair.verdict is Verdict.CAPPED:
         return True
-    stuck = pair.oldest_age is not None and pair.oldest_age > policy.threshold
-    return stuck and pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}
+    if pair.oldest_age is None or pair.oldest_age <= policy.threshold:
+        return False
+    if pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}:
+        return True
+    return pair.hook_failures > 0 and pair.verdict in {Verdict.DUE, Verdict.BACKING_OFF}
 
 
 def status_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) -> str:
@@ -84,6 +106,8 @@ def status_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) ->
                     "effective_nudges": p.effective_nudges,
                     "last_nudged_at": utc(p.last_nudged_at),
                     "next_due_at": utc(p.next_due_at),
+                    "hook_failures": p.hook_failures,
+                    "hooks_disabled": p.hooks_disabled,
                     "verdict": p.verdict.value,
                     "needs_person": needs_person(p, policy),
                 }
@@ -93,36 +117,77 @@ def status_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) ->
     )
 
 
-_COLUMNS = ("ENDPOINT", "QUEUE", "GATED", "UNGATED", "OLDEST", "NUDGES", "LAST NUDGE", "NEXT DUE")
+_HEADER = (
+    "ENDPOINT",
+    "QUEUE",
+    "GATED",
+    "UNGATED",
+    "OLDEST",
+    "NUDGES",
+    "LAST NUDGE",
+    "NEXT DUE",
+    "HOOKS",
+    "VERDICT",
+)
 
 
-def render_table(pairs: list[PairStatus], now: datetime) -> list[str]:
-    """A fixed-width table, one pair a line, verdict last; names with control characters escaped."""
+def render_table(
+    pairs: list[PairStatus], now: datetime, policy: PacingPolicy | None = None
+) -> list[str]:
+    """A table, one pair a line, marked when it needs a person; cells escaped and cut to CELL.
+
+    ``policy`` is the one the pairs were judged by (default: the default policy).
+    """
+    from stall_core import PacingPolicy
+
     if not pairs:
         return ["no pending work and no ledger rows: every queue is drained"]
+    policy = PacingPolicy() if policy is None else policy
+    marks = [MARK if needs_person(p, policy) else " " for p in pairs]
     rows = [
-        (
-            printable(p.endpoint_id),
-            printable(p.queue),
-            str(p.pending_gated),
-            str(p.pending_ungated),
-            _age(p.oldest_age),
-            "-" if p.effective_nudges is None else str(p.effective_nudges),
-            "-" if p.last_nudged_at is None else _age(now - p.last_nudged_at) + " ago",
-            _due(p.next_due_at, now),
-            p.verdict.value,
+        tuple(
+            clip(cell, CELL)
+            for cell in (
+                p.endpoint_id,
+                p.queue,
+                str(p.pending_gated),
+                str(p.pending_ungated),
+                _age(p.oldest_age),
+                "-" if p.effective_nudges is None else str(p.effective_nudges),
+                "-" if p.last_nudged_at is None else _age(now - p.last_nudged_at) + " ago",
+                _due(p.next_due_at, now),
+                _hooks(p),
+                p.verdict.value,
+            )
         )
         for p in pairs
     ]
-    header = (*_COLUMNS, "VERDICT")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
+    widths = [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))]
+    lines = [
+        f"{mark} " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for mark, r in zip([" ", *marks], [_HEADER, *rows], strict=True)
     ]
+    flagged = marks.count(MARK)
+    if flagged:
+        lines.append(
+            f"{MARK} needs a person: {flagged} of {len(pairs)} pair{'s' if len(pairs) > 1 else ''}"
+        )
+    return lines
+
+
+def _hooks(pair: PairStatus) -> str:
+    """The health of the hooks covering the pair, or "-" when there is nothing to tell."""
+    parts = []
+    if pair.hook_failures:
+        parts.append(f"{pair.hook_failures} failure{'s' if pair.hook_failures > 1 else ''}")
+    if pair.hooks_disabled:
+        parts.append(f"{pair.hooks_disabled} disabled")
+    return ", ".join(parts) or "-"
 
 
 def _age(delta: timedelta | None) -> str:
+    from stall_core import format_duration
+
     return "-" if delta is None else format_duration(delta)
 
 

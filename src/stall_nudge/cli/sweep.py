@@ -7,16 +7,14 @@ bounds, start-up check and shutdown deadline.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+import logging
 import signal
 import sys
 from datetime import timedelta
-from typing import Any
-
-import attrs
+from typing import TYPE_CHECKING, Any
 
 import stall_nudge
-from stall_core import LedgerError, TickFailure, TickReport
 
 from .common import (
     ATTENTION,
@@ -29,6 +27,9 @@ from .common import (
 )
 from .jsonout import dumps, utc
 from .text import printable
+
+if TYPE_CHECKING:
+    from stall_core import TickFailure, TickReport
 
 
 def register(subparsers: Any) -> None:
@@ -57,6 +58,22 @@ def register(subparsers: Any) -> None:
         "--json", action="store_true", help="print one JSON record per tick on stdout"
     )
     parser.add_argument(
+        "--metrics",
+        type=metrics_address,
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz, /readyz and the status page / on this address "
+        "(e.g. 127.0.0.1:9464; port 0 picks one); it shows queue names: keep it on a "
+        "private interface. Needs the metrics extra",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=positive_duration,
+        default=timedelta(seconds=60),
+        metavar="DURATION",
+        help="the most a stop on SIGINT/SIGTERM takes: deliveries still retrying are given "
+        "up first, then refunds (default: 60s; fit it under your grace period)",
+    )
+    parser.add_argument(
         "--refuse-private",
         action="store_true",
         help="also refuse hooks pointing at loopback, private or unique-local addresses "
@@ -65,8 +82,34 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def metrics_address(text: str) -> tuple[str, int]:
+    """argparse type for --metrics: an explicit ``HOST:PORT`` (``[::1]:9464`` for IPv6)."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or not port or "[" in host or "]" in host:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with an explicit host, e.g. 127.0.0.1:9464, got {text!r}"
+        )
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"the port must be a number from 0 to 65535, got {port!r}")
+    return host, int(port)
+
+
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     dsn = resolve_dsn(args)
+    if args.metrics is not None:
+        if args.once:
+            raise CliError("--metrics serves beside the loop; it does not go with --once")
+        try:
+            import prometheus_client  # noqa: F401 - only whether the extra is installed
+        except ImportError:
+            raise CliError(
+                "--metrics needs prometheus_client: pip install 'stall-nudge[metrics]'",
+                status=FAILED,
+            ) from None
     return asyncio.run(
         _sweep(
             dsn,
@@ -74,12 +117,18 @@ def run(args: argparse.Namespace) -> int:
             interval=args.interval,
             as_json=args.json,
             refuse_private=args.refuse_private,
+            metrics=args.metrics,
+            stop_timeout=args.stop_timeout,
         )
     )
 
 
 def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict[str, Any]:
     """One tick as the JSON convention has it (docs/operations.md): the same keys every time."""
+    import attrs
+
+    from stall_core import TickFailure
+
     stats = attrs.asdict(reaper.stats)
     common = {
         "tick": result.tick,
@@ -141,19 +190,57 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
 
 
 async def _sweep(
-    dsn: str, *, once: bool, interval: timedelta, as_json: bool, refuse_private: bool
+    dsn: str,
+    *,
+    once: bool,
+    interval: timedelta,
+    as_json: bool,
+    refuse_private: bool,
+    metrics: tuple[str, int] | None,
+    stop_timeout: timedelta,
 ) -> int:
     try:
-        async with stall_nudge.open_reaper(dsn, refuse_private=refuse_private) as reaper:
+        async with stall_nudge.open_reaper(
+            dsn, refuse_private=refuse_private, stop_timeout=stop_timeout.total_seconds()
+        ) as reaper:
             if once:
                 return await _once(reaper, as_json=as_json)
-            await _loop(reaper, interval=interval, as_json=as_json)
+            if metrics is None:
+                await _loop(reaper, interval=interval, as_json=as_json)
+            else:
+                await _serving(reaper, metrics, interval=interval, as_json=as_json)
     except stall_nudge.StartupError as exc:
         raise CliError(str(exc), status=FAILED) from None
     return OK
 
 
+async def _serving(
+    reaper: stall_nudge.Reaper, address: tuple[str, int], *, interval: timedelta, as_json: bool
+) -> None:
+    """The loop with the ops port beside it, open for as long as the loop runs."""
+    from stall_nudge.ops_port import serve_ops_port  # the metrics extra, only when asked for
+
+    host, port = address
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            url = await stack.enter_async_context(
+                serve_ops_port(reaper, host=host, port=port, refresh=interval.total_seconds())
+            )
+        except OSError as exc:
+            raise CliError(
+                f"--metrics: cannot listen on {host}:{port}: {exc.strerror or exc}", status=FAILED
+            ) from None
+        logging.getLogger("stall_nudge").info(
+            "serving /metrics, /healthz, /readyz and the status page on %s/", url
+        )
+        await _loop(reaper, interval=interval, as_json=as_json)
+
+
 async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
+    import asyncio
+
+    from stall_core import LedgerError, TickFailure
+
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
@@ -170,6 +257,8 @@ async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
 
 
 async def _loop(reaper: stall_nudge.Reaper, *, interval: timedelta, as_json: bool) -> None:
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
