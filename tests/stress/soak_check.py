@@ -795,7 +795,7 @@ def _check_stamp(
         oldest=None,
         endpoint_active=True,
         has_receiver=True,
-        unabsorbed_claim_at=max((c.claimed_at for c in absorbed), default=None),
+        progress_at=max((c.claimed_at for c in absorbed), default=None),
     )
     stamp = cur.charged_at
     if cur.acknowledged:
