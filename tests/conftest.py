@@ -1,16 +1,56 @@
-"""Fixtures shared by every suite: a test PostgreSQL with a migrated template."""
+"""Fixtures shared by every suite: a test PostgreSQL with a migrated template.
+
+With pytest-xdist the controlling process starts the one embedded server the
+workers share (they read its DSN from STALL_TEST_DSN) and stops it at the end;
+SIGTERM ends a run the way Ctrl-C does, so an interrupted run leaves no
+server and no data directory behind. Hypothesis reads its profile from
+HYPOTHESIS_PROFILE: ``ci`` (the default, full example counts) or ``dev``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
+from types import FrameType
 
 import asyncpg
 import pytest
+from hypothesis import settings
 
 from adapters.postgres import migrate
 from tests import pg
+
+settings.register_profile("ci", deadline=None)
+settings.register_profile("dev", deadline=None, max_examples=10)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+_SHARED = pytest.StashKey[ExitStack]()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller owns the server
+    # Even where the run started with SIGINT ignored (a background job), Ctrl-C stops it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = ExitStack()
+    config.stash[_SHARED] = stack
+    if config.getoption("numprocesses", None) and not os.environ.get("STALL_TEST_DSN"):
+        os.environ["STALL_TEST_DSN"] = stack.enter_context(pg.test_server())
+        stack.callback(os.environ.pop, "STALL_TEST_DSN", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stack = config.stash.get(_SHARED, None)
+    if stack is not None:
+        stack.close()
 
 
 @pytest.fixture(name="pg_server", scope="session")

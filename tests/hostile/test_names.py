@@ -18,7 +18,7 @@ from stall_nudge.cli.status import CELL, render_table, status_json
 from stall_nudge.cli.text import CUT, clip, printable
 from stall_testing import HostError, PostgresHost
 from tests.http.conftest import SECRET, Receiver
-from tests.support import T0, FakeClock
+from tests.support import T0, FakeClock, examples
 
 from .conftest import wipe
 
@@ -59,7 +59,7 @@ async def _stalled_pair(
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -307,7 +307,7 @@ async def test_a_claim_in_flight_during_a_charge_is_progress_at_the_next_tick(
 async def test_the_claim_log_stays_empty_for_a_queue_whose_consumer_keeps_up(
     pg_pool_incremental: asyncpg.Pool,
 ) -> None:
-    """A nudged queue whose consumer keeps up: its first claim resets the row, the rest need none."""
+    """A nudged queue whose consumer keeps up: its first claim resets the row; no claim stays."""
     pg_pool = pg_pool_incremental
     host = PostgresHost(pg_pool)
     clock = FakeClock(T0)

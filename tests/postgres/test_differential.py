@@ -42,7 +42,7 @@ from adapters.postgres import COMPACT_AT, PostgresLedger
 from stall_core import PacingPolicy, PairKey, Progress, Verdict, full_pass_due
 from stall_testing import MemoryDriver, PostgresDriver
 from tests import pg
-from tests.support import T0, FakeClock
+from tests.support import T0, FakeClock, examples
 
 pytestmark = pytest.mark.postgres
 
@@ -482,7 +482,7 @@ def test_lean_postgres_agrees_with_memory_on_every_tick_even_behind_the_triggers
     ops = histories(weights, ARGS | HIDDEN)
     with databases(pg_server, pg_template) as (runner, pool, late_pool):
 
-        @settings(max_examples=60, deadline=None)
+        @settings(max_examples=examples(60), deadline=None)
         @given(ops=ops)
         def agree(ops: list[tuple[object, ...]]) -> None:
             runner.run(replay(pool, late_pool, ops, FULL, progress=Progress.TIMESTAMPS))
@@ -504,7 +504,7 @@ def test_memory_and_postgres_agree_on_every_wake_and_ledger_row(
     """
     with databases(pg_server, pg_template_incremental) as (runner, pool, late_pool):
 
-        @settings(max_examples=60, deadline=None)
+        @settings(max_examples=examples(60), deadline=None)
         @given(ops=OPS)
         def agree(ops: list[tuple[object, ...]]) -> None:
             runner.run(replay(pool, late_pool, ops, interval, compact_at))
@@ -636,7 +636,7 @@ def test_writes_the_triggers_miss_are_late_never_wrong(
     ops = histories(weights, ARGS | HIDDEN)
     with databases(pg_server, pg_template_incremental) as (runner, pool, _):
 
-        @settings(max_examples=60, deadline=None)
+        @settings(max_examples=examples(60), deadline=None)
         @given(ops=ops)
         def late_never_wrong(ops: list[tuple[object, ...]]) -> None:
             full_passes, exact = runner.run(replay_hidden(pool, ops))

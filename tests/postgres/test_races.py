@@ -148,6 +148,7 @@ async def until_both_blocked(admin: asyncpg.Connection, pids: list[int]) -> None
                 " WHERE pid = ANY($1::int[]) AND wait_event_type = 'Lock'",
                 pids,
             )
+            await asyncio.sleep(0.001)  # leave the two cores to the statements waited on
 
 
 @pytest.fixture(name="footprint", params=["lean", "incremental"])

@@ -48,7 +48,7 @@ from stall_core import (
     plan_tick,
 )
 from stall_testing import RecordingWake
-from tests.support import T0, minutes
+from tests.support import T0, examples, minutes
 
 ENDPOINTS = ("a", "b", "é")
 QUEUES = ("lane", "Lane", QUARANTINE_QUEUE)
@@ -134,7 +134,7 @@ def boards(
 # -- plan_tick on generated values ---------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(boards())
 def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
     board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
@@ -168,7 +168,7 @@ def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(
     assert len(plan.charges) <= policy.tick_limit
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(boards())
 def test_plan_tick_drains_are_drains_and_orphans(
     board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
@@ -184,7 +184,7 @@ def test_plan_tick_drains_are_drains_and_orphans(
     assert set() == {n.key for n in plan.charges} & set(plan.drained)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(boards())
 def test_plan_tick_never_charges_a_non_candidate(
     board: tuple[list[PairState], dict[PairKey, LedgerRow], datetime, PacingPolicy],
@@ -645,7 +645,7 @@ class BoardMachine(RuleBasedStateMachine):
 
 
 BoardMachine.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

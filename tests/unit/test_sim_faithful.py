@@ -25,6 +25,7 @@ from stall_sim import (
     simulate,
 )
 from stall_testing import RecordingWake
+from tests.support import examples
 
 from .sim_strategies import scenarios as sim_scenarios
 
@@ -207,7 +208,7 @@ pacings = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario=scenarios, policy=pacings, seed=st.integers(0, 2**16))
 def test_random_runs_replay_to_the_same_nudges(
     scenario: Scenario, policy: PacingPolicy, seed: int

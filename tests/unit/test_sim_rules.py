@@ -52,6 +52,7 @@ from stall_sim.rules import (
 )
 from stall_sim.scenario import pair_keys
 from stall_sim.sweep import DuePairs
+from tests.support import examples
 
 from .sim_strategies import scenarios as sim_scenarios
 
@@ -91,7 +92,7 @@ def pair_state(created_us: int, claim_at: datetime | None = None) -> PairState:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(created_us=st.integers(0, 10**12), threshold_us=thresholds, tick_us=tick_lengths)
 def test_first_stalled_tick_is_the_first_tick_is_candidate_holds(
     created_us: int, threshold_us: int, tick_us: int
@@ -110,7 +111,7 @@ def test_first_stalled_tick_is_the_first_tick_is_candidate_holds(
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     policy=policies,
     tick_us=tick_lengths,
@@ -145,7 +146,7 @@ def test_due_ticks_are_the_first_ticks_decide_charges(
             assert isinstance(decision(tick - 1), Wait)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     has_row=st.booleans(),
     nudges=st.integers(0, 7),
@@ -173,7 +174,7 @@ def test_progress_and_nudges_spent_agree_with_the_core(
     assert effective_nudges(pair, row) == nudges_spent(nudges if has_row else None, progressed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(pairs=st.integers(1, 3000), queues_per_endpoint=st.integers(1, 40))
 def test_pair_index_order_is_code_point_order(pairs: int, queues_per_endpoint: int) -> None:
     """The layout's (endpoint_id, queue) keys sort as pair indexes do (plan_tick's tie-break)."""
@@ -183,7 +184,7 @@ def test_pair_index_order_is_code_point_order(pairs: int, queues_per_endpoint: i
     assert len(set(keys)) == pairs
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(at_us=st.integers(0, 10**13), tick_us=tick_lengths)
 def test_tick_at_or_after_is_the_first_sweep_that_sees_an_event(at_us: int, tick_us: int) -> None:
     """An event at a tick's instant is seen by that tick's sweep; one between ticks by the next."""
@@ -208,7 +209,7 @@ def held_boards(draw: st.DrawFn) -> tuple[list[tuple[int, int, int]], int, int, 
     return due, pairs, queues_per_endpoint, draw(st.integers(1, 6))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(board=held_boards(), churn=st.lists(st.integers(0, 59), max_size=30))
 def test_due_pairs_take_what_plan_tick_charges(
     board: tuple[list[tuple[int, int, int]], int, int, int], churn: list[int]
@@ -259,7 +260,7 @@ def test_due_pairs_take_what_plan_tick_charges(
     assert len(due) - len(taken) == held.count
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     spent=st.integers(0, 10**6),
     created_us=st.integers(0, 10**12),
@@ -300,7 +301,7 @@ def checked_and_plain(scenario: Scenario, pacing: PacingPolicy, seed: int) -> li
     ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario=boards, pacing=policies, seed=st.integers(0, 2**16))
 def test_the_fast_path_charges_and_drains_what_plan_tick_does_on_every_tick(
     scenario: Scenario, pacing: PacingPolicy, seed: int
