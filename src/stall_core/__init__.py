@@ -9,6 +9,7 @@ the ports below. ruff's banned-api rule and tests/unit/test_purity.py enforce it
 
 from ._decide import (
     FULL_PASS_INTERVAL,
+    HELD_RETRY_FRACTION,
     Capped,
     Charge,
     Decision,
@@ -56,6 +57,7 @@ from ._values import (
 
 __all__ = [
     "FULL_PASS_INTERVAL",
+    "HELD_RETRY_FRACTION",
     "QUARANTINE_QUEUE",
     "Capped",
     "Charge",

@@ -20,6 +20,7 @@ from ._values import QUARANTINE_QUEUE, LedgerRow, Nudge, PairKey, PairState, Tod
 
 __all__ = [
     "FULL_PASS_INTERVAL",
+    "HELD_RETRY_FRACTION",
     "Capped",
     "Charge",
     "Decision",
@@ -324,15 +325,29 @@ def swept_recently(swept_at: datetime | None, now: datetime, every: timedelta | 
     return swept_at <= now < swept_at + every
 
 
-def next_sweep_in(swept_at: datetime | None, now: datetime, every: timedelta) -> timedelta:
+#: A tick skipped while its fleet's record says a sweep is due met another instance
+#: holding the tick (sweeping, or refunding); it looks again after this part of an
+#: interval, not at once: the holder's record commits only when it is done.
+HELD_RETRY_FRACTION = 10
+
+
+def next_sweep_in(
+    swept_at: datetime | None, now: datetime, every: timedelta, *, skipped: bool = False
+) -> timedelta:
     """How long a looping instance waits after a tick at ``now``: to ``every`` past the last sweep.
 
     The fleet's record, not this instance's own phase, sets the pace, so N
     instances on any phases sweep once an interval between them. Never more
     than ``every`` (a record from the future, a moved clock), never less than
-    nothing; without a record, a whole interval.
+    nothing; without a record, a whole interval. A ``skipped`` tick that
+    found a sweep due found the tick held by another instance, whose record
+    is not committed yet: it looks again after ``every / HELD_RETRY_FRACTION``
+    (looking again at once would query the database in a loop until then).
     """
     aware("now", now)
     if swept_at is None:
         return every
-    return min(max(swept_at + every - now, timedelta(0)), every)
+    wait = min(max(swept_at + every - now, timedelta(0)), every)
+    if skipped and not wait:
+        return every / HELD_RETRY_FRACTION
+    return wait

@@ -77,7 +77,7 @@ def _wait_after(result: TickReport | TickFailure, every: timedelta) -> float:
     """Seconds until the next tick: from the fleet's record, or a whole interval without one."""
     if isinstance(result, TickFailure):
         return every.total_seconds()
-    return next_sweep_in(result.swept_at, result.now, every).total_seconds()
+    return next_sweep_in(result.swept_at, result.now, every, skipped=result.skipped).total_seconds()
 
 
 def _fields(tick: int, nudge: Nudge) -> dict[str, Any]:

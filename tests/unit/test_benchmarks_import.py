@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.parametrize(
     "name",
-    ["backlog", "dispatch", "host_writes", "sim_speed", "sweep_scale"],
+    ["backlog", "dispatch", "fleet", "host_writes", "sim_speed", "sweep_scale"],
 )
 def test_benchmark_imports(name: str) -> None:
     """Each script under benchmarks/ imports and has a main entry point."""

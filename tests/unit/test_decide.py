@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from stall_core import (
+    HELD_RETRY_FRACTION,
     QUARANTINE_QUEUE,
     Capped,
     Charge,
@@ -678,6 +679,25 @@ def test_a_looping_instance_waits_until_an_interval_after_the_fleet_swept(
     swept_at = None if swept_ago is None else T0 - swept_ago
 
     assert wait == next_sweep_in(swept_at, T0, timedelta(seconds=15))
+
+
+@pytest.mark.parametrize(
+    ("swept_ago", "wait"),
+    [
+        (timedelta(seconds=15), timedelta(seconds=1.5)),  # due: the holder has not committed
+        (timedelta(minutes=5), timedelta(seconds=1.5)),  # long overdue, held all the same
+        (timedelta(seconds=4), timedelta(seconds=11)),  # swept 4 s ago: the record paces it
+        (None, timedelta(seconds=15)),  # no record yet: a whole interval
+    ],
+)
+def test_a_tick_skipped_while_a_sweep_is_due_looks_again_after_a_tenth_of_an_interval(
+    swept_ago: timedelta | None, wait: timedelta
+) -> None:
+    """A tick held by another instance waits every / HELD_RETRY_FRACTION, never nothing."""
+    swept_at = None if swept_ago is None else T0 - swept_ago
+
+    assert 10 == HELD_RETRY_FRACTION
+    assert wait == next_sweep_in(swept_at, T0, timedelta(seconds=15), skipped=True)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,41 @@
+"""The fleet benchmark, run small: real sidecars on random phases keep one sweep per interval."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ("--sidecars", "2", "--intervals", "4", "--interval", "1")
+LINE = re.compile(
+    r"fleet: sidecars=(?P<sidecars>\d+) sweeps_per_interval=(?P<sweeps>\d+\.\d+)"
+    r" max_wakes_per_interval=(?P<wakes>\d+)"
+)
+
+
+def test_two_sidecars_sweep_at_most_once_an_interval_and_wake_at_most_the_tick_limit(
+    pg_server: str,
+) -> None:
+    """Sweeps are an interval apart by design, so both figures hold whatever the machine's speed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.fleet", *SMALL, "--dsn", pg_server],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert 0 == done.returncode, done.stderr
+    found = LINE.fullmatch(done.stdout.splitlines()[-1])
+    assert found is not None, done.stdout
+    assert "2" == found["sidecars"]
+    # At most 4 sweeps in 4 intervals (sweeps are at least an interval apart), and some.
+    assert 0 < float(found["sweeps"]) <= 1.0
+    assert int(found["wakes"]) <= 4
