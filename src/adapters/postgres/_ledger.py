@@ -197,10 +197,14 @@ class PostgresLedger:
                 _SQL["tick_lock"], TICK_LOCK_KEY, str(int(self._timeout * 1000))
             )
             assert lock is not None  # a SELECT with no FROM returns its one row
+            got: bool = lock["got"]
+            if got:
+                lock = await conn.fetchrow(_SQL["tick_record"])
+                assert lock is not None  # one row, as tick_lock's
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
             swept_at: datetime | None = lock["swept_at"]
             self._footprint = lock["footprint"]
-            if not lock["got"]:
+            if not got:
                 return ChargeOutcome(now=now, skipped=True, swept_at=swept_at)
             if swept_recently(swept_at, now, every):
                 return ChargeOutcome(now=now, skipped=True, swept_at=swept_at)

@@ -1,12 +1,11 @@
 -- statement: tick_lock
 -- Take the fleet's tick lock for this transaction (or learn another instance holds it), then read the time and the fleet's record.
 -- $1 the tick lock's key, $2 statement and lock timeout (ms, as text), for the rest of this transaction.
--- The subquery (OFFSET 0 keeps it apart) runs first, so the clock is read after the lock is
--- held: a sweep's "now" is never earlier than the commit of the sweep before it.
--- Transaction-level only, so it works behind a transaction-pooling PgBouncer.
--- It also marks the transaction as a sweep's (its drains need no change logged), turns
--- JIT off (compiling a statement of a few index probes costs far more than running
--- it), and reads the footprint and when the fleet last swept and last ran a full pass.
+-- The record read here is this statement's snapshot, taken before the lock: enough for an
+-- instance that did not get the lock to pace itself by. One that did reads it again
+-- (tick_record). Transaction-level only, so it works behind a transaction-pooling PgBouncer.
+-- It also marks the transaction as a sweep's (its drains need no change logged) and turns
+-- JIT off (compiling a statement of a few index probes costs far more than running it).
 SELECT l.got, clock_timestamp() AS now, s.swept_at, s.full_pass_at,
        coalesce(f.footprint, 'lean') AS footprint
   FROM (SELECT set_config('statement_timeout', $2, true),
@@ -15,6 +14,17 @@ SELECT l.got, clock_timestamp() AS now, s.swept_at, s.full_pass_at,
                set_config('jit', 'off', true),
                pg_try_advisory_xact_lock($1) AS got
         OFFSET 0) l
+  LEFT JOIN stall_nudge.sweeps s ON true
+  LEFT JOIN stall_nudge.settings f ON true;
+
+-- statement: tick_record
+-- With the tick lock held: the time and the fleet's record, in a snapshot taken after the lock.
+-- The sweep before this one committed before the lock was free, so it is seen here: a
+-- sweep's "now" is never earlier than that commit, and the fleet never sweeps twice
+-- within an interval because one snapshot predates the other's commit.
+SELECT clock_timestamp() AS now, s.swept_at, s.full_pass_at,
+       coalesce(f.footprint, 'lean') AS footprint
+  FROM (SELECT 1) one
   LEFT JOIN stall_nudge.sweeps s ON true
   LEFT JOIN stall_nudge.settings f ON true;
 
