@@ -1,7 +1,7 @@
 """Races: real sweeper processes on skewed wall clocks against one database, judged exactly.
 
     .venv/bin/python -m tests.stress.races                  # 10,000 trials: 4 and 8 instances
-    .venv/bin/python -m tests.stress.races --trials 48      # a short run (the test suite's)
+    .venv/bin/python -m tests.stress.races --trials 32      # a short run (the test suite's)
     .venv/bin/python -m tests.stress.races --footprint incremental
 
 Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an

@@ -40,7 +40,7 @@ import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.postgres import COMPACT_AT, DATABASE_ERRORS, PostgresHooks, PostgresLedger
-from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
+from stall_core import ChargeOutcome, Nudge, PacingPolicy, Progress, Sweeper, WakeReceipt
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
 SWEEPER_APP = "stall-nudge-sweeper"
@@ -66,6 +66,9 @@ SOAK_DELIVERY = DeliveryPolicy(
     max_response_bytes=16 * 1024,
 )
 TICK_INTERVAL = 0.25
+#: The incremental footprint's full pass, every few seconds here: the soak runs both it
+#: and the usual tick.
+FULL_PASS_INTERVAL = timedelta(seconds=5)
 
 _charged_at: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
     "charged_at", default=None
@@ -110,9 +113,15 @@ class JournalingLedger:
         self._inner = inner
         self._journal = journal
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+    @property
+    def progress(self) -> Progress:
+        return self._inner.progress
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
         try:
-            outcome = await self._inner.charge_due(policy=policy)
+            outcome = await self._inner.charge_due(policy=policy, every=every)
         except Exception as exc:
             self._journal.write(
                 "tick",
@@ -222,7 +231,12 @@ async def main_async(
                 workers=8,
             ) as dispatcher:
                 sweeper = Sweeper(
-                    ledger=JournalingLedger(PostgresLedger(pool, compact_at=compact_at), journal),
+                    ledger=JournalingLedger(
+                        PostgresLedger(
+                            pool, compact_at=compact_at, full_pass_interval=FULL_PASS_INTERVAL
+                        ),
+                        journal,
+                    ),
                     wake=StampingWake(dispatcher),
                     policy=SOAK_POLICY,
                 )

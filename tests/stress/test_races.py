@@ -51,11 +51,11 @@ def run_races(pg_server: str, *args: str) -> tuple[int, dict[str, str], str]:
 
 @pytest.mark.parametrize("footprint", FOOTPRINTS)
 def test_a_short_run_finds_no_violation(pg_server: str, footprint: str) -> None:
-    """Forty-eight trials over 4 and 8 sweeper processes end with every count 0 and exit 0."""
-    code, fields, output = run_races(pg_server, "--trials", "48", "--footprint", footprint)
+    """Thirty-two trials over 4 and 8 sweeper processes end with every count 0 and exit 0."""
+    code, fields, output = run_races(pg_server, "--trials", "32", "--footprint", footprint)
 
     assert 0 == code, output
-    assert "48" == fields["trials"]
+    assert "32" == fields["trials"]
     assert "8" == fields["instances"]
     assert dict.fromkeys(COUNTS, "0") == {name: fields[name] for name in COUNTS}, output
     assert 1.0 <= float(fields["db_sweeps_per_tick"]) <= 4.0
@@ -75,7 +75,7 @@ def test_a_short_run_finds_no_violation(pg_server: str, footprint: str) -> None:
 def test_a_broken_ledger_is_caught(pg_server: str, fault: str, count: str, footprint: str) -> None:
     """Each deliberately broken ledger makes its count non-zero and the run fail."""
     code, fields, output = run_races(
-        pg_server, "--trials", "28", "--instances", "4", "--fault", fault, "--footprint", footprint
+        pg_server, "--trials", "14", "--instances", "4", "--fault", fault, "--footprint", footprint
     )
 
     assert 1 == code, output
