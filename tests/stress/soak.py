@@ -1316,6 +1316,7 @@ async def _collect(
         drains=drains,
         ledger_resets=soak.ledger_resets,
         policy=SOAK_POLICY,
+        logged=soak.footprint == "incremental",
     )
     stalled_named = {m.webhook_id for m in receiver.messages if m.reason == "stalled"}
     ungated_named = await pool.fetchval(

@@ -303,6 +303,7 @@ def check(
     ledger_resets: Sequence[int],
     policy: PacingPolicy,
     refunds: Iterable[RefundRecord] = (),
+    logged: bool = True,
 ) -> Findings:
     """Run every invariant over one soak's records.
 
@@ -313,18 +314,34 @@ def check(
     lock): every row is gone there, so every pair starts over, as after a
     drain. The journals' ``charges``, ``refunds`` and ``drains`` are checked
     against the ledger's history, which is what is judged.
+
+    ``logged`` False (the lean footprint): no claim log is kept, so it must
+    stay empty, and progress is the host's claims by timestamp: a reset on a
+    live row needs a claim after the row's stamp, at or before the charge's.
     """
     tally = _Tally()
     charges = list(charges)
     acknowledged = {c.id for c in charges}
     writes = _from_history(ledger, charges, list(refunds), drains, tally)
     log = sorted(claim_log, key=lambda c: c.seq)
-    left = _check_log(log, claims, claims_left, tally)
+    claims = list(claims)
+    if logged:
+        left = _check_log(log, claims, claims_left, tally)
+    else:
+        left = len(list(claims_left))
+        for c in log[:1]:
+            tally.flag("phantom_write", f"{c.key}: the lean footprint logged claim #{c.claim_id}")
+        if left:
+            tally.flag("phantom_write", f"the lean footprint's claim log holds {left} rows")
+    by_pair: dict[PairKey, list[datetime]] = defaultdict(list)
+    for claim in claims:
+        by_pair[claim.key].append(claim.claimed_at)
     # A wake follows its journal line, so only an acknowledged charge has messages.
     extra, woken, unattributed = _messages(messages, acknowledged, tally)
     worst = 0
     for key, events in sorted(_events(writes, log, ledger_resets, tally).items()):
-        worst = max(worst, _replay(key, events, policy, tally))
+        host = None if logged else sorted(by_pair.get(key, ()))
+        worst = max(worst, _replay(key, events, policy, tally, host))
     violations = {kind: tally.counts[kind] for kind in VIOLATIONS}
     charged = [w.charge for w in writes if w.kind == "charge" and w.charge is not None]
     return Findings(
@@ -651,8 +668,17 @@ class _Pair:
         self.row = _row(self.key, write.old)
 
 
-def _replay(key: PairKey, events: Sequence[_Event], policy: PacingPolicy, tally: _Tally) -> int:
-    """Replay one pair's history; return its most counted charges between resets."""
+def _replay(
+    key: PairKey,
+    events: Sequence[_Event],
+    policy: PacingPolicy,
+    tally: _Tally,
+    host: Sequence[datetime] | None = None,
+) -> int:
+    """Replay one pair's history; return its most counted charges between resets.
+
+    ``host``: the pair's claims by timestamp, where no claim log is kept (lean).
+    """
     pair = _Pair(key)
     worst = 0
     for event in events:
@@ -677,7 +703,7 @@ def _replay(key: PairKey, events: Sequence[_Event], policy: PacingPolicy, tally:
         elif w.kind == "refund":
             _refund(pair, w, fresh, tally)
         else:
-            _charge(pair, w, event.claims, fresh, bool(again), policy, tally)
+            _charge(pair, w, event.claims, fresh, bool(again), policy, tally, host)
             worst = max(worst, pair.counted)
     if pair.kept is not None and not pair.kept & pair.unabsorbed.keys():
         tally.flag(
@@ -713,8 +739,10 @@ def _charge(
     again: bool,
     policy: PacingPolicy,
     tally: _Tally,
+    host: Sequence[datetime] | None = None,
 ) -> None:
-    """Judge one charge against the row and the claims its transaction absorbed."""
+    """Judge one charge against the row and its progress: the claims its transaction
+    absorbed, or (``host``, lean) the claims after the row's stamp up to the charge's."""
     cur = w.charge
     assert cur is not None  # a charge write carries its charge
     if pair.last is not None and pair.last.charged_at == cur.charged_at:
@@ -722,24 +750,33 @@ def _charge(
         return
     pair.last = cur
     pair.follow(w.write, tally)
-    _check_stamp(pair.key, cur, w.write, deletions, tally)
     row = pair.row
-    verdict = _judge(row, cur, fresh, policy)
+    if host is None:
+        progress = [c.claimed_at for c in fresh]
+        stamped = [c.claimed_at for c in deletions]
+    else:
+        # Whether a claim at or before the tick's instant was visible to it is unknown,
+        # so only a reset is judged by them: it needs one after the row's stamp.
+        after = row.last_nudged_at if row is not None else cur.charged_at
+        stamped = [at for at in host if after < at <= cur.charged_at]
+        progress = stamped if cur.number == 1 else []
+    _check_stamp(pair.key, cur, w.write, stamped, tally)
+    verdict = _judge(row, cur, progress, policy)
     if verdict is not None:
         found, why = verdict
         if not (again and found == "reset_without_claim"):  # flagged: a double reset
             tally.flag(found, f"{pair.key}: {_show(cur)} {why}")
     elif row is None:
         tally.judged["first"] += 1
-    elif fresh:
+    elif progress:
         tally.judged["reset"] += 1
         # Every claim it absorbed is stamped at or before the row's stamp: a reset that
         # timestamps alone ("a claim after the last nudge") would call unexplained.
-        tally.claims["late_resets"] += all(c.claimed_at <= row.last_nudged_at for c in fresh)
+        tally.claims["late_resets"] += all(at <= row.last_nudged_at for at in progress)
     else:
         tally.judged["retry" if row.nudges < pair.row_before else "step"] += 1
     pair.absorb(fresh, _show(cur), tally)
-    if row is None or fresh:
+    if row is None or progress:
         pair.counted = 0
     pair.row_before = cur.number
     pair.row = charge_row(cur.nudge)
@@ -749,7 +786,7 @@ def _charge(
 def _judge(
     row: LedgerRow | None,
     cur: ChargeRecord,
-    fresh: Sequence[ClaimWrite],
+    fresh: Sequence[datetime],
     policy: PacingPolicy,
 ) -> tuple[str, str] | None:
     """Why the ledger holding ``row`` must not have written ``cur``; None when it was legal."""
@@ -762,8 +799,7 @@ def _judge(
             return None  # progress: a reset
         return (
             "missed_reset",
-            f"after {_show_row(row)}, though it absorbed the claim at "
-            f"{fresh[0].claimed_at.isoformat()}",
+            f"after {_show_row(row)}, though it absorbed the claim at {fresh[0].isoformat()}",
         )
     if cur.number == row.nudges + 1:
         due = next_due_at(row, policy)
@@ -781,7 +817,7 @@ def _check_stamp(
     key: PairKey,
     cur: ChargeRecord,
     write: LedgerWrite,
-    absorbed: Sequence[ClaimWrite],
+    absorbed: Sequence[datetime],
     tally: _Tally,
 ) -> None:
     """A charge stamps ``charge_stamp`` of the latest claim it absorbed, at its tick's instant.
@@ -795,7 +831,7 @@ def _check_stamp(
         oldest=None,
         endpoint_active=True,
         has_receiver=True,
-        progress_at=max((c.claimed_at for c in absorbed), default=None),
+        progress_at=max(absorbed, default=None),
     )
     stamp = cur.charged_at
     if cur.acknowledged:
