@@ -100,7 +100,7 @@ from tests.stress.soak_check import (
     RefundRecord,
     check,
 )
-from tests.stress.soak_worker import SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
+from tests.stress.soak_worker import FULL_PASS_S, SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
 
 __all__ = ["SoakResult", "main", "run_soak"]
 
@@ -374,8 +374,10 @@ class Receiver:
         self.base = f"http://127.0.0.1:{sock.getsockname()[1]}"
 
     async def stop(self) -> None:
+        """Stop answering: requests already received are handled (and wake their consumers)."""
         if self._runner is not None:
-            await self._runner.cleanup()
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
     async def _elsewhere(self, request: web.Request) -> web.Response:
         raise AssertionError("a redirect was followed")  # the dispatcher never follows them
@@ -556,9 +558,11 @@ class Soak:
         workdir: Path,
         say: Any,
         footprint: str = "incremental",
+        full_pass_s: float = FULL_PASS_S,
     ) -> None:
         self.seconds = seconds
         self.footprint = footprint
+        self.full_pass_s = full_pass_s
         #: set once the load phase is over (it may run longer than ``seconds``)
         self.load_over = asyncio.Event()
         #: what the soak waited for past its nominal time, and how long (seconds)
@@ -606,6 +610,8 @@ class Soak:
                 str(queue_size),
                 "--compact-at",
                 str(COMPACTING_WORKERS.get(worker, COMPACT_AT)),
+                "--full-pass-s",
+                str(self.full_pass_s),
                 cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])},
                 stdout=asyncio.subprocess.DEVNULL,
@@ -1052,9 +1058,16 @@ async def _soak(
     workdir: Path,
     say: Any,
     footprint: str,
+    full_pass_s: float,
 ) -> SoakResult:
     soak = Soak(
-        seconds=seconds, pairs=pairs, seed=seed, workdir=workdir, say=say, footprint=footprint
+        seconds=seconds,
+        pairs=pairs,
+        seed=seed,
+        workdir=workdir,
+        say=say,
+        footprint=footprint,
+        full_pass_s=full_pass_s,
     )
     started = time.monotonic()
     with _private_postgres() as server:
@@ -1110,10 +1123,17 @@ async def _soak(
 
                 await soak.until("every sweeper to tick after each fault", recovered)
                 await soak.stop_workers()
+                # A request a stopped worker sent may still wait for the receiver: take it,
+                # then settle every consumer it woke, and read the record on one snapshot.
+                await receiver.stop()
                 await consumers.settle()
-                return await _collect(
-                    soak, host_pool, receiver, consumers, pending, started, recovery
-                )
+                async with (
+                    host_pool.acquire() as conn,
+                    conn.transaction(isolation="repeatable_read", readonly=True),
+                ):
+                    return await _collect(
+                        soak, conn, receiver, consumers, pending, started, recovery
+                    )
         finally:
             for proc in soak.procs.values():
                 if proc.returncode is None:
@@ -1222,7 +1242,7 @@ def _keep_records(
 
 async def _collect(
     soak: Soak,
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool | asyncpg.Connection,
     receiver: Receiver,
     consumers: Consumers,
     pending: int,
@@ -1405,6 +1425,7 @@ def run_soak(
     workdir: Path | None = None,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
     footprint: str = "incremental",
+    full_pass_s: float = FULL_PASS_S,
 ) -> SoakResult:
     """Run the soak for ``minutes`` of load (plus setup and settling) and check its invariants.
 
@@ -1427,6 +1448,7 @@ def run_soak(
             workdir=workdir,
             say=say,
             footprint=footprint,
+            full_pass_s=full_pass_s,
         )
     )
 
@@ -1441,6 +1463,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=FOOTPRINTS,
         default="incremental",
         help="incremental (default: the claim log is audited too) or lean",
+    )
+    parser.add_argument(
+        "--full-pass-s",
+        type=float,
+        default=FULL_PASS_S,
+        help=f"incremental: seconds between full passes (default {FULL_PASS_S:g})",
     )
     parser.add_argument("--workdir", type=Path, help="keep the journals and logs here")
     args = parser.parse_args(argv)
@@ -1457,7 +1485,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"soak: journals and logs in {workdir}", flush=True)
     result = run_soak(
-        args.minutes, pairs=args.pairs, seed=args.seed, workdir=workdir, footprint=args.footprint
+        args.minutes,
+        pairs=args.pairs,
+        seed=args.seed,
+        workdir=workdir,
+        footprint=args.footprint,
+        full_pass_s=args.full_pass_s,
     )
     print(
         json.dumps(
