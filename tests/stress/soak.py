@@ -1,6 +1,7 @@
 """The soak: four sweeper processes, one PostgreSQL, a loopback receiver, faults, invariants.
 
     .venv/bin/python tests/stress/soak.py --minutes 10   # or: python -m tests.stress.soak
+    .venv/bin/python -m tests.stress.soak --footprint lean
 
 Real parts only, on a compressed clock (policy in seconds, not minutes):
 
@@ -34,11 +35,25 @@ workers' journals, a trigger records every write to the ledger table
 (``soak_ledger_audit``), so a charge whose tick died after its commit
 (journaled by nobody, woken by nobody) is judged too; the two must agree.
 Another records every row inserted into and deleted from the claim log
-(``soak_claim_audit``, each row with an identity this database alone adds),
+(``soak_claim_audit``, each row of ``stall_nudge.claims`` with an identity
+this database alone adds),
 both with the writing transaction's id and one sequence's number, so the
 checker knows exactly which claims each tick absorbed or compacted, in
 commit order, with no timestamp in the judgement; the ledger's drops draw a
 number from that sequence too.
+
+The database is migrated in ``--footprint``: incremental (the default; the
+claim log is audited row by row) or lean (no claim log: resets are judged
+by the host's claims' timestamps).
+
+Nothing the soak concludes depends on how fast the machine runs. The load
+lasts ``--minutes``, and then on until every fault class was injected and
+the consumers made every kind of claim; a fault that could not be injected
+(no sweeper connected yet, a lock not granted) is tried again; the settle
+phase lasts until the backlog drained; the sweepers stop once each ticked
+again after every fault. Each of these waits is bounded by ``PATIENCE_S``,
+which only a hang reaches, and each one that took longer than planned is
+said as it starts and listed in the output (``waited_s``).
 
 Then a settle phase (no faults, every endpoint active, every hook enabled)
 and the invariants (``tests.stress.soak_check``). The last line is exactly::

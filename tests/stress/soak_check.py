@@ -5,12 +5,12 @@ Inputs are the sweepers' journals (every charge each one got back from
 compare-and-set result, every drained row), the ledger's own history (every
 row write, recorded by a trigger on the ledger table with its transaction
 id), the claim log's own history (every row inserted into and deleted from
-``stall_nudge_claims``, with the row's identity and the transaction id,
+``stall_nudge.claims``, with the row's identity and the transaction id,
 recorded by a trigger on that table), the rows the claim log still holds at
 the end, the receiver's log (every request, its ``webhook-id`` and ``meta``),
 every claim the host made (the consumers' records and the final ``todos``)
 and the audit sequence numbers drawn while the ledger table was dropped.
-``tests/stress/test_check.py`` feeds each check a planted violation, so a zero
+``tests/stress/test_soak_check.py`` feeds each check a planted violation, so a zero
 in the soak's last line means "looked and found none".
 
 The histories are what is judged: a tick whose connection died after its
@@ -30,8 +30,11 @@ is the order those transactions committed in. (A claim's log row is written
 by the claiming transaction, outside the lock: its number only says it was
 written before any tick that deletes it.) A tick's ledger writes and the
 claim rows it deleted carry the same transaction id: the claims it absorbed
-(of a pair it charged or drained, or of a pair with no ledger row) or
-compacted (all but the latest claim of a pair that keeps its row).
+(of a pair it charged, drained or reset, or of a pair with no ledger row) or
+compacted (all but the latest claim of a pair that keeps its row). A row
+deleted by a tick is a drain (journaled) or a reset (a row with progress the
+tick did not charge, ``stall_core.Reset``; not journaled): the replay treats
+both alike, the pair starts over.
 
 Each pair's history is replayed in that order. The replay keeps the row the
 ledger must hold (``charge_row`` after a charge, ``refunded_row`` after a
@@ -70,6 +73,13 @@ its commit), so a charge that absorbed nothing is never blamed for a claim it
 may not have seen; only after a compaction is one proven seen by every later
 tick. A charge that did see a claim absorbs it, so a missed reset shows as a
 step that absorbed one.
+
+In the lean footprint no claim log is kept (``check(logged=False)``): it
+must stay empty, and progress is the host's claims by ``claimed_at``. A
+reset on a live row needs a claim after the row's stamp, at or before the
+charge's (so one claim explains one reset: the reset's stamp is at or after
+it); its stamp is the tick's instant or such a claim. An increment is never
+blamed for a claim, for the same reason as above.
 """
 
 from __future__ import annotations
