@@ -19,16 +19,18 @@ JSON command a line on stdin and answers each with one JSON line on stdout:
 End of input (or ``{"cmd": "exit"}``) closes the pool and exits 0.
 
 ``--fault`` swaps in a deliberately broken ledger, the judge's positive
-controls (``races.py --fault``): each must make its count non-zero. The SQL
-faults edit both charging statements, and the broken ledger runs the usual
-tick or the full pass as the real one would, so both are under test.
+controls (``races.py --fault``): each must make its count non-zero on either
+footprint. The SQL faults edit every tick statement (they share the judging
+part), and the broken ledger runs the lean tick, or the incremental full pass
+or usual tick, as the real one would, so each is under test.
 
-- ``no-lock``: a build with neither the tick lock nor the ON CONFLICT re-check
-  (duplicates);
-- ``double-count``: a tick never absorbs the claims it sees, so a claim stays
-  in the log and counts again at the next charge (double_resets);
-- ``ignore-claims``: the charge never reads the claim log: no claim is ever
-  progress, while charges still absorb the claims (stranded, lost);
+- ``no-lock``: a build with neither the fleet's tick lock nor the compare-and-set
+  on the row as locked (duplicates);
+- ``double-count``: a charge never consumes the progress it counts: a reset keeps
+  the row's stamp and no logged claim is deleted, so one claim resets the pair
+  again at the next sweep (double_resets);
+- ``ignore-claims``: the charge reads no progress, neither the claim log nor the
+  todos' ``claimed_at`` (lost);
 - ``no-refund``: a nudge that reached nobody is never refunded (stranded);
 - ``hide-charge``: charges commit but are never returned, so never woken (lost).
 """
@@ -43,7 +45,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -60,6 +62,7 @@ from stall_core import (
     LedgerPort,
     Nudge,
     PacingPolicy,
+    Progress,
     Sweeper,
     WakeReceipt,
     full_pass_due,
@@ -76,55 +79,65 @@ def _edit(sql: str, pattern: str, replacement: str, *, count: int = 1) -> str:
     """``sql`` with ``pattern`` replaced exactly ``count`` times (else the fault is stale)."""
     edited, made = re.subn(pattern, replacement, sql, flags=re.DOTALL)
     if made != count:
-        raise RuntimeError(f"fault no longer applies to ledger.sql: {pattern!r} matched {made}")
+        raise RuntimeError(f"fault no longer applies to tick.sql: {pattern!r} matched {made}")
     return edited
 
 
-def _ignore_claims(sql: str) -> str:
-    """The charge never reads the claim log: no progress, and a stamp of ``now`` alone."""
+def _no_lock(sql: str) -> str:
+    """No compare-and-set on the row as locked (neither on its columns nor on its ctid)."""
     sql = _edit(
-        sql,
-        r"\n\s*OR EXISTS \(SELECT 1 FROM stall_nudge_claims progress_c\n.*?queue\)\)\)( AS fresh)",
-        r")\1",
+        sql, r"\n\s*AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at", ""
     )
     return _edit(
         sql,
-        r"\(SELECT max\(claim_c\.claimed_at\) FROM stall_nudge_claims claim_c\n.*?queue\)\)",
-        "NULL",
-    )
-
-
-#: Whether a tick is a full pass -> the statement it runs.
-STATEMENTS = {True: "charge_due", False: "charge_changed"}
-
-#: fault name -> how it edits both charging statements (they share these rules)
-FAULT_SQL: dict[str, Callable[[str], str]] = {
-    # No tick lock, and no compare-and-set on the row as locked (neither on its columns
-    # nor on its ctid, which a concurrent update also changes).
-    "no-lock": lambda sql: _edit(
-        _edit(
-            sql,
-            r"\n\s*AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at",
-            "",
-        ),
         r"n\.ctid = ANY \(ARRAY\(SELECT k\.row_ctid FROM due k WHERE k\.row_ctid IS NOT NULL\)\)"
         r"\n\s*AND ",
         "",
-    ),
-    # The tick never absorbs the claims it sees, so a claim counts again at the next charge.
-    "double-count": lambda sql: _edit(
-        sql, r"absorbed AS \(\n.*?\n\)\n", "absorbed AS (SELECT 1)\n"
-    ),
+    )
+
+
+def _double_count(sql: str) -> str:
+    """A charge never consumes the progress it counts: a reset keeps the row's stamp (so the
+    same claimed_at is after it again) and no logged claim is ever deleted."""
+    sql = _edit(
+        sql,
+        r"SET nudges = d\.spent \+ 1, last_nudged_at = d\.stamp",
+        "SET nudges = d.spent + 1,"
+        " last_nudged_at = CASE WHEN d.progress_at IS NULL THEN d.stamp ELSE n.last_nudged_at END",
+    )
+    return _edit(sql, r"absorbed AS \(\n.*?\n\)(?=,?\n)", "absorbed AS (SELECT 1)")
+
+
+def _ignore_claims(sql: str) -> str:
+    """The charge reads no progress, logged or by timestamp: the stamp is ``now`` alone."""
+    return _edit(
+        sql,
+        r"SELECT GREATEST\(\(SELECT max\(logged_c\.claimed_at\).*?END\) AS progress_at",
+        "SELECT NULL::timestamptz AS progress_at",
+    )
+
+
+#: The tick statements a ledger runs: lean, and the incremental full pass and usual tick.
+TICK_STATEMENTS = ("tick_lean", "tick_full", "tick_changed")
+#: fault name -> how it edits every tick statement (they share the judging part)
+FAULT_SQL: dict[str, Callable[[str], str]] = {
+    "no-lock": _no_lock,
+    "double-count": _double_count,
     "ignore-claims": _ignore_claims,
 }
 FAULTS = ("none", *FAULT_SQL, "no-refund", "hide-charge")
+#: How often the incremental footprint's ledgers run a full pass here: often, so both
+#: the full pass and the usual tick are under test.
+FULL_PASS_INTERVAL = timedelta(seconds=1)
 
 
 class FaultyLedger:
     """A deliberately broken PostgresLedger: the positive controls of the judge.
 
-    It picks the usual tick or the full pass as PostgresLedger does, so a
-    fault in either statement is one the judge must catch.
+    It picks its statement as PostgresLedger does (the lean tick, or the
+    incremental full pass or usual tick), so a fault in any of them is one the
+    judge must catch. ``no-lock`` takes a lock key of its own, so no other
+    instance ever waits for it or skips.
     """
 
     def __init__(self, pool: asyncpg.Pool, fault: str) -> None:
@@ -132,34 +145,35 @@ class FaultyLedger:
         self._fault = fault
         self._inner = PostgresLedger(pool, timeout=20.0)
         edit = FAULT_SQL.get(fault, lambda sql: sql)
-        self._sql = {full: edit(_SQL[name]) for full, name in STATEMENTS.items()}
+        self._sql = {name: edit(_SQL[name]) for name in TICK_STATEMENTS}
+        self._lock_key = os.getpid() if fault == "no-lock" else TICK_LOCK_KEY
+        self._footprint: str | None = None
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
-        async with self._pool.acquire() as conn:
-            if self._fault == "no-lock":
-                lock = await conn.fetchrow(
-                    "SELECT clock_timestamp() AS now,"
-                    " (SELECT s.full_pass_at FROM stall_nudge_sweeps s) AS full_pass_at"
-                )
-                return charge_outcome(await self._charge(conn, lock, policy), lock["now"])
-            async with conn.transaction():
-                lock = await conn.fetchrow(_SQL["tick_lock"], TICK_LOCK_KEY, "20000")
-                if not lock["got"]:
-                    return ChargeOutcome(now=lock["now"], skipped=True)
-                rows = await self._charge(conn, lock, policy)
-        outcome = charge_outcome(rows, lock["now"])
+    @property
+    def progress(self) -> Progress:
+        return Progress.COMMIT_ORDER if self._footprint == "incremental" else Progress.TIMESTAMPS
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
+        async with self._pool.acquire() as conn, conn.transaction():
+            lock = await conn.fetchrow(_SQL["tick_lock"], self._lock_key, "20000")
+            now: datetime = lock["now"]
+            self._footprint = lock["footprint"]
+            if not lock["got"]:
+                return ChargeOutcome(now=now, skipped=True)
+            full = full_pass_due(lock["full_pass_at"], now, FULL_PASS_INTERVAL)
+            if lock["footprint"] == "lean":
+                statement = "tick_lean"
+            else:
+                statement = "tick_full" if full else "tick_changed"
+            rows = await conn.fetch(self._sql[statement], *charge_due_parameters(now, policy))
+            full_at = now if statement != "tick_changed" else None
+            await conn.execute(_SQL["record_sweep"], now, None, full_at, None)
+        outcome = charge_outcome(rows, now)
         if self._fault == "hide-charge":
             return ChargeOutcome(now=outcome.now, drained=outcome.drained)
         return outcome
-
-    async def _charge(
-        self, conn: asyncpg.Connection, lock: asyncpg.Record, policy: PacingPolicy
-    ) -> list[asyncpg.Record]:
-        statement = self._sql[full_pass_due(lock["full_pass_at"], lock["now"])]
-        rows: list[asyncpg.Record] = await conn.fetch(
-            statement, *charge_due_parameters(lock["now"], policy)
-        )
-        return rows
 
     async def refund(self, nudge: Nudge) -> bool:
         if self._fault == "no-refund":
@@ -184,8 +198,14 @@ class RefundRecorder:
         self._pool = pool
         self.refunds: list[RefundRecord] = []
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
-        return await self._inner.charge_due(policy=policy)
+    @property
+    def progress(self) -> Progress:
+        return self._inner.progress
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
+        return await self._inner.charge_due(policy=policy, every=every)
 
     async def refund(self, nudge: Nudge) -> bool:
         lb: datetime = await self._pool.fetchval("SELECT clock_timestamp()")
@@ -265,7 +285,9 @@ async def main_async(dsn: str, worker: int, fault: str) -> int:
     )
     try:
         ledger = RefundRecorder(
-            PostgresLedger(pool, timeout=20.0) if fault == "none" else FaultyLedger(pool, fault),
+            PostgresLedger(pool, timeout=20.0, full_pass_interval=FULL_PASS_INTERVAL)
+            if fault == "none"
+            else FaultyLedger(pool, fault),
             pool,
         )
         wake = RoutedWake()

@@ -1,10 +1,12 @@
 """Races: real sweeper processes on skewed wall clocks against one database, judged exactly.
 
     .venv/bin/python -m tests.stress.races                  # 10,000 trials: 4 and 8 instances
-    .venv/bin/python -m tests.stress.races --trials 60      # a short run (the test suite's)
+    .venv/bin/python -m tests.stress.races --trials 32      # a short run (the test suite's)
+    .venv/bin/python -m tests.stress.races --footprint incremental
 
 Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an
-embedded one) holding a throwaway database this script creates and drops;
+embedded one) holding a throwaway database this script creates and drops,
+migrated in ``--footprint`` (lean, the default, or incremental);
 4 and then 8 sweeper processes (``tests.stress.race_worker``), each under
 libfaketime (``stall_testing.skewed_env``) with its wall clock shifted by
 0, +2 s, -2 s, +30 s or -30 s,
@@ -27,7 +29,7 @@ every worker's answer: whether it skipped (missed the tick lock), the
 instant it decided at, its charges, deletions and refunds. Each host
 statement is bracketed by database clock reads (``lb`` before it, ``ub``
 after its commit). After the round the coordinator reads the trial's ledger
-row, todos and progress log (``stall_nudge_claims``). Round 1 is the race;
+row, todos and claim log (``stall_nudge.claims``, empty when lean). Round 1 is the race;
 round 2 settles; round 3 is a second action (the consumer woken claims, the
 change is reverted, the backlog returns, or the receiver heals); round 4
 settles again.
@@ -38,9 +40,12 @@ rounds), ``progress`` (a claim at tick, up to the cap), ``drain`` (the last
 todo claimed at tick), ``endpoint-change`` and ``hook-change`` (at tick),
 ``receiver-heal`` (wakes reach nobody or are refused, are refunded, then the
 pair is moved one backoff step on and the receiver answers). Some
-``progress`` trials (``late-claim``) start with a claim in the log stamped
-before the row's last nudge: one whose transaction committed after that
-charge looked, so no charge absorbed it and it is progress still.
+``endpoint-change`` trials (``paused-claimed``, ``disabled-claimed``) claim
+while no nudge may go out: the row is reset (deleted, unreported). In the
+incremental footprint some ``progress`` trials (``late-claim``) start with a
+claim in the log stamped before the row's last nudge: one whose transaction
+committed after that charge looked, so no charge absorbed it and it is
+progress still.
 
 Planting writes todos that are already claimed, which fires the claim log's
 trigger; those claims stand for work absorbed before the trial, so their log
@@ -61,20 +66,24 @@ before its statement's snapshot); it may be visible if ``lb`` is before the
 next sweep's ``now`` (or the round's end); statements of one action become
 visible in order, and never become invisible again.
 
-Progress is the library's claim log, modelled as such (not by timestamps):
-a claim enters the pair's log when its statement becomes visible, and stays
-until a sweep that sees it charges the pair, drains it, or finds no ledger
-row for it (that sweep absorbs every claim it sees of the pair, and none it
-does not). A pair with a row and a claim in its log has made progress
-(nudge 1 at once); a charge's stamp is its ``now``, or the latest claim in
-the log it sees if later. So a claim stamped before a charge read the time
-but committed after its snapshot is progress at the next sweep, and never
-twice. The judge keeps every hypothesis the observations leave open (how
-many statements each sweep saw, and so which claims it absorbed); each
-sweep's outcome for the pair (one charge with its number, stamp and named
-todo, a deletion, or nothing) must equal ``expect`` under at least one, and
-those it matches go on. After the round the log in the database must be one
-a surviving hypothesis leaves, which fixes the log the next round starts
+Progress follows the footprint (``progress_at``). Lean: a todo of the pair
+claimed after the row's stamp, by ``claimed_at`` (the spec's timestamps).
+Incremental: that, or a claim in the pair's claim log, modelled as a log: a
+claim enters it when its statement becomes visible, and stays until a sweep
+that sees it charges, drains or resets the pair, or finds no ledger row for
+it (that sweep absorbs every claim it sees of the pair, and none it does
+not); any other sweep keeps only the pair's latest. A pair with a row and
+progress is due nudge 1 at once or, if it is no candidate now, has its row
+deleted (a reset, which no sweeper reports); a charge's stamp is its
+``now``, or the progress if later. So in the incremental footprint a claim
+stamped before a charge read the time but committed after its snapshot is
+progress at the next sweep, and never twice. The judge keeps every
+hypothesis the observations leave open (how many statements each sweep saw,
+so which claims it absorbed, and whether it reset the row); each sweep's
+outcome for the pair (one charge with its number, stamp and named todo, a
+deletion, or nothing) must be ``expect``'s under at least one, and those it
+matches go on. After the round the row and the log in the database must be
+ones a surviving hypothesis leaves, which fixes what the next round starts
 from. Refunds (a worker's, after its own tick) wait for the tick lock, so no
 sweep's snapshot and compare-and-set straddle one. Whether a sweep
 saw a refund otherwise changes no outcome (the refunded charge is of the
@@ -103,7 +112,7 @@ it judges in the pair's own time. The counts:
   whose refund failed though nothing else changed its row;
 - ``other`` (per configuration; any makes the run fail): a charge with the
   wrong number, stamp or todo, a wrong or missed deletion, a ledger row or
-  progress log that does not match the replay, a todo a sweep changed, a
+  claim log that does not match the replay, a todo a sweep changed, a
   worker error.
 
 ``db_sweeps_per_tick`` is the non-skipped ``charge_due`` calls over rounds.
@@ -113,7 +122,8 @@ statement may or may not have been visible to it), ``seen`` / ``unseen``
 how that fell, ``turned_due`` trials whose threshold or backoff ran out
 between two sweeps, ``late`` resets owed to a claim of the trial stamped at
 or before the previous nudge (in flight while it was charged: the race a
-timestamp comparison gets wrong).
+timestamp comparison gets wrong), ``unreported_resets`` sweeps that must
+have deleted a row with progress they did not charge.
 
 Positive controls: ``--fault`` runs every worker on a deliberately broken
 ledger (``tests.stress.race_worker``), each of which must make its count
@@ -193,9 +203,9 @@ KINDS = (
 #: A host action starts this long after the tick commands are written (uniformly; negative:
 #: before them), so that sweeps see it, miss it, or race it.
 HOST_WINDOW_S = (-0.003, 0.003)
-#: Bounds: one round's answers, and a worker's start-up.
-ROUND_TIMEOUT_S = 60.0
-START_TIMEOUT_S = 30.0
+#: Bounds only a hang reaches: one round's answers, and the workers' start-up.
+ROUND_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 600.0
 #: Where a boundary instant (threshold passed, backoff expired) is planted: this far after setup.
 BOUNDARY_S = (0.0, 0.040)
 CLOCK = "SELECT clock_timestamp()"
@@ -242,7 +252,7 @@ class Facts:
 
 @attrs.frozen(order=True)
 class Claim:
-    """One claim of the pair: an entry of its progress log from the commit of its statement.
+    """One claim of the pair: an entry of its claim log from the commit of its statement.
 
     ``at`` is its ``claimed_at`` (pair time). ``round`` is the round whose
     host statement made it, with that statement's clock bounds ``lb`` and
@@ -257,7 +267,7 @@ class Claim:
     ub: datetime | None = None
 
 
-#: The pair's progress log as one sweep sees it: the visible claims no sweep has absorbed.
+#: The pair's claim log as one sweep sees it: the visible claims no sweep has absorbed.
 Log = frozenset[Claim]
 
 
@@ -287,10 +297,14 @@ def may_see(claim: Claim, sweep: SweepAt) -> bool:
     return claim.lb < sweep.upper
 
 
-#: ("none",) | ("drain",) | ("charge", number, stamp, todo_id)
+#: ("none",) | ("drain",) | ("reset",) | ("charge", number, stamp, todo_id)
 Outcome = tuple[Any, ...]
 NONE: Outcome = ("none",)
 DRAIN: Outcome = ("drain",)
+#: The row of a pair with progress the sweep does not charge is deleted (stall_core.Reset).
+#: A sweep does not report it: its sweeper sees NONE.
+RESET: Outcome = ("reset",)
+FOOTPRINTS = ("lean", "incremental")
 
 
 def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
@@ -298,18 +312,43 @@ def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
     return policy.delay_before(number)
 
 
+def progress_at(row: Row | None, facts: Facts, log: Log, footprint: str) -> datetime | None:
+    """The pair's progress as the sweep reads it, or None.
+
+    Lean: the latest ``claimed_at`` of the pair's todos after the row's stamp
+    (the spec's timestamps). Incremental: that, or the latest claim in the
+    claim log (commit order), whichever is later. With no row only the log
+    counts (the pair's next nudge is a first one anyway).
+    """
+    found: list[datetime] = []
+    if row is not None:
+        found += [
+            t.claimed_at
+            for t in facts.todos.values()
+            if t.claimed_at is not None and t.claimed_at > row.stamp
+        ]
+    if footprint == "incremental":
+        found += [c.at for c in log]
+    return max(found, default=None)
+
+
 def expect(
-    row: Row | None, facts: Facts, log: Log, now: datetime, policy: PacingPolicy = POLICY
+    row: Row | None,
+    facts: Facts,
+    log: Log,
+    now: datetime,
+    footprint: str = "lean",
+    policy: PacingPolicy = POLICY,
 ) -> Outcome:
     """What one sweep at ``now`` must do to the pair, by SPEC-0038's ledger rule.
 
-    ``log`` is the pair's progress log as the sweep sees it: the claims
-    visible to it that no earlier sweep absorbed. No gated pending work:
-    delete the row. A candidate with no row, or with a row and
-    a claim in the log (progress: a claim after the last nudge in commit
-    order), is charged nudge 1; otherwise nudge n+1 once its backoff has
-    passed, up to the cap. A charge stamps ``now``, or the latest claim
-    in the log if later.
+    ``log`` is the pair's claim log as the sweep sees it (incremental: the
+    claims visible to it that no earlier sweep absorbed). No gated pending
+    work: delete the row. A candidate with no row, or with a row and
+    progress (``progress_at``), is charged nudge 1; otherwise nudge n+1 once
+    its backoff has passed, up to the cap. A charge stamps ``now``, or the
+    progress if later. A row with progress the sweep does not charge is
+    deleted (a reset).
     """
     pending = sorted(
         (t.created_at, todo_id)
@@ -319,17 +358,22 @@ def expect(
     if not pending:
         return DRAIN if row is not None else NONE
     oldest_at, oldest_id = pending[0]
+    progress = progress_at(row, facts, log, footprint)
     if not (
         facts.endpoint_state == "active" and facts.receiver and oldest_at < now - policy.threshold
     ):
-        return NONE
-    last_claim = max((c.at for c in log), default=None)
-    stamp = now if last_claim is None or last_claim < now else last_claim
-    if row is None or last_claim is not None:
+        return RESET if row is not None and progress is not None else NONE
+    stamp = now if progress is None or progress < now else progress
+    if row is None or progress is not None:
         return ("charge", 1, stamp, oldest_id)
     if row.nudges < policy.cap and now >= row.stamp + delay_before(row.nudges + 1, policy):
         return ("charge", row.nudges + 1, stamp, oldest_id)
     return NONE
+
+
+def observed_as(outcome: Outcome) -> Outcome:
+    """What the sweeper reports of ``outcome``: a reset is not reported."""
+    return NONE if outcome == RESET else outcome
 
 
 def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
@@ -358,20 +402,22 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
 def after_outcome(row: Row | None, outcome: Outcome) -> Row | None:
     if outcome[0] == "charge":
         return Row(outcome[1], outcome[2])
-    if outcome[0] == "drain":
+    if outcome[0] in ("drain", "reset"):
         return None
     return row
 
 
 def log_after(row: Row | None, log: Log, outcome: Outcome) -> Log:
-    """What stays in the log after a sweep that saw ``row`` and ``log`` and did ``outcome``.
+    """What stays in the claim log after a sweep that saw ``row`` and ``log`` and did ``outcome``.
 
-    A sweep absorbs every claim it sees of a pair it charged or drained, or
-    of a pair with no ledger row; claims it did not see are not in ``log``.
+    A sweep absorbs every claim it sees of a pair it charged, drained or
+    reset, or of a pair with no ledger row; of the others' it keeps only the
+    latest (``claim_superseded``). Claims it did not see are not in ``log``.
     """
-    if row is None or outcome[0] in ("charge", "drain"):
+    if row is None or outcome[0] in ("charge", "drain", "reset") or not log:
         return frozenset()
-    return log
+    latest = max(c.at for c in log)
+    return frozenset(c for c in log if c.at == latest)
 
 
 # -- one trial: its plan, and what happened ------------------------------------------------
@@ -414,7 +460,7 @@ class RoundLog:
     refunds: list[Refund] = attrs.Factory(list)
     end: datetime | None = None
     row_after: Row | None = None
-    #: the pair's progress log after the round: its claimed_at instants, sorted (pair time)
+    #: the pair's claim log after the round: its claimed_at instants, sorted (pair time)
     log_after: tuple[datetime, ...] = ()
     bad: list[str] = attrs.Factory(list)
 
@@ -433,7 +479,7 @@ class Lane:
     scripts: dict[int, list[tuple[Any, ...]]]
     #: round -> how the wake treats this pair ("reach", "lost", "refuse")
     modes: dict[int, str]
-    #: the planted progress log: claims no charge absorbed before the trial
+    #: the planted claim log: claims no charge absorbed before the trial
     log: Log = frozenset()
     #: the instant the pair turns due by time alone (boundary variants), pair time
     boundary: datetime | None = None
@@ -451,8 +497,13 @@ class Lane:
         return f"{self.endpoint}-n{self.created}"
 
 
-def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int) -> Lane:
-    """Plan one trial of ``kind`` with every timestamp relative to the database's ``d``."""
+def _plant(
+    lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int, footprint: str = "lean"
+) -> Lane:
+    """Plan one trial of ``kind`` with every timestamp relative to the database's ``d``.
+
+    The claim log is planted only where it is kept (the incremental footprint).
+    """
     todos: dict[str, Todo] = {}
 
     def add(n: int, *, gated: bool = True, created_at: datetime | None = None) -> None:
@@ -537,8 +588,10 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
         if rng.random() < 0.5:
             absorbed(row.stamp)
         if rng.random() < 0.25:
-            log.add(late(row.stamp))
-            variant = "late-claim "
+            claim = late(row.stamp)
+            if footprint == "incremental":
+                log.add(claim)
+                variant = "late-claim "
         then, scripts[0] = rng.choice(
             [
                 ("complete", consume),
@@ -570,11 +623,18 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             variant = f"n={n}"
         add(rng.randint(2, 3))
         if kind == "endpoint-change":
-            if rng.random() < 0.6:
+            roll = rng.random()
+            if roll < 0.4:
                 state = rng.choice(["paused", "disabled"])
                 scripts[0] = [("endpoint", state)]
                 scripts[2] = [("endpoint", "active")]
                 variant += f" {state}"
+            elif roll < 0.6:
+                # Progress while no nudge may go out: the row is reset, not charged.
+                state = rng.choice(["paused", "disabled"])
+                scripts[0] = [("endpoint", state), ("claim_next",)]
+                scripts[2] = [("endpoint", "active")]
+                variant += f" {state}-claimed"
             else:
                 facts_kw["endpoint_state"] = rng.choice(["paused", "disabled"])
                 scripts[0] = [("endpoint", "active")]
@@ -672,28 +732,35 @@ def _trace(lane: Lane) -> str:
     return "\n".join(out)
 
 
-def judge(lane: Lane) -> Verdict:
+#: One open hypothesis: host statements seen so far, the claim log left, the ledger row.
+Hyp = tuple[int, Log, Row | None]
+
+
+def judge(lane: Lane, footprint: str = "lean") -> Verdict:
     """Replay one trial under ``expect`` and count every departure from the rule.
 
     The judge follows every hypothesis the observations leave open: how many
     of the round's host statements each sweep saw (a prefix, growing from
-    sweep to sweep), and so which claims were in the pair's log when it
-    looked and which it absorbed. A sweep's outcome must equal ``expect``
-    under at least one hypothesis; those it matches go on. After the round,
-    the log the database holds must be one that a surviving hypothesis
-    leaves (every claim of the round is visible by then), which pins the log
-    the next round starts from.
+    sweep to sweep), and so which claims it could read and absorb, and
+    whether it reset the row (a reset is not reported). A sweep's outcome
+    must be what ``expect`` says under at least one hypothesis; those it
+    matches go on. After the round, the ledger row and the claim log the
+    database holds must be ones a surviving hypothesis leaves (every claim of
+    the round is visible by then), which pins the state the next round
+    starts from.
     """
     v = Verdict()
-    row = lane.row
+    logged = footprint == "incremental"
     facts = lane.facts
-    #: the logs the round may start from (more than one only if they hold the same instants)
-    logs: set[Log] = {lane.log}
+    #: the (log, row) the round may start from (more than one log only if they hold the
+    #: same instants; one row, the one the database held)
+    starts: set[tuple[Log, Row | None]] = {(lane.log if logged else frozenset(), lane.row)}
     #: every claim of the trial so far, in the order they were made
     claims: list[Claim] = sorted(lane.log)
     #: claims that explained a reset: each explains one
     used: set[Claim] = set()
-    #: sweeps that absorbed the claims they saw (charged, drained, or saw no row)
+    #: sweeps that may have absorbed the claims they saw (charged, drained, reset, or saw
+    #: no row)
     absorbers: list[SweepAt] = []
     last_charge: SweepAt | None = None
     contested = turned_due = seen = unseen = False
@@ -713,8 +780,7 @@ def judge(lane: Lane) -> Verdict:
         made = _claims_of(r, rnd.statements)
         claims.extend(c for c in made if c is not None)
         sweeps = sorted(rnd.sweeps, key=lambda s: s.now)
-        #: (statements seen, the log left) after the sweeps so far, for every open hypothesis
-        hyps: set[tuple[int, Log]] = {(0, log) for log in logs}
+        hyps: set[Hyp] = {(0, log, row) for log, row in starts}
         ignored: list[str] = []
         assert rnd.end is not None
         changed_after: list[bool] = []
@@ -726,28 +792,34 @@ def judge(lane: Lane) -> Verdict:
             )
             k_min = sum(1 for s in rnd.statements if s.ub < at.now)
             k_max = sum(1 for s in rnd.statements if s.lb < at.upper)
-            options: dict[tuple[int, Log], Outcome] = {}
-            for k0, log0 in hyps:
+            options: dict[Hyp, Outcome] = {}
+            for k0, log0, row0 in hyps:
                 low = max(k0, k_min)
                 for k in range(low, max(k_max, low) + 1):
-                    log = log0 | _newly(made, k0, k)
-                    options[(k, log)] = expect(row, stages[k], log, at.now)
-            distinct = set(options.values())
+                    log = log0 | _newly(made, k0, k) if logged else frozenset()
+                    options[(k, log, row0)] = expect(row0, stages[k], log, at.now, footprint)
+            distinct = {observed_as(o) for o in options.values()}
             contested |= len(distinct) > 1
-            fewest = min(k for k, _ in options)
-            most = max(k for k, _ in options)
-            first = {o for (k, _), o in options.items() if k == fewest}
-            last = {o for (k, _), o in options.items() if k == most}
+            fewest = min(k for k, _, _ in options)
+            most = max(k for k, _, _ in options)
+            first = {observed_as(o) for (k, _, _), o in options.items() if k == fewest}
+            last = {observed_as(o) for (k, _, _), o in options.items() if k == most}
             observed = sweep.outcome
             if first != last:
                 # Which interleaving happened: the sweep saw the host action, or not yet.
                 seen |= observed in last
                 unseen |= observed in first
-            matched = {key for key, o in options.items() if o == observed}
+            matched = {key: o for key, o in options.items() if observed_as(o) == observed}
+            #: the rows this sweep may have found (several only after an unreported reset)
+            rows = {h[2] for h in matched or options}
             flagged = False
             # A reset is nudge 1 where the row's count would have gone on (a refunded
             # nudge 1, count 0, is tried again as nudge 1: that is no reset).
-            if observed[0] == "charge" and row is not None and observed[1] == 1 and row.nudges:
+            if (
+                observed[0] == "charge"
+                and observed[1] == 1
+                and all(row is not None and row.nudges for row in rows)
+            ):
                 # It needs a claim that no earlier reset used, that this sweep may have seen,
                 # and that the previous charge cannot have seen (it would have absorbed it).
                 fresh = [
@@ -761,18 +833,21 @@ def judge(lane: Lane) -> Verdict:
                     used.add(fresh[0])
                     # A claim of the trial stamped at or before the last nudge, yet progress
                     # (it was in flight then): the race timestamps got wrong.
-                    v.stats["late"] += fresh[0].round >= 0 and fresh[0].at <= row.stamp
+                    v.stats["late"] += fresh[0].round >= 0 and any(
+                        row is not None and fresh[0].at <= row.stamp for row in rows
+                    )
                 else:
                     flagged = True
                     note(
                         "double_resets",
                         r,
-                        f"w{sweep.worker} reset {row} to 1 at {at.now} (stamp {observed[2]})"
-                        " with no claim newly visible since the previous charge",
+                        f"w{sweep.worker} reset {sorted(rows, key=str)} to 1 at {at.now}"
+                        f" (stamp {observed[2]}) with no claim newly visible since the previous"
+                        " charge",
                     )
-            elif observed[0] == "charge" and row is not None and observed[1] >= 2:
-                # An increment while the log must have held a claim: one committed before this
-                # sweep read the clock that no absorbing sweep can have seen.
+            elif observed[0] == "charge" and observed[1] >= 2 and None not in rows:
+                # An increment while the pair must have had progress: a claim committed before
+                # this sweep read the clock that no absorbing sweep can have seen.
                 missed = [
                     c
                     for c in claims
@@ -781,8 +856,9 @@ def judge(lane: Lane) -> Verdict:
                 if missed:
                     flagged = True
                     ignored.append(
-                        f"w{sweep.worker} charged nudge {observed[1]} at {at.now} over {row},"
-                        f" ignoring the claim of {missed[0].todo} at {missed[0].at}"
+                        f"w{sweep.worker} charged nudge {observed[1]} at {at.now} over"
+                        f" {sorted(rows, key=str)}, ignoring the claim of {missed[0].todo}"
+                        f" at {missed[0].at}"
                     )
             if not matched and not flagged:
                 allowed = sorted(distinct, key=str)
@@ -796,14 +872,32 @@ def judge(lane: Lane) -> Verdict:
                     note("other", r, said)
             if observed[0] == "charge":
                 v.stats["charges"] += 1
-                if observed[1] == 1 and row is not None and row.nudges >= 1:
+                if observed[1] == 1 and all(row is not None and row.nudges for row in rows):
                     v.stats["resets"] += 1
                 last_charge = at
-            if row is None or observed[0] in ("charge", "drain"):
+            if matched and all(o == RESET for o in matched.values()):
+                v.stats["unreported_resets"] += 1
+            if (
+                any(row is None for row in rows)
+                or observed[0] != "none"
+                or (any(o == RESET for o in matched.values()))
+            ):
                 absorbers.append(at)
-            hyps = {(k, log_after(row, log, observed)) for k, log in matched or options}
+            if matched:
+                hyps = {
+                    (k, log_after(row, log, o) if logged else log, after_outcome(row, o))
+                    for (k, log, row), o in matched.items()
+                }
+            else:
+                hyps = {
+                    (
+                        k,
+                        log_after(row, log, observed) if logged else log,
+                        after_outcome(row, observed),
+                    )
+                    for k, log, row in options
+                }
             changed_after.append(observed != NONE)
-            row = after_outcome(row, observed)
         # An ignored claim strands the pair when work is left: the count it carries is too
         # high, so the pair reaches the cap (silence) early. When the claim took the last
         # work, the next sweep deletes the row and nothing carries on.
@@ -834,25 +928,37 @@ def judge(lane: Lane) -> Verdict:
                 note("other", r, f"refund of nudge {number} failed: {mine[0].result}")
             elif mine[0].result is False and not later_change:
                 note("stranded", r, f"refund of nudge {number} ({stamp}) missed its unchanged row")
-            elif mine[0].result is True and row == Row(number, stamp):
-                row = Row(number - 1, stamp)
+            elif mine[0].result is True:
+                hyps = {
+                    (k, log, Row(number - 1, stamp) if row == Row(number, stamp) else row)
+                    for k, log, row in hyps
+                }
         charged = {(s.worker, s.outcome[1], s.outcome[2]) for _, s in charges}
         for f in rnd.refunds:
             if (f.worker, f.number, f.charged_at) not in charged:
                 note("other", r, f"w{f.worker} refunded a nudge it did not charge: {f}")
         facts = stages[-1]
-        if row != rnd.row_after:
-            note("other", r, f"ledger row {rnd.row_after} after the round, the replay says {row}")
-            row = rnd.row_after
+        kept = {h for h in hyps if h[2] == rnd.row_after}
+        if not kept:
+            said = " or ".join(sorted({str(h[2]) for h in hyps}))
+            note("other", r, f"ledger row {rnd.row_after} after the round, the replay says {said}")
+            kept = {(k, log, rnd.row_after) for k, log, _ in hyps}
         # Every claim of the round is visible now: the log holds what no sweep absorbed.
-        finals = {log | _newly(made, k, len(made)) for k, log in hyps}
-        logs = {f for f in finals if sorted(c.at for c in f) == list(rnd.log_after)}
-        if not logs:
-            said = " or ".join(sorted(_show(c.at for c in f) for f in finals))
-            note("other", r, f"progress log {_show(rnd.log_after)} after the round, replay: {said}")
+        finals = {
+            (log | _newly(made, k, len(made)) if logged else log, row) for k, log, row in kept
+        }
+        starts = {f for f in finals if sorted(c.at for c in f[0]) == list(rnd.log_after)}
+        if not starts:
+            said = " or ".join(sorted(_show(c.at for c in f) for f, _ in finals))
+            note("other", r, f"claim log {_show(rnd.log_after)} after the round, replay: {said}")
             known = {c.at: c for c in claims}
-            logs = {
-                frozenset(known.get(at, Claim(round=r, at=at, todo="?")) for at in rnd.log_after)
+            starts = {
+                (
+                    frozenset(
+                        known.get(at, Claim(round=r, at=at, todo="?")) for at in rnd.log_after
+                    ),
+                    rnd.row_after,
+                )
             }
     if lane.boundary is not None:
         before = [s for r in lane.rounds for s in r.sweeps if s.now <= lane.boundary]
@@ -950,12 +1056,18 @@ async def _workers(count: int, dsn: str, workdir: Path, fault: str) -> AsyncIter
             workers.append(await Worker.start(i, dsn, workdir, fault))
         async with asyncio.timeout(START_TIMEOUT_S):
             for w in workers:
+                asked = datetime.now(UTC)
                 w.send('{"cmd": "hello"}\n')
                 await w.flush()
                 hello = await w.answer()
-                skew = (datetime.fromisoformat(hello["wall"]) - datetime.now(UTC)).total_seconds()
-                # A set-up check that faketime took hold, not part of the judging.
-                if abs(skew - _offset_seconds(w.offset)) > 1.0:
+                answered = datetime.now(UTC)
+                wall = datetime.fromisoformat(hello["wall"])
+                skew = (wall - answered).total_seconds()
+                # A set-up check that faketime took hold, not part of the judging: the
+                # worker's clock read between the question and the answer, shifted.
+                shift = timedelta(seconds=_offset_seconds(w.offset))
+                slack = timedelta(seconds=1)
+                if not asked + shift - slack <= wall <= answered + shift + slack:
                     raise RaceAbort(
                         f"worker {w.index} runs {skew:+.1f} s off, not {w.offset}: "
                         "faketime did not shift its clock"
@@ -982,6 +1094,8 @@ class Options:
     fault: str = "none"
     #: consumers hold their claiming transaction open this long (widens progress at tick)
     claim_hold_s: float = 0.0
+    #: the footprint the database is migrated in (FOOTPRINTS)
+    footprint: str = "lean"
 
 
 @attrs.define
@@ -1024,11 +1138,13 @@ VALUES ($1, $2, $3, $4, $5, $1, $6, $7)
 """
 CLEANUP = (
     "DELETE FROM queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
-    "DELETE FROM stall_nudge_claims WHERE endpoint_id = ANY($1::text[])",
+    "DELETE FROM stall_nudge.claims WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM todos WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM notify_hooks WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM deliveries WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM endpoints WHERE id = ANY($1::text[])",
+    "DELETE FROM stall_nudge.changes WHERE endpoint_id = ANY($1::text[])",
+    "DELETE FROM stall_nudge.held WHERE endpoint_id = ANY($1::text[])",
 )
 
 
@@ -1043,7 +1159,9 @@ class Coordinator:
         rng: random.Random,
         result: ConfigResult,
         claim_hold_s: float,
+        footprint: str,
     ) -> None:
+        self.footprint = footprint
         self.admin = admin
         self.hosts = hosts
         self.workers = workers
@@ -1058,7 +1176,7 @@ class Coordinator:
                 await self._heal(lanes)
             await self._round(lanes, r)
         for lane in lanes:
-            self.result.add(lane, judge(lane))
+            self.result.add(lane, judge(lane, self.footprint))
         endpoints = [lane.endpoint for lane in lanes]
         async with self.admin.transaction():
             for sql in CLEANUP:
@@ -1072,7 +1190,7 @@ class Coordinator:
                 trial = first_trial + j
                 kind = KINDS[trial % len(KINDS)]
                 endpoint = f"r{self.result.instances}t{trial}"
-                lanes.append(_plant(endpoint, d, self.rng, kind, trial))
+                lanes.append(_plant(endpoint, d, self.rng, kind, trial, self.footprint))
             await self.admin.executemany(
                 "INSERT INTO endpoints (id, state) VALUES ($1, $2)",
                 [(lane.endpoint, lane.facts.endpoint_state) for lane in lanes],
@@ -1118,11 +1236,11 @@ class Coordinator:
             # Planting claimed todos fired the claim log's trigger: those claims were absorbed
             # before the trial; only the planted log (claims not yet absorbed) stays.
             await self.admin.execute(
-                "DELETE FROM stall_nudge_claims WHERE endpoint_id = ANY($1::text[])",
+                "DELETE FROM stall_nudge.claims WHERE endpoint_id = ANY($1::text[])",
                 [lane.endpoint for lane in lanes],
             )
             await self.admin.executemany(
-                "INSERT INTO stall_nudge_claims (endpoint_id, queue, claimed_at)"
+                "INSERT INTO stall_nudge.claims (endpoint_id, queue, claimed_at)"
                 " VALUES ($1, $2, $3)",
                 [(lane.endpoint, QUEUE, claim.at) for lane in lanes for claim in lane.log],
             )
@@ -1156,7 +1274,7 @@ class Coordinator:
                 # Shifting claimed_at fires the claim log's trigger: keep the pair's log as it
                 # was (shifted like everything else), not the rows the shift itself adds.
                 kept = await self.admin.fetch(
-                    "DELETE FROM stall_nudge_claims WHERE endpoint_id = $1"
+                    "DELETE FROM stall_nudge.claims WHERE endpoint_id = $1"
                     " RETURNING queue, claimed_at",
                     lane.endpoint,
                 )
@@ -1167,10 +1285,10 @@ class Coordinator:
                     step,
                 )
                 await self.admin.execute(
-                    "DELETE FROM stall_nudge_claims WHERE endpoint_id = $1", lane.endpoint
+                    "DELETE FROM stall_nudge.claims WHERE endpoint_id = $1", lane.endpoint
                 )
                 await self.admin.executemany(
-                    "INSERT INTO stall_nudge_claims (endpoint_id, queue, claimed_at)"
+                    "INSERT INTO stall_nudge.claims (endpoint_id, queue, claimed_at)"
                     " VALUES ($1, $2, $3)",
                     [(lane.endpoint, k["queue"], k["claimed_at"] - step) for k in kept],
                 )
@@ -1296,7 +1414,7 @@ class Coordinator:
             )
         }
         logged = await self.admin.fetch(
-            "SELECT endpoint_id, queue, claimed_at FROM stall_nudge_claims"
+            "SELECT endpoint_id, queue, claimed_at FROM stall_nudge.claims"
             " WHERE endpoint_id = ANY($1::text[])",
             endpoints,
         )
@@ -1429,7 +1547,9 @@ async def run_config(
             )
         hosts = [(pool, PostgresHost(pool)) for pool in pools]
         async with _workers(instances, dsn, opts.workdir, opts.fault) as workers:
-            coordinator = Coordinator(admin, hosts, workers, rng, result, opts.claim_hold_s)
+            coordinator = Coordinator(
+                admin, hosts, workers, rng, result, opts.claim_hold_s, opts.footprint
+            )
             # Progress every tenth of a long run; a short one prints only its result.
             step = (trials // 10) // LANES * LANES if trials >= 1000 else 0
             for offset in range(0, trials, LANES):
@@ -1475,7 +1595,7 @@ async def _races(server: str, opts: Options) -> list[ConfigResult]:
         dsn = with_database(server, name)
         conn = await asyncpg.connect(dsn)
         try:
-            await migrate(conn, host_schema=True)
+            await migrate(conn, host_schema=True, footprint=opts.footprint)
         finally:
             await conn.close()
         rng = random.Random(opts.seed)
@@ -1529,7 +1649,8 @@ def _kind_line(kind: str, v: Verdict) -> str:
         f"  {kind}: trials={s['trials']} contested={s['contested']}"
         f" (seen={s['seen']} unseen={s['unseen']}) turned_due={s['turned_due']}"
         f" charges={s['charges']} resets={s['resets']} refunds={s['refunds']}"
-        f" late={s['late']} ignored_drained={s['ignored_drained']}"
+        f" late={s['late']} unreported_resets={s['unreported_resets']}"
+        f" ignored_drained={s['ignored_drained']}"
         f" {counts}"
     )
 
@@ -1550,6 +1671,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=FAULTS,
         default="none",
         help="positive control: run every worker on a deliberately broken ledger",
+    )
+    parser.add_argument(
+        "--footprint",
+        choices=FOOTPRINTS,
+        default="lean",
+        help="the footprint to migrate the database in (default lean)",
     )
     parser.add_argument(
         "--claim-hold-ms",
@@ -1579,9 +1706,11 @@ def main(argv: list[str] | None = None) -> int:
         workdir=workdir,
         fault=args.fault,
         claim_hold_s=args.claim_hold_ms / 1000,
+        footprint=args.footprint,
     )
     print(
-        f"races: worker logs in {workdir}; offsets {', '.join(OFFSETS)}; fault={opts.fault};"
+        f"races: worker logs in {workdir}; footprint {opts.footprint};"
+        f" offsets {', '.join(OFFSETS)}; fault={opts.fault};"
         f" claim hold {args.claim_hold_ms:g} ms; seed {opts.seed}",
         flush=True,
     )
@@ -1605,7 +1734,8 @@ def main(argv: list[str] | None = None) -> int:
     largest = max(args.instances)
     figure = next((r for r in results if r.instances == 4), min(results, key=lambda r: r.instances))
     print(
-        f"# summary: instances is the largest count run ({largest});"
+        f"# summary ({opts.footprint} footprint): instances is the largest count run"
+        f" ({largest});"
         f" db_sweeps_per_tick is the {figure.instances}-instance figure"
     )
     print(

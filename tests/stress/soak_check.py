@@ -5,12 +5,12 @@ Inputs are the sweepers' journals (every charge each one got back from
 compare-and-set result, every drained row), the ledger's own history (every
 row write, recorded by a trigger on the ledger table with its transaction
 id), the claim log's own history (every row inserted into and deleted from
-``stall_nudge_claims``, with the row's identity and the transaction id,
+``stall_nudge.claims``, with the row's identity and the transaction id,
 recorded by a trigger on that table), the rows the claim log still holds at
 the end, the receiver's log (every request, its ``webhook-id`` and ``meta``),
 every claim the host made (the consumers' records and the final ``todos``)
 and the audit sequence numbers drawn while the ledger table was dropped.
-``tests/stress/test_check.py`` feeds each check a planted violation, so a zero
+``tests/stress/test_soak_check.py`` feeds each check a planted violation, so a zero
 in the soak's last line means "looked and found none".
 
 The histories are what is judged: a tick whose connection died after its
@@ -30,8 +30,11 @@ is the order those transactions committed in. (A claim's log row is written
 by the claiming transaction, outside the lock: its number only says it was
 written before any tick that deletes it.) A tick's ledger writes and the
 claim rows it deleted carry the same transaction id: the claims it absorbed
-(of a pair it charged or drained, or of a pair with no ledger row) or
-compacted (all but the latest claim of a pair that keeps its row).
+(of a pair it charged, drained or reset, or of a pair with no ledger row) or
+compacted (all but the latest claim of a pair that keeps its row). A row
+deleted by a tick is a drain (journaled) or a reset (a row with progress the
+tick did not charge, ``stall_core.Reset``; not journaled): the replay treats
+both alike, the pair starts over.
 
 Each pair's history is replayed in that order. The replay keeps the row the
 ledger must hold (``charge_row`` after a charge, ``refunded_row`` after a
@@ -70,6 +73,13 @@ its commit), so a charge that absorbed nothing is never blamed for a claim it
 may not have seen; only after a compaction is one proven seen by every later
 tick. A charge that did see a claim absorbs it, so a missed reset shows as a
 step that absorbed one.
+
+In the lean footprint no claim log is kept (``check(logged=False)``): it
+must stay empty, and progress is the host's claims by ``claimed_at``. A
+reset on a live row needs a claim after the row's stamp, at or before the
+charge's (so one claim explains one reset: the reset's stamp is at or after
+it); its stamp is the tick's instant or such a claim. An increment is never
+blamed for a claim, for the same reason as above.
 """
 
 from __future__ import annotations
@@ -303,6 +313,7 @@ def check(
     ledger_resets: Sequence[int],
     policy: PacingPolicy,
     refunds: Iterable[RefundRecord] = (),
+    logged: bool = True,
 ) -> Findings:
     """Run every invariant over one soak's records.
 
@@ -313,18 +324,34 @@ def check(
     lock): every row is gone there, so every pair starts over, as after a
     drain. The journals' ``charges``, ``refunds`` and ``drains`` are checked
     against the ledger's history, which is what is judged.
+
+    ``logged`` False (the lean footprint): no claim log is kept, so it must
+    stay empty, and progress is the host's claims by timestamp: a reset on a
+    live row needs a claim after the row's stamp, at or before the charge's.
     """
     tally = _Tally()
     charges = list(charges)
     acknowledged = {c.id for c in charges}
     writes = _from_history(ledger, charges, list(refunds), drains, tally)
     log = sorted(claim_log, key=lambda c: c.seq)
-    left = _check_log(log, claims, claims_left, tally)
+    claims = list(claims)
+    if logged:
+        left = _check_log(log, claims, claims_left, tally)
+    else:
+        left = len(list(claims_left))
+        for c in log[:1]:
+            tally.flag("phantom_write", f"{c.key}: the lean footprint logged claim #{c.claim_id}")
+        if left:
+            tally.flag("phantom_write", f"the lean footprint's claim log holds {left} rows")
+    by_pair: dict[PairKey, list[datetime]] = defaultdict(list)
+    for claim in claims:
+        by_pair[claim.key].append(claim.claimed_at)
     # A wake follows its journal line, so only an acknowledged charge has messages.
     extra, woken, unattributed = _messages(messages, acknowledged, tally)
     worst = 0
     for key, events in sorted(_events(writes, log, ledger_resets, tally).items()):
-        worst = max(worst, _replay(key, events, policy, tally))
+        host = None if logged else sorted(by_pair.get(key, ()))
+        worst = max(worst, _replay(key, events, policy, tally, host))
     violations = {kind: tally.counts[kind] for kind in VIOLATIONS}
     charged = [w.charge for w in writes if w.kind == "charge" and w.charge is not None]
     return Findings(
@@ -651,8 +678,17 @@ class _Pair:
         self.row = _row(self.key, write.old)
 
 
-def _replay(key: PairKey, events: Sequence[_Event], policy: PacingPolicy, tally: _Tally) -> int:
-    """Replay one pair's history; return its most counted charges between resets."""
+def _replay(
+    key: PairKey,
+    events: Sequence[_Event],
+    policy: PacingPolicy,
+    tally: _Tally,
+    host: Sequence[datetime] | None = None,
+) -> int:
+    """Replay one pair's history; return its most counted charges between resets.
+
+    ``host``: the pair's claims by timestamp, where no claim log is kept (lean).
+    """
     pair = _Pair(key)
     worst = 0
     for event in events:
@@ -677,7 +713,7 @@ def _replay(key: PairKey, events: Sequence[_Event], policy: PacingPolicy, tally:
         elif w.kind == "refund":
             _refund(pair, w, fresh, tally)
         else:
-            _charge(pair, w, event.claims, fresh, bool(again), policy, tally)
+            _charge(pair, w, event.claims, fresh, bool(again), policy, tally, host)
             worst = max(worst, pair.counted)
     if pair.kept is not None and not pair.kept & pair.unabsorbed.keys():
         tally.flag(
@@ -713,8 +749,10 @@ def _charge(
     again: bool,
     policy: PacingPolicy,
     tally: _Tally,
+    host: Sequence[datetime] | None = None,
 ) -> None:
-    """Judge one charge against the row and the claims its transaction absorbed."""
+    """Judge one charge against the row and its progress: the claims its transaction
+    absorbed, or (``host``, lean) the claims after the row's stamp up to the charge's."""
     cur = w.charge
     assert cur is not None  # a charge write carries its charge
     if pair.last is not None and pair.last.charged_at == cur.charged_at:
@@ -722,24 +760,33 @@ def _charge(
         return
     pair.last = cur
     pair.follow(w.write, tally)
-    _check_stamp(pair.key, cur, w.write, deletions, tally)
     row = pair.row
-    verdict = _judge(row, cur, fresh, policy)
+    if host is None:
+        progress = [c.claimed_at for c in fresh]
+        stamped = [c.claimed_at for c in deletions]
+    else:
+        # Whether a claim at or before the tick's instant was visible to it is unknown,
+        # so only a reset is judged by them: it needs one after the row's stamp.
+        after = row.last_nudged_at if row is not None else cur.charged_at
+        stamped = [at for at in host if after < at <= cur.charged_at]
+        progress = stamped if cur.number == 1 else []
+    _check_stamp(pair.key, cur, w.write, stamped, tally)
+    verdict = _judge(row, cur, progress, policy)
     if verdict is not None:
         found, why = verdict
         if not (again and found == "reset_without_claim"):  # flagged: a double reset
             tally.flag(found, f"{pair.key}: {_show(cur)} {why}")
     elif row is None:
         tally.judged["first"] += 1
-    elif fresh:
+    elif progress:
         tally.judged["reset"] += 1
         # Every claim it absorbed is stamped at or before the row's stamp: a reset that
         # timestamps alone ("a claim after the last nudge") would call unexplained.
-        tally.claims["late_resets"] += all(c.claimed_at <= row.last_nudged_at for c in fresh)
+        tally.claims["late_resets"] += all(at <= row.last_nudged_at for at in progress)
     else:
         tally.judged["retry" if row.nudges < pair.row_before else "step"] += 1
     pair.absorb(fresh, _show(cur), tally)
-    if row is None or fresh:
+    if row is None or progress:
         pair.counted = 0
     pair.row_before = cur.number
     pair.row = charge_row(cur.nudge)
@@ -749,7 +796,7 @@ def _charge(
 def _judge(
     row: LedgerRow | None,
     cur: ChargeRecord,
-    fresh: Sequence[ClaimWrite],
+    fresh: Sequence[datetime],
     policy: PacingPolicy,
 ) -> tuple[str, str] | None:
     """Why the ledger holding ``row`` must not have written ``cur``; None when it was legal."""
@@ -762,8 +809,7 @@ def _judge(
             return None  # progress: a reset
         return (
             "missed_reset",
-            f"after {_show_row(row)}, though it absorbed the claim at "
-            f"{fresh[0].claimed_at.isoformat()}",
+            f"after {_show_row(row)}, though it absorbed the claim at {fresh[0].isoformat()}",
         )
     if cur.number == row.nudges + 1:
         due = next_due_at(row, policy)
@@ -781,7 +827,7 @@ def _check_stamp(
     key: PairKey,
     cur: ChargeRecord,
     write: LedgerWrite,
-    absorbed: Sequence[ClaimWrite],
+    absorbed: Sequence[datetime],
     tally: _Tally,
 ) -> None:
     """A charge stamps ``charge_stamp`` of the latest claim it absorbed, at its tick's instant.
@@ -795,7 +841,7 @@ def _check_stamp(
         oldest=None,
         endpoint_active=True,
         has_receiver=True,
-        progress_at=max((c.claimed_at for c in absorbed), default=None),
+        progress_at=max(absorbed, default=None),
     )
     stamp = cur.charged_at
     if cur.acknowledged:

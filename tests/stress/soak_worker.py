@@ -40,7 +40,7 @@ import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.postgres import COMPACT_AT, DATABASE_ERRORS, PostgresHooks, PostgresLedger
-from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
+from stall_core import ChargeOutcome, Nudge, PacingPolicy, Progress, Sweeper, WakeReceipt
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
 SWEEPER_APP = "stall-nudge-sweeper"
@@ -66,6 +66,9 @@ SOAK_DELIVERY = DeliveryPolicy(
     max_response_bytes=16 * 1024,
 )
 TICK_INTERVAL = 0.25
+#: The incremental footprint's full pass, every few seconds by default here: the soak runs
+#: both it and the usual tick (``--full-pass-s``).
+FULL_PASS_S = 5.0
 
 _charged_at: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
     "charged_at", default=None
@@ -110,9 +113,15 @@ class JournalingLedger:
         self._inner = inner
         self._journal = journal
 
-    async def charge_due(self, *, policy: PacingPolicy) -> ChargeOutcome:
+    @property
+    def progress(self) -> Progress:
+        return self._inner.progress
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
         try:
-            outcome = await self._inner.charge_due(policy=policy)
+            outcome = await self._inner.charge_due(policy=policy, every=every)
         except Exception as exc:
             self._journal.write(
                 "tick",
@@ -195,7 +204,7 @@ async def _connect(dsn: str, stop: asyncio.Event) -> asyncpg.Pool | None:
 
 
 async def main_async(
-    dsn: str, worker: int, journal_path: str, queue_size: int, compact_at: int
+    dsn: str, worker: int, journal_path: str, queue_size: int, compact_at: int, full_pass_s: float
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -222,7 +231,14 @@ async def main_async(
                 workers=8,
             ) as dispatcher:
                 sweeper = Sweeper(
-                    ledger=JournalingLedger(PostgresLedger(pool, compact_at=compact_at), journal),
+                    ledger=JournalingLedger(
+                        PostgresLedger(
+                            pool,
+                            compact_at=compact_at,
+                            full_pass_interval=timedelta(seconds=full_pass_s),
+                        ),
+                        journal,
+                    ),
                     wake=StampingWake(dispatcher),
                     policy=SOAK_POLICY,
                 )
@@ -248,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--journal", required=True)
     parser.add_argument("--queue-size", type=int, default=1000)
     parser.add_argument("--compact-at", type=int, default=COMPACT_AT)
+    parser.add_argument("--full-pass-s", type=float, default=FULL_PASS_S)
     args = parser.parse_args(argv)
     # Expected failures (a dropped connection, a missing table) are logged by the
     # library at WARNING/ERROR; the soak keeps them in the worker's stderr file.
@@ -257,7 +274,14 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     return asyncio.run(
-        main_async(args.dsn, args.worker, args.journal, args.queue_size, args.compact_at)
+        main_async(
+            args.dsn,
+            args.worker,
+            args.journal,
+            args.queue_size,
+            args.compact_at,
+            args.full_pass_s,
+        )
     )
 
 

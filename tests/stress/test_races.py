@@ -1,8 +1,9 @@
 """The races benchmark, short: real sweeper processes on skewed clocks find no violation.
 
-``tests/stress/races.py`` runs as the issue asks (``--trials`` small), against
-a throwaway database on the session's server. Its positive controls run it
-on deliberately broken ledgers, so a clean line is known to mean something.
+``tests/stress/races.py`` runs with ``--trials`` small, against a throwaway
+database on the session's server, in each footprint. Its positive controls
+run it on deliberately broken ledgers, so a clean line is known to mean
+something.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.stress.races import FOOTPRINTS
 
 pytestmark = [
     pytest.mark.postgres,
@@ -46,12 +49,13 @@ def run_races(pg_server: str, *args: str) -> tuple[int, dict[str, str], str]:
     return done.returncode, match.groupdict(), output
 
 
-def test_a_short_run_finds_no_violation(pg_server: str) -> None:
-    """Sixty trials over 4 and 8 sweeper processes end with every count 0 and exit 0."""
-    code, fields, output = run_races(pg_server, "--trials", "60")
+@pytest.mark.parametrize("footprint", FOOTPRINTS)
+def test_a_short_run_finds_no_violation(pg_server: str, footprint: str) -> None:
+    """Thirty-two trials over 4 and 8 sweeper processes end with every count 0 and exit 0."""
+    code, fields, output = run_races(pg_server, "--trials", "32", "--footprint", footprint)
 
     assert 0 == code, output
-    assert "60" == fields["trials"]
+    assert "32" == fields["trials"]
     assert "8" == fields["instances"]
     assert dict.fromkeys(COUNTS, "0") == {name: fields[name] for name in COUNTS}, output
     assert 1.0 <= float(fields["db_sweeps_per_tick"]) <= 4.0
@@ -67,10 +71,11 @@ def test_a_short_run_finds_no_violation(pg_server: str) -> None:
         ("hide-charge", "lost"),
     ],
 )
-def test_a_broken_ledger_is_caught(pg_server: str, fault: str, count: str) -> None:
+@pytest.mark.parametrize("footprint", FOOTPRINTS)
+def test_a_broken_ledger_is_caught(pg_server: str, fault: str, count: str, footprint: str) -> None:
     """Each deliberately broken ledger makes its count non-zero and the run fail."""
     code, fields, output = run_races(
-        pg_server, "--trials", "28", "--instances", "4", "--fault", fault
+        pg_server, "--trials", "14", "--instances", "4", "--fault", fault, "--footprint", footprint
     )
 
     assert 1 == code, output

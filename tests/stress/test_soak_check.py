@@ -185,6 +185,8 @@ class Record:
     made: list[ClaimRecord] | None = None
     #: the claim log's rows at the end (every logged claim no step deleted, by default)
     left: list[int] | None = None
+    #: whether a claim log is kept (the incremental footprint); False: lean
+    logged: bool = True
 
     def check(self) -> Findings:
         seq, xids = itertools.count(1), itertools.count(1000)
@@ -279,6 +281,7 @@ class Record:
             drains={KEY: drains},
             ledger_resets=resets,
             policy=SOAK_POLICY,
+            logged=self.logged,
         )
 
 
@@ -822,3 +825,54 @@ def test_one_charge_journaled_by_two_sweepers_is_a_duplicate() -> None:
     _, planted = _duplicate_charges()
 
     assert {"duplicate_charges": 1} == _flagged(planted.check())
+
+
+# -- the lean footprint: no claim log, progress by the host's timestamps ----------------
+
+
+def _lean(*steps: Step) -> Findings:
+    """A lean record: its claims are the host's, none logged."""
+    lean = [
+        Claim(id=step.id, at=step.at, logged=False) if isinstance(step, Claim) else step
+        for step in steps
+    ]
+    return Record(lean, logged=False).check()
+
+
+def test_a_lean_reset_needs_a_claim_after_the_rows_stamp() -> None:
+    """Nudge 1 on a live row: legal with a claim after its stamp, else a reset without claim."""
+    claimed = _lean(_charge(1, 0), _charge(2, 1), _claim(1, 1.5), _charge(1, 2))
+    before = _lean(_charge(1, 0), _charge(2, 1), _claim(1, 0.5), _charge(1, 2))
+
+    assert ({}, 1) == (_flagged(claimed), claimed.judged["reset"])
+    assert {"reset_without_claim": 1} == _flagged(before)
+
+
+def test_one_lean_claim_explains_one_reset() -> None:
+    """The reset stamps at or after the claim, so the same claim is not after the next stamp."""
+    findings = _lean(_charge(1, 0), _claim(1, 0.5), _charge(1, 1), _charge(1, 3))
+
+    assert {"reset_without_claim": 1} == _flagged(findings)
+
+
+def test_a_lean_increment_over_a_claim_is_not_blamed() -> None:
+    """Whether a claim at or before the tick's instant was visible to it is unknown."""
+    findings = _lean(_charge(1, 0), _claim(1, 0.5), _charge(2, 1))
+
+    assert ({}, 1) == (_flagged(findings), findings.judged["step"])
+
+
+def test_a_lean_reset_stamps_its_instant_or_a_later_claim() -> None:
+    """The stamp is the tick's instant, or the latest claim after it; nothing else."""
+    later = _lean(_charge(1, 0), _claim(1, 3.05), _charge(1, 3.05, now=3))
+    elsewhere = _lean(_charge(1, 0), _claim(1, 2), _charge(1, 3.05, now=3))
+
+    assert {} == _flagged(later)
+    assert {"bad_stamp": 1} == _flagged(elsewhere)
+
+
+def test_a_claim_logged_in_the_lean_footprint_is_a_phantom() -> None:
+    """The lean footprint keeps no claim log: a row written or left there is a phantom."""
+    findings = Record([_charge(1, 0), _claim(1, 0.5), _charge(1, 1, absorbs=(1,))], logged=False)
+
+    assert {"phantom_write": 1} == _flagged(findings.check())
