@@ -212,3 +212,25 @@ async def test_demo_runs_on_the_embedded_default() -> None:
 
     assert 0 == result.status, result.out + result.err
     assert "verdict: OK" in result.out
+
+
+async def test_status_shows_the_footprint_and_a_slow_full_pass(
+    pg_dsn: str, pg_pool: asyncpg.Pool
+) -> None:
+    """status and migrate --check say when the full pass takes more than a tenth of the interval."""
+    await cli("sweep", "--once", "--dsn", pg_dsn)
+    quick = await cli("status", "--json", "--dsn", pg_dsn)
+    # As the fleet records it after a 900 ms full pass at a 5 s interval.
+    await pg_pool.execute("UPDATE stall_nudge.sweeps SET full_pass_ms = 900, interval_ms = 5000")
+    slow = await cli("status", "--json", "--dsn", pg_dsn)
+    table = await cli("status", "--dsn", pg_dsn)
+    check = await cli("migrate", "--check", "--dsn", pg_dsn)
+
+    fleet = json.loads(quick.out)["fleet"]
+    assert ("lean", []) == (fleet["footprint"], fleet["advice"])
+    assert fleet["swept_at"] is not None
+    [advice] = json.loads(slow.out)["fleet"]["advice"]
+    assert advice.startswith("the full pass took 900 ms, more than a tenth of the 5 s interval")
+    assert f"advice: {advice}" == table.out.splitlines()[-1]
+    assert table.out.splitlines()[-2].startswith("footprint lean; the fleet last swept ")
+    assert advice in check.out

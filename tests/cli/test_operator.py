@@ -89,8 +89,9 @@ async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
     assert (expected, expected) == (text.status, as_json.status), text.err
     pairs = json.loads(as_json.out)["pairs"]
     assert [expected == 3] == [p["needs_person"] for p in pairs]
-    _, row, *legend = text.out.splitlines()
+    _, row, *legend, fleet = text.out.splitlines()
     assert ("!" if expected == 3 else " ") == row[0]
+    assert fleet.startswith("footprint lean; the fleet last swept never"), fleet
     assert (["! needs a person: 1 of 1 pair"] if expected == 3 else []) == legend
 
 
@@ -111,7 +112,7 @@ async def test_status_shows_hook_health_before_auto_disable(
     table = await cli("status", "--dsn", pg_dsn)
     as_json = await cli("status", "--json", "--dsn", pg_dsn)
 
-    header, *rows, legend = table.out.splitlines()
+    header, *rows, legend, _fleet = table.out.splitlines()
     hooks = header.index("HOOKS")
     shown = {row[2:].split()[0]: (row[0], row[hooks:].split("  ")[0]) for row in rows}
     assert {"ep-1": ("!", "3 failures, 1 disabled"), "ep-2": (" ", "-")} == shown
@@ -136,7 +137,7 @@ async def test_status_cuts_long_cells_and_json_keeps_them_whole(
     as_json = await cli("status", "--json", "--dsn", pg_dsn)
 
     assert 0 == table.status, table.err
-    assert 5 == len(table.out.splitlines())
+    assert 6 == len(table.out.splitlines())  # a header, four pairs, the fleet
     assert max(len(line) for line in table.out.splitlines()) < 300
     assert "q" * 37 + "..." in table.out
     assert huge in {p["queue"] for p in json.loads(as_json.out)["pairs"]}

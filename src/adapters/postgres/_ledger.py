@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import asyncpg
+import attrs
 
 from adapters.postgres.sql import expanded, queries, sendable, statements
 from stall_core import (
@@ -46,12 +47,53 @@ __all__ = [
     "COMPACT_AT",
     "TICKS",
     "TICK_LOCK_KEY",
+    "FleetRecord",
     "PostgresLedger",
     "charge_due_parameters",
     "charge_outcome",
     "ledger_statements",
     "readable_statements",
 ]
+
+
+@attrs.frozen(kw_only=True)
+class FleetRecord:
+    """The fleet's record of its sweeps, and the footprint they run in."""
+
+    footprint: str
+    swept_at: datetime | None
+    #: The sweeping instances' interval; None until a looping instance swept.
+    interval: timedelta | None
+    full_pass_at: datetime | None
+    #: How long the last full pass took; None before the first one.
+    full_pass_took: timedelta | None
+
+    @property
+    def advice(self) -> tuple[str, ...]:
+        """What an operator should know: a full pass taking more than a tenth of the interval."""
+        if self.full_pass_took is None or not self.interval:
+            return ()
+        if self.full_pass_took * 10 <= self.interval:
+            return ()
+        return (
+            f"the full pass took {self.full_pass_took / timedelta(milliseconds=1):.0f} ms,"
+            f" more than a tenth of the {self.interval.total_seconds():g} s interval:"
+            " consider --footprint incremental (docs/host-schema.md)",
+        )
+
+
+def fleet_record(r: asyncpg.Record) -> FleetRecord:
+    """The FleetRecord of a ``sweep_record`` row."""
+    return FleetRecord(
+        footprint=r["footprint"],
+        swept_at=r["swept_at"],
+        interval=None if r["interval_ms"] is None else timedelta(milliseconds=r["interval_ms"]),
+        full_pass_at=r["full_pass_at"],
+        full_pass_took=None
+        if r["full_pass_ms"] is None
+        else timedelta(milliseconds=r["full_pass_ms"]),
+    )
+
 
 #: Each statement built from the parts of tick.sql, by name: the lean tick (every tick a
 #: full pass), the incremental footprint's full pass and usual tick, and status.
@@ -343,6 +385,13 @@ class PostgresLedger:
         with as_ledger_error("reading the ledger failed"):
             rows = await self._pool.fetch(_SQL["ledger_rows"])
         return {(r["endpoint_id"], r["queue"]): _ledger_row(r) for r in rows}
+
+    async def fleet(self) -> FleetRecord:
+        """The fleet's sweep record and footprint, as status and migrate --check show them."""
+        async with self._connection("reading the fleet's sweep record") as conn:
+            record = await conn.fetchrow(_SQL["sweep_record"])
+        assert record is not None  # one row, even before the first sweep
+        return fleet_record(record)
 
     async def status(self, *, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
         """Every pair with pending work or a ledger row, judged by the sweep's own decision.

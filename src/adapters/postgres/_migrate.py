@@ -22,6 +22,7 @@ import attrs
 
 from adapters.postgres.sql import parse_queries, queries, script, with_rules
 
+from ._ledger import fleet_record, ledger_statements
 from ._types import Connection
 
 __all__ = [
@@ -561,25 +562,16 @@ async def check(conn: Connection) -> CheckReport:
         problems.append(f"extra: {_label(key)} ({whose})")
     if problems and not pending:
         problems.append("stall-nudge migrate repairs these")
-    return CheckReport(problems=tuple(problems), advice=tuple(await _advice(conn)))
+    return CheckReport(problems=tuple(problems), advice=await _advice(conn))
 
 
-async def _advice(conn: Connection) -> list[str]:
+async def _advice(conn: Connection) -> tuple[str, ...]:
     """Say so when the fleet's full pass takes more than a tenth of its interval."""
-    record = await conn.fetchrow(
-        "SELECT full_pass_ms, interval_ms FROM stall_nudge.sweeps"
-        if await _existing(conn, ("stall_nudge.sweeps",))
-        else "SELECT NULL::float8 AS full_pass_ms, NULL::bigint AS interval_ms"
-    )
-    if record is None or record["full_pass_ms"] is None or not record["interval_ms"]:
-        return []
-    if record["full_pass_ms"] * 10 <= record["interval_ms"]:
-        return []
-    return [
-        f"the full pass took {record['full_pass_ms']:.0f} ms, more than a tenth of the "
-        f"{record['interval_ms'] / 1000:g} s interval: consider --footprint incremental "
-        "(docs/host-schema.md)"
-    ]
+    if not await _existing(conn, ("stall_nudge.sweeps", "stall_nudge.settings")):
+        return ()
+    record = await conn.fetchrow(ledger_statements()["sweep_record"])
+    assert record is not None  # one row, even before the first sweep
+    return fleet_record(record).advice
 
 
 async def migration_sql(conn: Connection, *, footprint: str | None = None) -> str:

@@ -11,6 +11,7 @@ from .jsonout import dumps, seconds, utc
 from .text import clip
 
 if TYPE_CHECKING:
+    from adapters.postgres import FleetRecord
     from stall_core import PacingPolicy, PairStatus
 
 #: The widest a table cell gets: a UUID fits; a longer name is cut (whole in --json).
@@ -49,8 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
     dsn = resolve_dsn(args)
     policy = PacingPolicy()
-    now, pairs = asyncio.run(_status(dsn, policy))
-    lines = [status_json(pairs, now, policy)] if args.json else render_table(pairs, now, policy)
+    now, pairs, fleet = asyncio.run(_status(dsn, policy))
+    if args.json:
+        lines = [status_json(pairs, now, policy, fleet)]
+    else:
+        lines = [*render_table(pairs, now, policy), *fleet_lines(fleet, now)]
     for line in lines:
         print(line)
     if args.check and any(needs_person(p, policy) for p in pairs):
@@ -58,16 +62,30 @@ def run(args: argparse.Namespace) -> int:
     return OK
 
 
-async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
+async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairStatus], FleetRecord]:
     from adapters.postgres import PostgresLedger
     from stall_core import LedgerError
 
     async with open_pool(dsn, max_size=1) as pool:
         try:
             # Judged on the database's clock, as the sweep judges.
-            return await PostgresLedger(pool).status(policy=policy)
+            ledger = PostgresLedger(pool)
+            now, pairs = await ledger.status(policy=policy)
+            return now, pairs, await ledger.fleet()
         except LedgerError as exc:
             raise CliError(str(exc), status=FAILED) from None
+
+
+def fleet_lines(fleet: FleetRecord, now: datetime) -> list[str]:
+    """The footprint, the fleet's last sweep and full pass, and any advice, a line each."""
+    swept = "never" if fleet.swept_at is None else _age(now - fleet.swept_at) + " ago"
+    every = "" if fleet.interval is None else f" (every {_age(fleet.interval)})"
+    lines = [f"footprint {fleet.footprint}; the fleet last swept {swept}{every}"]
+    if fleet.full_pass_took is not None:
+        took = fleet.full_pass_took / timedelta(milliseconds=1)
+        lines[0] += f"; its last full pass took {took:.0f} ms"
+    lines.extend(f"advice: {line}" for line in fleet.advice)
+    return lines
 
 
 def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
@@ -91,11 +109,21 @@ def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
     return pair.hook_failures > 0 and pair.verdict in {Verdict.DUE, Verdict.BACKING_OFF}
 
 
-def status_json(pairs: list[PairStatus], now: datetime, policy: PacingPolicy) -> str:
-    """The JSON record of `status --json`: the instant judged at and every pair."""
+def status_json(
+    pairs: list[PairStatus], now: datetime, policy: PacingPolicy, fleet: FleetRecord
+) -> str:
+    """The JSON record of `status --json`: the instant judged at, the fleet, and every pair."""
     return dumps(
         {
             "at": utc(now),
+            "fleet": {
+                "footprint": fleet.footprint,
+                "swept_at": utc(fleet.swept_at),
+                "interval_s": seconds(fleet.interval),
+                "full_pass_at": utc(fleet.full_pass_at),
+                "full_pass_s": seconds(fleet.full_pass_took),
+                "advice": list(fleet.advice),
+            },
             "pairs": [
                 {
                     "endpoint_id": p.endpoint_id,
