@@ -8,7 +8,7 @@ verb either applies whole or raises ``BoardError`` with nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -507,6 +507,10 @@ class MemoryHooks:
             self._board.record_hook_delivery(hook_id, ok=True)
         except BoardError:
             return  # the hook was deleted while its message was in flight
+
+    async def record_successes(self, hook_ids: Collection[str]) -> None:
+        for hook_id in hook_ids:
+            await self.record_success(hook_id)
 
     async def record_failure(
         self, hook_id: str, *, at: datetime, reason: str, disable_after: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -92,6 +92,10 @@ class HookDirectory(Protocol):
 
     async def record_success(self, hook_id: str) -> None:
         """Book a delivered message: the consecutive failure count goes back to 0."""
+        ...
+
+    async def record_successes(self, hook_ids: Collection[str]) -> None:
+        """Book a batch of delivered messages at once: one round trip however many hooks."""
         ...
 
     async def record_failure(

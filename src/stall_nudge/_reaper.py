@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from importlib import metadata
@@ -474,6 +474,9 @@ class _WatchedHooks:
 
     async def record_success(self, hook_id: str) -> None:
         await self._hooks.record_success(hook_id)
+
+    async def record_successes(self, hook_ids: Collection[str]) -> None:
+        await self._hooks.record_successes(hook_ids)
 
     async def record_failure(
         self, hook_id: str, *, at: datetime, reason: str, disable_after: int

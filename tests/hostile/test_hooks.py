@@ -240,14 +240,15 @@ async def test_postgres_hooks_refuse_unencodable_text_before_asyncpg(
     """Every text the hook directory sends is checked first: the error names the field only."""
     hooks = PostgresHooks(pg_pool)
     value = f"hunter2-{bad}-value"
-    calls: dict[str, Callable[[], Awaitable[object]]] = {
-        "endpoint_id": lambda: hooks.hooks_covering(value, "q"),
-        "queue": lambda: hooks.hooks_covering("e1", value),
-        "hook id": lambda: hooks.record_success(value),
-        "reason": lambda: hooks.record_failure("h1", at=T0, reason=value, disable_after=10),
-    }
+    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("endpoint_id", lambda: hooks.hooks_covering(value, "q")),
+        ("queue", lambda: hooks.hooks_covering("e1", value)),
+        ("hook id", lambda: hooks.record_success(value)),
+        ("hook id", lambda: hooks.record_successes(["h1", value])),
+        ("reason", lambda: hooks.record_failure("h1", at=T0, reason=value, disable_after=10)),
+    ]
 
-    for field, call in calls.items():
+    for field, call in calls:
         with pytest.raises(ValueError, match=f"^{field} holds ") as raised:
             await call()
         assert not isinstance(raised.value, asyncpg.PostgresError)

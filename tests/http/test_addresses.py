@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
 import pytest
@@ -29,6 +31,30 @@ TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 #: One failure disables the hook, so its disabled_reason shows what was booked.
 ONCE = attrs.evolve(FAST, disable_after=1)
 LINK_LOCAL = "refused: address 169.254.169.254 is link-local"
+
+
+#: Addresses passed to socket.connect, one list per test (see the autouse fixture).
+_DIALLED: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "socket.connect" and _DIALLED and isinstance(args[1], tuple):
+        _DIALLED[-1].append(str(args[1][0]))
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(name="dialled", autouse=True)
+def _dialled() -> Iterator[list[str]]:
+    """Every address this module's tests connect to; each test ends checking all are loopback."""
+    dialled: list[str] = []
+    _DIALLED.append(dialled)
+    try:
+        yield dialled
+    finally:
+        _DIALLED.remove(dialled)
+    assert [] == [a for a in dialled if not ipaddress.ip_address(a.split("%")[0]).is_loopback]
 
 
 class MappedResolver(AbstractResolver):
@@ -59,13 +85,19 @@ class MappedResolver(AbstractResolver):
 
 
 async def _refusal(url: str, **options: object) -> tuple[str | None, int]:
-    """Send one message to a hook at ``url``; return its disabled_reason and the refused count."""
+    """Send one message to a hook at ``url``; return its disabled_reason and the refused count.
+
+    A refusal is made before any connection: nothing is dialled, not even loopback.
+    """
+    dialled = _DIALLED[-1]
+    before = len(dialled)
     board = MemoryBoard(clock=lambda: T0)
     board.add_endpoint("e1")
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
     async with HookDispatcher(hooks=MemoryHooks(board), policy=ONCE, **options) as dispatcher:  # type: ignore[arg-type]
         await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
         await dispatcher.drain()
+    assert [] == dialled[before:]
     return board.hooks["h1"].disabled_reason, dispatcher.stats.refused
 
 
@@ -91,6 +123,26 @@ async def _refusal(url: str, **options: object) -> tuple[str | None, int]:
         (
             "http://[2002:a9fe:a9fe::]/",
             "refused: address 2002:a9fe:a9fe:: (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[::ffff:0:169.254.169.254]/",
+            "refused: address ::ffff:0:a9fe:a9fe (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[::169.254.169.254]/",
+            "refused: address ::a9fe:a9fe (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "refused: address 64:ff9b:1::a9fe:a9fe (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[64:ff9b:1:a9fe:a9:fe00::]/",
+            "refused: address 64:ff9b:1:a9fe:a9:fe00:: (169.254.169.254) is link-local",
+        ),
+        (
+            "http://[2001:0:4136:e378:8000:63bf:5601:5601]/",
+            "refused: address 2001:0:4136:e378:8000:63bf:5601:5601 (169.254.169.254) is link-local",
         ),
         ("http://[fe80::1]/", "refused: address fe80::1 is link-local"),
         ("http://[fd00:ec2::254]/", "refused: address fd00:ec2::254 is a metadata service"),
@@ -128,6 +180,18 @@ async def test_link_local_and_metadata_urls_are_always_refused(url: str, reason:
         ("http://172.16.5.4/", "refused: address 172.16.5.4 is private"),
         ("http://192.168.1.1/", "refused: address 192.168.1.1 is private"),
         ("http://[::ffff:10.1.2.3]/", "refused: address ::ffff:a01:203 (10.1.2.3) is private"),
+        (
+            "http://[::ffff:0:127.0.0.1]/",
+            "refused: address ::ffff:0:7f00:1 (127.0.0.1) is loopback",
+        ),
+        ("http://[::ffff:0:10.1.2.3]/", "refused: address ::ffff:0:a01:203 (10.1.2.3) is private"),
+        ("http://[::127.0.0.1]/", "refused: address ::7f00:1 (127.0.0.1) is loopback"),
+        ("http://[64:ff9b::7f00:1]/", "refused: address 64:ff9b::7f00:1 (127.0.0.1) is loopback"),
+        (
+            "http://[64:ff9b:1::a00:1]/",
+            "refused: address 64:ff9b:1::a00:1 (10.0.0.1) is private",
+        ),
+        ("http://[2002:c0a8:101::]/", "refused: address 2002:c0a8:101:: (192.168.1.1) is private"),
         ("http://100.64.0.1/", "refused: address 100.64.0.1 is shared (CGNAT)"),
         ("http://[fc00::1]/", "refused: address fc00::1 is unique-local"),
         ("http://[fd12:3456::1]/", "refused: address fd12:3456::1 is unique-local"),
@@ -168,7 +232,19 @@ def test_embedded_and_odd_addresses_are_judged(address: str, reason: str) -> Non
     assert reason == address_refusal(address, refuse_private=False)
 
 
-@pytest.mark.parametrize("address", ["93.184.216.34", "2606:2800:220:1::1", "8.8.8.8"])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "93.184.216.34",
+        "2606:2800:220:1::1",
+        "8.8.8.8",
+        "::ffff:0:8.8.8.8",
+        "64:ff9b::808:808",
+        "64:ff9b:1::808:808",
+        "64:ff9b:1:808:8:800::",
+        "2002:808:808::",
+    ],
+)
 def test_public_addresses_are_allowed_even_with_refuse_private(address: str) -> None:
     """A public address passes the check with or without refuse_private."""
     assert (None, None) == (
@@ -228,13 +304,17 @@ async def _send_to(
     return board.hooks["h1"].disabled_reason, stats.delivered, stats.refused, stats.retries
 
 
-async def test_a_name_resolving_to_loopback_is_delivered_by_default(receiver: Receiver) -> None:
-    """A name that resolves to the loopback receiver is delivered when refuse_private is off."""
+async def test_a_name_resolving_to_loopback_is_delivered_by_default(
+    receiver: Receiver, dialled: list[str]
+) -> None:
+    """A name that resolves to the loopback receiver is delivered when refuse_private is off;
+    the dial is seen, so a refused URL's empty list of dials means something."""
     resolver = MappedResolver({"hooks.tenant.test": ["127.0.0.1"]})
     url = f"http://hooks.tenant.test:{receiver.port}/hook"
 
     assert (None, 1, 0, 0) == await _send_to(url, resolver, refuse_private=False)
     assert (["hooks.tenant.test"], 1) == (resolver.asked, len(receiver.at("hook")))
+    assert "127.0.0.1" in dialled
 
 
 async def test_a_name_resolving_to_loopback_is_refused_after_dns(receiver: Receiver) -> None:

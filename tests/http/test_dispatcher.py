@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -546,6 +546,9 @@ async def test_directory_failure_is_a_wake_error(dispatcher: HookDispatcher) -> 
             raise OSError("database went away")
 
         async def record_success(self, hook_id: str) -> None:
+            raise OSError("database went away")
+
+        async def record_successes(self, hook_ids: Collection[str]) -> None:
             raise OSError("database went away")
 
         async def record_failure(

@@ -154,6 +154,21 @@ class HookDirectoryContract:
 
         assert HookHealth(consecutive_failures=1, enabled=True) == after
 
+    async def test_a_batch_of_successes_resets_each_count(self, driver: HookDriver) -> None:
+        """One batch puts every listed hook's count back to zero and leaves the others alone."""
+        for hook in ("h1", "h2", "h3"):
+            await driver.add_hook(hook, endpoint_id="e1")
+            for _ in range(3):
+                await driver.directory.record_failure(
+                    hook, at=T0, reason="HTTP 500", disable_after=DISABLE_AFTER
+                )
+
+        await driver.directory.record_successes(["h1", "h3", "gone"])
+        await driver.directory.record_successes([])
+
+        counts = [(await driver.row(hook))[1] for hook in ("h1", "h2", "h3")]
+        assert [0, 3, 0] == counts
+
     async def test_disabled_hook_keeps_its_first_reason(self, driver: HookDriver) -> None:
         """Failures booked after the disable count, but keep the original time and reason."""
         await driver.add_hook("h1", endpoint_id="e1")

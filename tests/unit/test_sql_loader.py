@@ -206,8 +206,8 @@ def test_no_rule_reads_a_name_its_caller_defines() -> None:
 
 
 def test_the_hook_directory_queries_exist() -> None:
-    """hooks.sql names the three queries the Postgres hook directory runs."""
-    assert {"hooks_covering", "record_failure", "record_success"} == set(
+    """hooks.sql names the queries the Postgres hook directory runs."""
+    assert {"hooks_covering", "record_failure", "record_success", "record_successes"} == set(
         queries("adapters.postgres", "hooks.sql")
     )
 

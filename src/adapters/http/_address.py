@@ -8,8 +8,11 @@ socket is about to connect to, not the spelling of the URL. ``RANGES``
 link-local and metadata addresses and names are always refused; with
 ``refuse_private`` (multi-tenant deployments) loopback, private, shared
 (CGNAT), unique-local, unspecified, multicast and reserved ranges are
-refused too. An IPv6 address that carries an IPv4 one
-(IPv4-mapped, IPv4-compatible, 6to4, NAT64, Teredo) is judged by both.
+refused too. An IPv6 address that carries an IPv4 one (IPv4-mapped
+``::ffff:a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, IPv4-compatible
+``::a.b.c.d``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4, Teredo)
+is judged by the address itself and by every IPv4 address it may carry:
+a gateway would deliver the packet there.
 
 The rule runs in three places:
 
@@ -96,7 +99,21 @@ METADATA_HOSTS = frozenset(
     }
 )
 
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+#: The well-known NAT64 prefix (RFC 6052): the IPv4 address is the last 32 bits.
+_NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
+#: The local-use NAT64 prefix (RFC 8215): an operator may carve any RFC 6052 prefix
+#: length from /48 up out of it, so each length whose layout the address fits is judged.
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+#: IPv4-translated addresses (RFC 2765, SIIT): ::ffff:0:a.b.c.d.
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+#: Where RFC 6052 puts the 32 IPv4 bits for a prefix length, as (first bit, bit count)
+#: runs counted from the address's top bit; bits 64..71 (the "u" octet) are skipped.
+_RFC6052_BITS: dict[int, tuple[tuple[int, int], ...]] = {
+    48: ((48, 16), (72, 16)),
+    56: ((56, 8), (72, 24)),
+    64: ((72, 32),),
+    96: ((96, 32),),
+}
 
 
 class AddressRefused(HookRefused):
@@ -107,19 +124,49 @@ class AddressRefusedError(OSError):
     """Raised inside aiohttp's connection path for a refused address; never retried."""
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries, if any: where a packet to it would really go."""
+def _rfc6052(value: int, prefix_length: int) -> ipaddress.IPv4Address:
+    """The IPv4 address RFC 6052 embeds after a prefix of ``prefix_length`` bits."""
+    inner = 0
+    for first, count in _RFC6052_BITS[prefix_length]:
+        inner = (inner << count) | ((value >> (128 - first - count)) & ((1 << count) - 1))
+    return ipaddress.IPv4Address(inner)
+
+
+def _local_nat64(value: int) -> list[ipaddress.IPv4Address]:
+    """Each RFC 6052 reading of a local-use NAT64 address whose layout it fits.
+
+    A prefix shorter than /96 leaves the "u" octet and the bits after the
+    IPv4 address zero; a reading of 0.0.0.0 is only the zero tail of a
+    shorter one, and is left out when a shorter one fits.
+    """
+    readings = [_rfc6052(value, 96)]
+    for length, runs in _RFC6052_BITS.items():
+        last = runs[-1][0] + runs[-1][1]  # the bit after the IPv4 address
+        u_octet = (value >> 56) & 0xFF
+        if length < 96 and not u_octet and not value & ((1 << (128 - last)) - 1):
+            readings.append(_rfc6052(value, length))
+    if len(readings) > 1:
+        readings = [r for r in readings if int(r)] or readings[:1]
+    return list(dict.fromkeys(readings))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 one may carry: where a packet to it could really go."""
+    value = int(address)
     if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+        return [address.ipv4_mapped]
+    if address in _TRANSLATED or address in _NAT64_WELL_KNOWN:
+        return [_rfc6052(value, 96)]
+    if address in _NAT64_LOCAL:
+        return _local_nat64(value)
     if address.sixtofour is not None:
-        return address.sixtofour
+        return [address.sixtofour]
     if address.teredo is not None:
-        return address.teredo[1]
-    if any(address in net for net in _NAT64) or (
-        int(address) >> 32 == 0 and int(address) > 1  # IPv4-compatible ::a.b.c.d
-    ):
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
+        server, client = address.teredo
+        return [client, server]
+    if value >> 32 == 0 and value > 1:  # IPv4-compatible ::a.b.c.d
+        return [_rfc6052(value, 96)]
+    return []
 
 
 def address_refusal(address: str | IPAddress, *, refuse_private: bool) -> str | None:
@@ -134,9 +181,7 @@ def address_refusal(address: str | IPAddress, *, refuse_private: bool) -> str | 
         if address.scope_id is not None:
             address = ipaddress.IPv6Address(str(address).split("%", 1)[0])
             candidates = [address]
-        inner = _embedded_ipv4(address)
-        if inner is not None:
-            candidates.append(inner)
+        candidates.extend(_embedded_ipv4(address))
     for candidate in candidates:
         for row in RANGES:
             if (row.always or refuse_private) and candidate in row.network:

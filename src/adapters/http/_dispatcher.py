@@ -20,8 +20,16 @@ re-signed with the current timestamp; body and id stay the same.
 
 The outcome of the last attempt is booked once in the hook directory,
 which disables the hook after ``DeliveryPolicy.disable_after`` failures
-in a row. Where a hook may point is checked before the request and again
-on the address actually connected to, after DNS (``_address``); a refused
+in a row. Successes are collected and booked in one batch at most
+``booking_interval`` seconds later, and on ``drain()`` and ``close()``: a
+crash loses at most that interval's successes, which only reset a count.
+Failures are booked at once, since they drive the disable; a failure
+whose booking fails is kept and booked again at the next flush, so it
+still counts. A success observed before a failure of the same hook is
+booked before it: the order of outcomes per hook is the order booked.
+
+Where a hook may point is checked before the request and again on the
+address actually connected to, after DNS (``_address``); a refused
 address is a final failure, booked like a malformed hook.
 
 Each message has a receipt, a future the sweep's wake awaits: True as soon
@@ -32,6 +40,7 @@ without one (failed, crashed, or abandoned at close).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import deque
@@ -56,6 +65,7 @@ from stall_core import (
     WakeReceipt,
     aware,
     positive_int,
+    positive_seconds,
 )
 
 from ._address import AddressRefusedError, GuardedResolver, check_host, guarded_socket
@@ -132,6 +142,24 @@ class _Lane:
 
 
 @attrs.frozen(kw_only=True)
+class _Failure:
+    """A failed delivery to book; ``reset_first``: a success seen before it is not booked yet."""
+
+    hook: HookTarget
+    at: datetime
+    reason: str
+    reset_first: bool
+
+
+def _fault(exc: BaseException) -> str:
+    """One line naming why a booking failed; never a traceback."""
+    if isinstance(exc, TimeoutError):
+        return f"timed out ({str(exc).strip() or 'no answer'})"
+    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    return text[:200]
+
+
+@attrs.frozen(kw_only=True)
 class _Outcome:
     status: int | None  # None: no response (connection error or timeout)
     detail: str
@@ -149,7 +177,9 @@ class HookDispatcher:
     ``workers`` bounds each hook's attempts in flight. ``refuse_private``
     also refuses loopback, private and unique-local addresses (link-local
     and metadata ones always are). ``resolver`` looks names up (aiohttp's
-    default when None); whatever it answers is checked.
+    default when None); whatever it answers is checked. Successes are
+    booked in batches at most ``booking_interval`` seconds apart and on
+    ``drain()`` and ``close()``; failures at once.
     """
 
     def __init__(
@@ -162,9 +192,11 @@ class HookDispatcher:
         workers: int = 32,
         refuse_private: bool = False,
         resolver: AbstractResolver | None = None,
+        booking_interval: float = 0.5,
     ) -> None:
         positive_int("queue_size", queue_size)
         positive_int("workers", workers)
+        positive_seconds("booking_interval", booking_interval)
         if not isinstance(refuse_private, bool):
             raise TypeError("refuse_private must be a bool")
         self._hooks = hooks
@@ -186,6 +218,16 @@ class HookDispatcher:
         self._outstanding = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._booking_interval = booking_interval
+        # Unbooked outcomes: hooks with a success after their last failure (an ordered
+        # set), failures in the order seen. One lock keeps bookings in that order.
+        self._successes: dict[str, None] = {}
+        self._in_batch: frozenset[str] = frozenset()
+        self._failures: list[_Failure] = []
+        self._booking = asyncio.Lock()
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._failing = False  # the last booking attempt failed
         # Plain counters on the hot path; ``stats`` snapshots them into a value.
         self._counts = dict.fromkeys(attrs.fields_dict(DispatchStats), 0)
 
@@ -226,14 +268,23 @@ class HookDispatcher:
         self._accepting = True
 
     async def drain(self) -> None:
-        """Wait until every accepted delivery, retries included, has finished."""
+        """Wait until every accepted delivery, retries included, has finished and been booked.
+
+        A booking that fails stays kept for the next flush.
+        """
         await self._idle.wait()
+        await self._flush_now()
 
     async def close(self, deadline: float = 10.0) -> None:
-        """Stop taking messages, give the outstanding ones ``deadline`` seconds, cancel the rest."""
+        """Stop taking messages, give the outstanding ones ``deadline`` seconds, cancel the rest.
+
+        The bookings still kept are made within what is left of ``deadline``.
+        """
         if self._session is None:
             return
         self._accepting = False
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + deadline
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=deadline)
         except TimeoutError:
@@ -258,6 +309,27 @@ class HookDispatcher:
             if not receipt.future.done():
                 receipt.future.set_result(False)  # abandoned: reached nobody
         self._receipts.clear()
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        # A directory whose last booking failed is not waited on again by a stop.
+        if not self._failing and loop.time() < ends:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(ends):
+                    if self._flusher is not None:
+                        await asyncio.shield(self._flusher)
+                    await self._flush()
+        if self._flusher is not None:  # past the deadline: cut off like the deliveries
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        if self._successes or self._failures:
+            log.warning(
+                "closing with %d success and %d failure bookings not made: lost",
+                len(self._successes),
+                len(self._failures),
+            )
+            self._successes.clear()
+            self._failures.clear()
         session, self._session = self._session, None
         await session.close()
         if self._own_resolver is not None:
@@ -444,10 +516,8 @@ class HookDispatcher:
         outcome = await self._post(delivery)
         if outcome.status is not None and is_delivered(outcome.status):
             self._count(delivered=1)
-            try:
-                await self._hooks.record_success(delivery.hook.id)
-            except Exception:
-                log.exception("hook %s: could not book a success", delivery.hook.id)
+            self._successes[delivery.hook.id] = None
+            self._schedule_flush()
             return True, True
         delay = None
         if not outcome.final and is_retryable(outcome.status):
@@ -543,27 +613,107 @@ class HookDispatcher:
             self._idle.set()
 
     async def _book_failure(self, hook: HookTarget, reason: str) -> None:
-        try:
-            health = await self._hooks.record_failure(
-                hook.id,
-                at=aware("clock()", self._clock()),
-                reason=reason,
-                disable_after=self._policy.disable_after,
-            )
-        except Exception:
-            log.exception("hook %s: could not book a failed delivery", hook.id)
+        """Book a failure now, after any of the hook's successes seen before it."""
+        reset_first = hook.id in self._in_batch or hook.id in self._successes
+        self._successes.pop(hook.id, None)
+        at = aware("clock()", self._clock())
+        self._failures.append(_Failure(hook=hook, at=at, reason=reason, reset_first=reset_first))
+        async with self._booking:
+            await self._book_failures()
+
+    async def _book_failures(self) -> bool:
+        """Book the kept failures in order; False (and kept, one line logged) if one fails."""
+        while self._failures:
+            failure = self._failures[0]
+            try:
+                if failure.reset_first:
+                    await self._hooks.record_successes([failure.hook.id])
+                    self._failures[0] = attrs.evolve(failure, reset_first=False)
+                health = await self._hooks.record_failure(
+                    failure.hook.id,
+                    at=failure.at,
+                    reason=failure.reason,
+                    disable_after=self._policy.disable_after,
+                )
+            except Exception as exc:
+                self._failing = True
+                log.warning(
+                    "hook %s: could not book a failed delivery (%s); %d kept for the next flush",
+                    failure.hook.id,
+                    _fault(exc),
+                    len(self._failures),
+                )
+                self._schedule_flush()
+                return False
+            del self._failures[0]
+            self._failing = False
+            if (
+                health is not None
+                and not health.enabled
+                and health.consecutive_failures == self._policy.disable_after
+            ):
+                log.warning(
+                    "hook %s disabled after %d consecutive failed deliveries (last: %s)",
+                    failure.hook.id,
+                    health.consecutive_failures,
+                    failure.reason,
+                )
+        return True
+
+    async def _flush(self) -> None:
+        """Book what is kept: failures first (each was seen after any kept success of its hook)."""
+        async with self._booking:
+            if not await self._book_failures() or not self._successes:
+                return
+            batch = list(self._successes)
+            self._successes.clear()
+            self._in_batch = frozenset(batch)
+            try:
+                await self._hooks.record_successes(batch)
+                self._failing = False
+            except Exception as exc:
+                self._failing = True
+                # A hook that failed meanwhile has this success booked before its failure.
+                failed = {failure.hook.id for failure in self._failures}
+                kept = [hook_id for hook_id in batch if hook_id not in failed]
+                self._successes = dict.fromkeys([*kept, *self._successes])
+                log.warning(
+                    "could not book %d delivered messages (%s); kept for the next flush",
+                    len(kept),
+                    _fault(exc),
+                )
+            finally:
+                self._in_batch = frozenset()
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Flush ``booking_interval`` from now, unless one is due or running already."""
+        if self._flush_timer is not None or self._flusher is not None:
             return
-        if (
-            health is not None
-            and not health.enabled
-            and health.consecutive_failures == self._policy.disable_after
-        ):
-            log.warning(
-                "hook %s disabled after %d consecutive failed deliveries (last: %s)",
-                hook.id,
-                health.consecutive_failures,
-                reason,
-            )
+        if self._session is None or not (self._successes or self._failures):
+            return
+        self._flush_timer = asyncio.get_running_loop().call_later(
+            self._booking_interval, self._start_flush
+        )
+
+    def _start_flush(self) -> None:
+        self._flush_timer = None
+        self._flusher = asyncio.create_task(self._flush(), name="notify-hook-bookings")
+        self._flusher.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flusher = None
+        if not task.cancelled() and task.exception() is None:
+            self._schedule_flush()
+
+    async def _flush_now(self) -> None:
+        """Flush at once, after any flush already running."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        await self._flush()
 
     def _count(self, **increments: int) -> None:
         for name, step in increments.items():

@@ -15,6 +15,13 @@ UPDATE notify_hooks
 SET consecutive_failures = 0
 WHERE id = {{hook_key($1)}} AND consecutive_failures <> 0;
 
+-- name: record_successes
+-- Reset the consecutive failure count of every hook in $1 (a batch of delivered messages).
+UPDATE notify_hooks
+SET consecutive_failures = 0
+WHERE id IN (SELECT {{hook_key(batch.id)}} FROM unnest($1::text[]) AS batch(id))
+  AND consecutive_failures <> 0;
+
 -- name: record_failure
 -- Count one failed delivery; the $2-th in a row disables the hook at $3 for reason $4.
 UPDATE notify_hooks

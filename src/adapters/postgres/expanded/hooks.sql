@@ -13,6 +13,13 @@ UPDATE notify_hooks
 SET consecutive_failures = 0
 WHERE id = (json_populate_record(NULL::notify_hooks, json_build_object('id', $1::text))).id AND consecutive_failures <> 0;
 
+-- statement: record_successes
+-- Reset the consecutive failure count of every hook in $1 (a batch of delivered messages).
+UPDATE notify_hooks
+SET consecutive_failures = 0
+WHERE id IN (SELECT (json_populate_record(NULL::notify_hooks, json_build_object('id', batch.id::text))).id FROM unnest($1::text[]) AS batch(id))
+  AND consecutive_failures <> 0;
+
 -- statement: record_failure
 -- Count one failed delivery; the $2-th in a row disables the hook at $3 for reason $4.
 UPDATE notify_hooks
