@@ -1,0 +1,334 @@
+"""Every Python and shell example in README.md and docs/ runs as printed.
+
+Each fenced ``python``, ``sh``, ``bash`` or ``console`` block is one test.
+Python blocks are compiled and executed (a block that awaits at top level
+runs as a coroutine body with ``pool``, an asyncpg pool on a migrated
+database, in scope); a block defining something a host calls has an adapter
+below that calls it. Shell blocks run line by line with bash in a temporary
+directory, with this venv's ``stall-nudge`` on PATH and ``DSN`` set to a
+fresh migrated database; each line exits 0 unless its comment says
+``# exits N``. A block left out carries a marker on the line before its
+fence, ``<!-- example: not run (REASON) -->``, with one of ``REASONS``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import attrs
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.web import Application
+
+import stall_nudge
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUNNABLE = {"python", "sh", "bash", "console"}
+
+#: Why a block may be left out; any other reason fails.
+REASONS = {"long benchmark", "never exits", "runs the test suite", "installs"}
+
+#: Blocks another test runs as printed: (file, a string only that block holds) -> the test.
+RUN_ELSEWHERE = {
+    ("README.md", "open_reaper(dsn)"): (
+        "tests/embed/test_readme.py::test_the_readme_example_nudges_a_stalled_queue_and_stops"
+    ),
+    ("README.md", "reaper.notify("): (
+        "tests/embed/test_readme.py::"
+        "test_the_readme_creation_wake_reaches_the_hook_through_the_reaper"
+    ),
+}
+
+#: Blocks whose fix is on another branch (h-wake-contract); the merge removes this.
+FIXED_ELSEWHERE = {
+    (
+        "docs/wake-contract.md",
+        "clock=wall_clock",
+    ): "Sweeper takes no clock; fixed on another branch",
+}
+
+#: Files whose fences need not name a language: rewritten on other branches.
+UNLABELED_ALLOWED = {"docs/benchmarks.md", "docs/wake-contract.md"}
+
+MARKER = re.compile(r"<!-- example: not run \((?P<reason>[^)]*)\) -->")
+FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
+EXITS = re.compile(r"#\s*exits (?P<code>\d+)\b")
+
+
+@attrs.frozen(kw_only=True)
+class Block:
+    file: str
+    index: int
+    line: int
+    lang: str
+    source: str
+    #: The ``<!-- example ... -->`` comment on the line before the fence, if there is one.
+    marker: str | None
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}:{self.line}:{self.lang or 'plain'}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced blocks of one Markdown file, in order."""
+    lines = path.read_text().splitlines()
+    found: list[Block] = []
+    start: int | None = None
+    for number, text in enumerate(lines):
+        fence = FENCE.match(text)
+        if fence is None:
+            continue
+        if start is None:
+            start, lang = number, fence["lang"]
+            continue
+        before = lines[start - 1].strip() if start else ""
+        found.append(
+            Block(
+                file=str(path.relative_to(ROOT)),
+                index=len(found),
+                line=start + 1,
+                lang=lang,
+                source="\n".join(lines[start + 1 : number]) + "\n",
+                marker=before if before.startswith("<!-- example") else None,
+            )
+        )
+        start = None
+    assert start is None, f"{path}: a fence opened at line {start + 1} is never closed"
+    return found
+
+
+ALL = [block for path in DOCS for block in blocks(path)]
+EXAMPLES = [block for block in ALL if block.lang in RUNNABLE]
+
+
+def elsewhere(block: Block, table: dict[tuple[str, str], str]) -> str | None:
+    """The entry of ``table`` naming this block, if any."""
+    return next(
+        (
+            why
+            for (file, needle), why in table.items()
+            if file == block.file and needle in block.source
+        ),
+        None,
+    )
+
+
+# Adapters: blocks that define what a host calls, called here as a host would.
+
+
+async def export_metrics(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
+    """README: in the host's registry, the collector serves the ledger's rows after a tick."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    namespace["REGISTRY"] = registry  # the host's registry, here a fresh one
+    async with stall_nudge.open_reaper(pool) as reaper:
+        namespace["export_metrics"](reaper)
+        await reaper.tick()
+
+        assert 0 == registry.get_sample_value("switchboard_queue_stall_ledger_rows")
+
+
+async def contract_driver(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
+    """host-schema.md: the driver sketch builds over a pool and holds the tick lock."""
+    from stall_testing import FakeClock
+    from stall_testing.contract import LedgerContract
+
+    assert issubclass(namespace["TestMyHost"], LedgerContract)
+    driver = namespace["MyHostDriver"](pool, FakeClock())
+    async with driver.hold_tick():
+        pass
+
+
+SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def consumer_globals() -> dict[str, Any]:
+    """wake-contract.md's consumer: the hook's secret and a claim verb that records."""
+    claimed: list[tuple[str, str, str]] = []
+
+    async def claim(endpoint_id: str, queue: str, todo_id: str) -> None:
+        claimed.append((endpoint_id, queue, todo_id))
+
+    return {"SECRET": SECRET, "claim": claim, "claimed": claimed}
+
+
+async def consumer(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
+    """wake-contract.md: the consumer claims on a signed todo.ready and refuses a forged one."""
+    from standardwebhooks.webhooks import Webhook
+
+    body = (
+        '{"type": "todo.ready", "meta": {"endpoint_id": "ep-1", "queue": "lane-l", '
+        '"todo_id": "l-0", "reason": "stalled"}}'
+    )
+    now = datetime.now(UTC)
+    headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign("msg_1", now, body),
+        "content-type": "application/json",
+    }
+    app = Application()
+    app.router.add_post("/hook", namespace["on_ready"])
+    async with TestClient(TestServer(app)) as client:
+        signed = await client.post("/hook", data=body, headers=headers)
+        forged = await client.post("/hook", data=body + " ", headers=headers)
+
+    assert (204, 401) == (signed.status, forged.status)
+    assert [("ep-1", "lane-l", "l-0")] == namespace["claimed"]
+
+
+Adapter = Callable[[dict[str, Any], asyncpg.Pool], Awaitable[None]]
+
+#: (file, a string only that block holds) -> (names the block may assume, the adapter).
+ADAPTERS: dict[tuple[str, str], tuple[Callable[[], dict[str, Any]], Adapter]] = {
+    ("README.md", "def export_metrics"): (dict, export_metrics),
+    ("docs/host-schema.md", "class MyHostDriver"): (dict, contract_driver),
+    ("docs/wake-contract.md", "async def on_ready"): (consumer_globals, consumer),
+}
+
+
+def adapter_for(block: Block) -> tuple[Callable[[], dict[str, Any]], Adapter] | None:
+    return next(
+        (
+            pair
+            for (file, needle), pair in ADAPTERS.items()
+            if file == block.file and needle in block.source
+        ),
+        None,
+    )
+
+
+async def run_python(block: Block, pool: asyncpg.Pool) -> None:
+    """Execute a Python block; await it if it awaits at top level; then its adapter, if any."""
+    setup, adapter = adapter_for(block) or (dict, None)
+    namespace: dict[str, Any] = {"__name__": f"doc_example_{block.index}", **setup()}
+    code = compile(
+        block.source,
+        f"{ROOT / block.file}:{block.line}",
+        "exec",
+        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+    )
+    if code.co_flags & 0x80:  # CO_COROUTINE: the block awaits at top level
+        namespace["pool"] = pool
+        await eval(code, namespace)
+    else:
+        exec(code, namespace)
+    if adapter is not None:
+        await adapter(namespace, pool)
+
+
+def commands(block: Block) -> list[str]:
+    """The command lines of a shell block (continuations joined, comments and output left out)."""
+    lines = block.source.splitlines()
+    if block.lang == "console":
+        lines = [line[2:] for line in lines if line.startswith("$ ")]
+    joined: list[str] = []
+    pending = ""
+    for line in lines:
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        joined.append(pending + line)
+        pending = ""
+    return [line for line in joined if line.strip() and not line.lstrip().startswith("#")]
+
+
+def run_shell(block: Block, dsn: str, tmp_path: Path) -> None:
+    """Run each command line with bash in a scratch directory; each exits as documented."""
+    venv_bin = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "STALL_DSN"}
+    env |= {
+        "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        "DSN": dsn,
+        "STALL_TEST_DSN": dsn,
+    }
+    # The docs' commands run from the repository root; some write plots into docs/.
+    (tmp_path / "docs").mkdir()
+    for command in commands(block):
+        expected = EXITS.search(command)
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (int(expected["code"]) if expected else 0) == done.returncode, (
+            f"{command}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-2000:]}"
+        )
+
+
+def left_out(block: Block) -> str | None:
+    """Why this block is not run here, or None."""
+    if block.marker is not None:
+        marked = MARKER.fullmatch(block.marker)
+        return f"not run ({marked['reason']})" if marked else f"malformed marker {block.marker!r}"
+    if (test := elsewhere(block, RUN_ELSEWHERE)) is not None:
+        return f"run by {test}"
+    return elsewhere(block, FIXED_ELSEWHERE)
+
+
+RUN = [block for block in EXAMPLES if left_out(block) is None]
+LEFT_OUT = [block for block in EXAMPLES if left_out(block) is not None]
+
+
+@pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
+async def test_the_example_runs_as_printed(block: Block, pg_dsn: str, tmp_path: Path) -> None:
+    """The block runs as printed against a fresh migrated database."""
+    if block.lang == "python":
+        pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
+        try:
+            await run_python(block, pool)
+        finally:
+            await pool.close()
+    else:
+        run_shell(block, pg_dsn, tmp_path)
+
+
+@pytest.mark.parametrize("block", LEFT_OUT, ids=[block.id for block in LEFT_OUT])
+def test_a_block_left_out_says_why(block: Block) -> None:
+    """A block not run is run elsewhere or carries a marker with a reason from REASONS."""
+    if block.marker is not None:
+        marked = MARKER.fullmatch(block.marker)
+        assert marked is not None, f"{block.id}: malformed marker {block.marker!r}"
+        assert marked["reason"] in REASONS, f"{block.id}: {marked['reason']!r} is no reason to skip"
+    pytest.skip(left_out(block) or "")
+
+
+def test_every_fence_names_its_language() -> None:
+    """A fence without a language could hide a command the test above never runs."""
+    unlabeled = [b.id for b in ALL if not b.lang and b.file not in UNLABELED_ALLOWED]
+
+    assert [] == unlabeled
+
+
+def test_every_marker_is_on_a_runnable_block() -> None:
+    """A marker before a plain-text fence is a mistake: it skips nothing."""
+    misplaced = [
+        b.id for b in ALL if b.marker and MARKER.fullmatch(b.marker) and b.lang not in RUNNABLE
+    ]
+
+    assert [] == misplaced
+
+
+def test_every_table_entry_names_a_block() -> None:
+    """An adapter or an elsewhere entry whose block is gone goes stale silently: it must match."""
+    entries = [*ADAPTERS, *RUN_ELSEWHERE]
+    stale = [e for e in entries if not any(b.file == e[0] and e[1] in b.source for b in EXAMPLES)]
+
+    assert [] == stale
