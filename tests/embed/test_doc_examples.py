@@ -19,15 +19,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import attrs
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from aiohttp.web import Application
 
 import stall_nudge
 
@@ -49,14 +46,12 @@ RUN_ELSEWHERE = {
         "tests/embed/test_readme.py::"
         "test_the_readme_creation_wake_reaches_the_hook_through_the_reaper"
     ),
-}
-
-#: Blocks whose fix is on another branch (h-wake-contract); the merge removes this.
-FIXED_ELSEWHERE = {
-    (
-        "docs/wake-contract.md",
-        "clock=wall_clock",
-    ): "Sweeper takes no clock; fixed on another branch",
+    ("docs/wake-contract.md", "async def on_ready"): (
+        "tests/embed/test_readme.py::test_the_wake_contract_consumer_verifies_and_claims"
+    ),
+    ("docs/wake-contract.md", "async def sweep_once"): (
+        "tests/embed/test_readme.py::test_the_wake_contract_sweep_nudges_and_books"
+    ),
 }
 
 #: Files whose fences need not name a language: rewritten on other branches.
@@ -153,51 +148,12 @@ async def contract_driver(namespace: dict[str, Any], pool: asyncpg.Pool) -> None
         pass
 
 
-SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-def consumer_globals() -> dict[str, Any]:
-    """wake-contract.md's consumer: the hook's secret and a claim verb that records."""
-    claimed: list[tuple[str, str, str]] = []
-
-    async def claim(endpoint_id: str, queue: str, todo_id: str) -> None:
-        claimed.append((endpoint_id, queue, todo_id))
-
-    return {"SECRET": SECRET, "claim": claim, "claimed": claimed}
-
-
-async def consumer(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
-    """wake-contract.md: the consumer claims on a signed todo.ready and refuses a forged one."""
-    from standardwebhooks.webhooks import Webhook
-
-    body = (
-        '{"type": "todo.ready", "meta": {"endpoint_id": "ep-1", "queue": "lane-l", '
-        '"todo_id": "l-0", "reason": "stalled"}}'
-    )
-    now = datetime.now(UTC)
-    headers = {
-        "webhook-id": "msg_1",
-        "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": Webhook(SECRET).sign("msg_1", now, body),
-        "content-type": "application/json",
-    }
-    app = Application()
-    app.router.add_post("/hook", namespace["on_ready"])
-    async with TestClient(TestServer(app)) as client:
-        signed = await client.post("/hook", data=body, headers=headers)
-        forged = await client.post("/hook", data=body + " ", headers=headers)
-
-    assert (204, 401) == (signed.status, forged.status)
-    assert [("ep-1", "lane-l", "l-0")] == namespace["claimed"]
-
-
 Adapter = Callable[[dict[str, Any], asyncpg.Pool], Awaitable[None]]
 
 #: (file, a string only that block holds) -> (names the block may assume, the adapter).
 ADAPTERS: dict[tuple[str, str], tuple[Callable[[], dict[str, Any]], Adapter]] = {
     ("README.md", "def export_metrics"): (dict, export_metrics),
     ("docs/host-schema.md", "class MyHostDriver"): (dict, contract_driver),
-    ("docs/wake-contract.md", "async def on_ready"): (consumer_globals, consumer),
 }
 
 
@@ -278,9 +234,8 @@ def left_out(block: Block) -> str | None:
     if block.marker is not None:
         marked = MARKER.fullmatch(block.marker)
         return f"not run ({marked['reason']})" if marked else f"malformed marker {block.marker!r}"
-    if (test := elsewhere(block, RUN_ELSEWHERE)) is not None:
-        return f"run by {test}"
-    return elsewhere(block, FIXED_ELSEWHERE)
+    test = elsewhere(block, RUN_ELSEWHERE)
+    return None if test is None else f"run by {test}"
 
 
 RUN = [block for block in EXAMPLES if left_out(block) is None]
