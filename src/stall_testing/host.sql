@@ -1,5 +1,5 @@
 -- The reference host's verbs (switchboard's side of the board), used by the
--- contract suite, the demo and the soak. Loaded by adapters/_sql.py.
+-- contract suite, the demo and the soak. Loaded by adapters/postgres/sql.py.
 
 -- name: add_endpoint
 -- Register an endpoint.

@@ -111,7 +111,7 @@ TICKS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def readable_statements() -> Mapping[str, str]:
     """Every statement the ledger sends, rules expanded and comments kept: what a reviewer reads.
 
-    golden/ holds them (a test keeps it current) and ``stall-nudge sql`` prints them.
+    expanded/ holds them (a test keeps it current) and ``stall-nudge sql`` prints them.
     """
     return {
         **expanded("adapters.postgres", "ledger.sql"),

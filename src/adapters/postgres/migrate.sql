@@ -87,12 +87,6 @@ SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
   FROM pg_stat_progress_create_index
  WHERE pid = $1;
 
--- name: table_rows
--- The planner's row estimate of each named host table (-1, never analysed, reads as 0).
-SELECT c.relname, greatest(c.reltuples, 0)::float8 AS rows
-  FROM pg_class c WHERE c.relname = ANY($1::text[]) AND c.relkind = 'r'
-   AND pg_table_is_visible(c.oid);
-
 -- name: our_objects
 -- Every object that is ours by its schema (stall_nudge) or its name (queue_stall_nudges, stall_nudge_*), with its definition as the catalog prints it.
 SELECT 'schema' AS kind, n.nspname AS name, '' AS on_table, 'schema' AS definition

@@ -2,7 +2,7 @@
 -- this kind of tick judges; the judging part judges them on the current rows and
 -- charges; in the incremental footprint a last part keeps the hints the next usual
 -- tick finds its pairs by; the report returns what was done. adapters.postgres._ledger
--- (TICKS) names the parts of each statement, and golden/ holds every statement as it
+-- (TICKS) names the parts of each statement, and expanded/ holds every statement as it
 -- runs (stall-nudge sql prints them).
 --
 -- A part is a list of CTEs, or the final SELECT. Each says which CTEs it reads and

@@ -1,6 +1,6 @@
 -- migrate --uninstall: every object stall-nudge made, and nothing of the host's. The
--- host's rows stay as they were. Its indexes on the host's tables (those migrate
--- recorded as ours, never a host's own index it used) are dropped concurrently after.
+-- host's rows stay as they were. Its indexes on the host's tables (ours by name;
+-- a host's own index that migrate used is never ours) are dropped concurrently after.
 
 -- name: triggers
 -- Our triggers on the host's tables, of this build and of earlier ones.
