@@ -100,7 +100,10 @@ candidate AS (
                          WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue)
                 OR EXISTS (SELECT 1 FROM todos k
                             WHERE k.endpoint_id = o.endpoint_id AND k.queue = o.queue
-                              AND k.claimed_at > r.last_nudged_at)) AS progressed
+                              AND k.claimed_at > r.last_nudged_at
+                              -- the claimed index's predicate, so the probe can use it
+                              AND octet_length(k.endpoint_id::text) + octet_length(k.queue)
+                                  <= 2000)) AS progressed
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
       LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id AND r.queue = o.queue
