@@ -54,8 +54,6 @@ RUN_ELSEWHERE = {
     ),
 }
 
-#: Files whose fences need not name a language: rewritten on other branches.
-UNLABELED_ALLOWED = {"docs/benchmarks.md", "docs/wake-contract.md"}
 
 MARKER = re.compile(r"<!-- example: not run \((?P<reason>[^)]*)\) -->")
 FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
@@ -267,7 +265,7 @@ def test_a_block_left_out_says_why(block: Block) -> None:
 
 def test_every_fence_names_its_language() -> None:
     """A fence without a language could hide a command the test above never runs."""
-    unlabeled = [b.id for b in ALL if not b.lang and b.file not in UNLABELED_ALLOWED]
+    unlabeled = [b.id for b in ALL if not b.lang]
 
     assert [] == unlabeled
 

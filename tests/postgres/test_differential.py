@@ -585,6 +585,9 @@ async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tu
     now = T0
     full_passes = exact = 0
     hidden_since_full_pass = False
+    # When each hidden todo stalls: a full pass before then cannot have judged it stalled,
+    # and no log names it, so the next full pass after then is the one that repairs it.
+    hidden_stalls: list[datetime] = []
     for step, op in enumerate(ops):
         note(f"step {step}, now = T0 + {now - T0}: {op!r}")
         now = moved(op, board, now)
@@ -602,7 +605,8 @@ async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tu
                 exact += 1
             if full:
                 full_passes += 1
-                hidden_since_full_pass = False
+                hidden_stalls = [at for at in hidden_stalls if at > now]
+                hidden_since_full_pass = bool(hidden_stalls)
             # The memory board follows the charges, so ops resolve against the same todos.
             await memory_driver.ledger.charge_due(policy=POLICY)
         elif op[0] in HIDDEN:
@@ -612,6 +616,8 @@ async def replay_hidden(pool: asyncpg.Pool, ops: list[tuple[object, ...]]) -> tu
                     await hidden(conn, op, verb)
                 if verb is not None:
                     await verb(memory_driver)
+                if op[0] == "hidden_create" and (todo := board.todos.get(f"t{step}")):
+                    hidden_stalls.append(todo.created_at + POLICY.threshold)
                 hidden_since_full_pass = True
         elif op[0] != "advance" and (verb := resolve(op, board, now, f"t{step}")) is not None:
             await verb(postgres)
@@ -627,8 +633,9 @@ def test_writes_the_triggers_miss_are_late_never_wrong(
     After a write no trigger saw, the incremental footprint may judge a pair
     late (at its ended backoff or the next full pass), never wrongly: every
     tick's charges are among what status, reading the host's rows, calls due,
-    and a full pass (or a tick with nothing hidden since the last one)
-    charges exactly the first tick_limit of them. The board is not the
+    and a full pass (or a tick with nothing hidden since the last full pass
+    that came after every hidden todo had stalled) charges exactly the
+    first tick_limit of them. The board is not the
     reference here: after a late reset its stamps legitimately differ.
     """
     skip = ("late", "late_claim")

@@ -110,13 +110,18 @@ def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
 
 
 def status_json(
-    pairs: list[PairStatus], now: datetime, policy: PacingPolicy, fleet: FleetRecord
+    pairs: list[PairStatus],
+    now: datetime,
+    policy: PacingPolicy,
+    fleet: FleetRecord | None = None,
 ) -> str:
     """The JSON record of `status --json`: the instant judged at, the fleet, and every pair."""
     return dumps(
         {
             "at": utc(now),
-            "fleet": {
+            "fleet": None
+            if fleet is None
+            else {
                 "footprint": fleet.footprint,
                 "swept_at": utc(fleet.swept_at),
                 "interval_s": seconds(fleet.interval),
