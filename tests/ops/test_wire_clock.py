@@ -40,11 +40,14 @@ async def test_a_sidecar_ten_minutes_ahead_sends_nudges_a_verifier_accepts(
 
 
 async def test_the_harness_really_moves_the_childs_clock(ahead: dict[str, str]) -> None:
-    """The skewed child reads a wall clock more than the verifier's 5-minute tolerance ahead."""
-    script = "import datetime; print(int(datetime.datetime.now(datetime.UTC).timestamp()))"
+    """The skewed child reads the wall clock exactly 10 minutes ahead: past the 5-minute limit."""
+    script = "import time; print(repr(time.time()))"
+    before = time.time()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", script, env=ahead, stdout=asyncio.subprocess.PIPE
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    after = time.time()
 
-    assert int(out) - time.time() > 5 * 60
+    # Read while the child ran, shifted by exactly the offset.
+    assert before + 600 <= float(out) <= after + 600
