@@ -37,9 +37,24 @@ LINK_LOCAL = "refused: address 169.254.169.254 is link-local"
 _DIALLED: list[list[str]] = []
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:  # a name: never dialled by these tests
+        return False
+
+
 def _audit(event: str, args: tuple[object, ...]) -> None:
+    """Record each dial of this module's tests, and stop any but loopback before it leaves.
+
+    Raising here aborts the connect() itself: a guard that let an address
+    through fails its test without a packet sent to that address.
+    """
     if event == "socket.connect" and _DIALLED and isinstance(args[1], tuple):
-        _DIALLED[-1].append(str(args[1][0]))
+        host = str(args[1][0])
+        _DIALLED[-1].append(host)
+        if not _loopback(host):
+            raise PermissionError(f"a test of the address guard dialled {host}")
 
 
 sys.addaudithook(_audit)
@@ -54,7 +69,7 @@ def _dialled() -> Iterator[list[str]]:
         yield dialled
     finally:
         _DIALLED.remove(dialled)
-    assert [] == [a for a in dialled if not ipaddress.ip_address(a.split("%")[0]).is_loopback]
+    assert [] == [a for a in dialled if not _loopback(a)]
 
 
 class MappedResolver(AbstractResolver):
@@ -345,3 +360,139 @@ async def test_a_mixed_answer_is_refused_whole(receiver: Receiver) -> None:
 
     assert (LINK_LOCAL, 0, 1, 0) == await _send_to(url, resolver, refuse_private=False)
     assert [] == receiver.at("hook")
+
+
+# -- local-use NAT64 (64:ff9b:1::/48): every RFC 6052 layout, whatever its u-octet and suffix --
+
+#: The bytes RFC 6052 (section 2.2, figure 1) gives the IPv4 address at each prefix length;
+#: byte 8 is the "u" octet, and the bytes after the IPv4 address are the suffix.
+_IPV4_BYTES = {48: (6, 7, 9, 10), 56: (7, 9, 10, 11), 64: (9, 10, 11, 12), 96: (12, 13, 14, 15)}
+LOCAL_USE = "64:ff9b:1::"
+
+
+def rfc6052(prefix: str, length: int, ipv4: str, *, u_octet: int = 0, suffix: int = 0) -> str:
+    """``ipv4`` embedded after ``prefix`` at ``length`` bits, with the u-octet and suffix given."""
+    octets = bytearray(ipaddress.IPv6Address(prefix).packed)
+    where = _IPV4_BYTES[length]
+    for at, octet in zip(where, ipaddress.IPv4Address(ipv4).packed, strict=True):
+        octets[at] = octet
+    if length < 96:
+        octets[8] = u_octet
+        tail = 15 - where[-1]
+        octets[16 - tail :] = suffix.to_bytes(tail, "big")
+    return str(ipaddress.IPv6Address(bytes(octets)))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "length", "address"),
+    [
+        ("2001:db8:122::", 48, "2001:db8:122:c000:2:2100::"),
+        ("2001:db8:122:300::", 56, "2001:db8:122:3c0:0:221::"),
+        ("2001:db8:122:344::", 64, "2001:db8:122:344:c0:2:2100:0"),
+        ("2001:db8:122:344::", 96, "2001:db8:122:344::c000:221"),
+    ],
+)
+def test_the_layouts_these_tests_build_are_rfc_6052s_own_examples(
+    prefix: str, length: int, address: str
+) -> None:
+    """The helper below puts 192.0.2.33 where RFC 6052's examples (section 2.4) put it."""
+    assert address == rfc6052(prefix, length, "192.0.2.33")
+
+
+#: (u-octet, suffix) pairs a translator set up for another prefix length may read as address.
+STRAY_BITS = [(0xFF, 0), (0, 0xABCDEF), (0x01, 0x1)]
+LAYOUTS = [
+    pytest.param(length, u_octet, suffix, id=f"/{length} u={u_octet:#x} suffix={suffix:#x}")
+    for length in (48, 56, 64)
+    for u_octet, suffix in STRAY_BITS
+]
+
+
+@pytest.mark.parametrize(("length", "u_octet", "suffix"), LAYOUTS)
+async def test_local_use_nat64_metadata_is_refused_whatever_its_u_octet_and_suffix(
+    length: int, u_octet: int, suffix: int
+) -> None:
+    """169.254.169.254 in a local-use NAT64 layout is refused by default, stray bits or not."""
+    address = rfc6052(LOCAL_USE, length, "169.254.169.254", u_octet=u_octet, suffix=suffix)
+
+    assert (f"refused: address {address} (169.254.169.254) is link-local", 1) == await _refusal(
+        f"http://[{address}]/latest/meta-data/"
+    )
+
+
+@pytest.mark.parametrize(
+    ("address", "carried", "kind"),
+    [
+        # An operator's /96 may sit anywhere in the /48: the bits between are its own.
+        ("64:ff9b:1:ffff:ffff:ffff:a9fe:a9fe", "169.254.169.254", "link-local"),
+        ("64:ff9b:1:6464:ff64:c800:0:1", "100.100.100.200", "a metadata service"),
+        ("64:ff9b:1:0:80a9:fe00:100:0", "169.254.0.1", "link-local"),
+    ],
+)
+def test_other_local_use_nat64_metadata_layouts_are_refused(
+    address: str, carried: str, kind: str
+) -> None:
+    """A /96 under any /48 bits, Alibaba's metadata address, the rest of link-local: refused."""
+    assert f"address {address} ({carried}) is {kind}" == address_refusal(
+        address, refuse_private=False
+    )
+
+
+PRIVATE = [
+    ("10.0.0.1", "private"),
+    ("192.168.1.1", "private"),
+    ("127.0.0.1", "loopback"),
+    ("100.64.0.1", "shared (CGNAT)"),
+]
+
+
+@pytest.mark.parametrize(("ipv4", "kind"), PRIVATE)
+@pytest.mark.parametrize(("length", "u_octet", "suffix"), LAYOUTS)
+def test_local_use_nat64_private_ranges_follow_refuse_private(
+    length: int, u_octet: int, suffix: int, ipv4: str, kind: str
+) -> None:
+    """A private IPv4 in any layout, stray bits or not, is refused with refuse_private only."""
+    address = rfc6052(LOCAL_USE, length, ipv4, u_octet=u_octet, suffix=suffix)
+
+    assert (f"address {address} ({ipv4}) is {kind}", None) == (
+        address_refusal(address, refuse_private=True),
+        address_refusal(address, refuse_private=False),
+    )
+
+
+@pytest.mark.parametrize(("length", "u_octet", "suffix"), LAYOUTS)
+async def test_a_name_resolving_to_a_local_use_nat64_private_address_is_refused(
+    receiver: Receiver, length: int, u_octet: int, suffix: int
+) -> None:
+    """After DNS, a name answering 10.0.0.1 in a local-use layout is refused: nothing is dialled."""
+    address = rfc6052(LOCAL_USE, length, "10.0.0.1", u_octet=u_octet, suffix=suffix)
+    resolver = MappedResolver({"nat64.tenant.test": [address]})
+
+    assert (f"refused: address {address} (10.0.0.1) is private", 0, 1, 0) == await _send_to(
+        f"http://nat64.tenant.test:{receiver.port}/hook", resolver, refuse_private=True
+    )
+    assert [] == receiver.at("hook")
+
+
+@pytest.mark.parametrize(("length", "u_octet", "suffix"), LAYOUTS)
+def test_local_use_nat64_public_addresses_pass_whatever_their_u_octet_and_suffix(
+    length: int, u_octet: int, suffix: int
+) -> None:
+    """8.8.8.8 in any layout passes refuse_private: its other readings are public or 0.0.0.0/8."""
+    address = rfc6052(LOCAL_USE, length, "8.8.8.8", u_octet=u_octet, suffix=suffix)
+
+    assert None is address_refusal(address, refuse_private=True)
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("64:ff9b::a9fe:a9fe", "address 64:ff9b::a9fe:a9fe (169.254.169.254) is link-local"),
+        ("64:ff9b::a00:1", "address 64:ff9b::a00:1 (10.0.0.1) is private"),
+        ("64:ff9b::808:808", None),
+        ("64:ff9b::", "address 64:ff9b:: (0.0.0.0) is unspecified"),
+    ],
+)
+def test_the_well_known_nat64_prefix_is_read_at_96_only(address: str, reason: str | None) -> None:
+    """64:ff9b::/96 carries its IPv4 address in the last 32 bits, judged as before."""
+    assert reason == address_refusal(address, refuse_private=True)

@@ -12,7 +12,11 @@ refused too. An IPv6 address that carries an IPv4 one (IPv4-mapped
 ``::ffff:a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, IPv4-compatible
 ``::a.b.c.d``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4, Teredo)
 is judged by the address itself and by every IPv4 address it may carry:
-a gateway would deliver the packet there.
+a gateway would deliver the packet there. A local-use NAT64 address carries
+one at each RFC 6052 prefix length an operator may carve from the /48 (48,
+56, 64, 96), and a translator set up for one length reads the bits the
+others call the "u" octet and the suffix as address or ignores them, so
+every one of those readings is judged, whatever those bits hold.
 
 The rule runs in three places:
 
@@ -102,17 +106,23 @@ METADATA_HOSTS = frozenset(
 #: The well-known NAT64 prefix (RFC 6052): the IPv4 address is the last 32 bits.
 _NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
 #: The local-use NAT64 prefix (RFC 8215): an operator may carve any RFC 6052 prefix
-#: length from /48 up out of it, so each length whose layout the address fits is judged.
+#: length from /48 up out of it, so the reading at each of those lengths is judged.
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+#: "This network" (RFC 1122 3.2.1.3, RFC 6890): never a destination a translator
+#: forwards to. Only the zero bits of one RFC 6052 layout read through another
+#: land here, as in the /64 reading 0.0.0.a of 64:ff9b:1::a.b.c.d, so such a
+#: reading is left out when another one lies outside it.
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 #: IPv4-translated addresses (RFC 2765, SIIT): ::ffff:0:a.b.c.d.
 _TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 #: Where RFC 6052 puts the 32 IPv4 bits for a prefix length, as (first bit, bit count)
 #: runs counted from the address's top bit; bits 64..71 (the "u" octet) are skipped.
+#: The /96 layout comes first: it is the usual one, and a refusal names the first reading refused.
 _RFC6052_BITS: dict[int, tuple[tuple[int, int], ...]] = {
+    96: ((96, 32),),
     48: ((48, 16), (72, 16)),
     56: ((56, 8), (72, 24)),
     64: ((72, 32),),
-    96: ((96, 32),),
 }
 
 
@@ -133,21 +143,18 @@ def _rfc6052(value: int, prefix_length: int) -> ipaddress.IPv4Address:
 
 
 def _local_nat64(value: int) -> list[ipaddress.IPv4Address]:
-    """Each RFC 6052 reading of a local-use NAT64 address whose layout it fits.
+    """The IPv4 address a local-use NAT64 address carries at /96, /48, /56 and /64.
 
-    A prefix shorter than /96 leaves the "u" octet and the bits after the
-    IPv4 address zero; a reading of 0.0.0.0 is only the zero tail of a
-    shorter one, and is left out when a shorter one fits.
+    Every length is read whatever the "u" octet (bits 64..71) and the suffix
+    (the bits after the IPv4 address) hold: RFC 6052 wants them zero, but a
+    translator need not check, and one set up for another length reads them
+    as part of the address. Readings in 0.0.0.0/8 are left out when another
+    lies outside it (``_THIS_NETWORK``); when none does, the /96 one stays,
+    so the address is still judged, and fails closed.
     """
-    readings = [_rfc6052(value, 96)]
-    for length, runs in _RFC6052_BITS.items():
-        last = runs[-1][0] + runs[-1][1]  # the bit after the IPv4 address
-        u_octet = (value >> 56) & 0xFF
-        if length < 96 and not u_octet and not value & ((1 << (128 - last)) - 1):
-            readings.append(_rfc6052(value, length))
-    if len(readings) > 1:
-        readings = [r for r in readings if int(r)] or readings[:1]
-    return list(dict.fromkeys(readings))
+    readings = list(dict.fromkeys(_rfc6052(value, length) for length in _RFC6052_BITS))
+    outside = [reading for reading in readings if reading not in _THIS_NETWORK]
+    return outside or readings[:1]
 
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
