@@ -37,8 +37,17 @@ class DsnError(StartupError):
 # int() traceback for PGPORT=abc, "cannot reach PostgreSQL" for a missing
 # certificate file, a repr for a bad target_session_attrs. check_dsn reads
 # the same sources in the same order and refuses, by name, what asyncpg
-# would choke on or misread (asyncpg.connect_utils._parse_connect_dsn_and_args,
-# 0.29 to 0.32). It quotes no value: a password may sit next to it.
+# would choke on or misread. It quotes no value: a password may sit next to it.
+#
+# Which asyncpg. This mirrors the reading order of asyncpg's private parser
+# (connect_utils._parse_connect_dsn_and_args) as of 0.31 and 0.32: service
+# files, sslnegotiation, gsslib and krbsrvname, and one port serving every
+# host of a list, came in 0.30 and 0.31 (0.29 sent service= and
+# sslnegotiation= to the server as settings). A parser of our own could not
+# say what asyncpg will do, which is the check's whole point, and private
+# code changes without notice; so pyproject pins asyncpg to the releases this
+# was written for (>=0.31,<0.33), tests/unit/test_connect.py fails on any
+# other, and raising the pin means reading the new parser against this file.
 
 _SCHEMES = ("postgresql://", "postgres://")
 _PORT = re.compile(r"[0-9]{1,5}")

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from stall_nudge import DsnError, StartupError, check_dsn
 from stall_nudge.redaction import redact, secrets_of
+
+ROOT = Path(__file__).parents[2]
+#: The asyncpg releases check_dsn mirrors (src/stall_nudge/_connect.py, "Which asyncpg"):
+#: from the first to before the second. Raise it only after reading the new parser.
+WRITTEN_FOR = ((0, 31), (0, 33))
 
 #: A file that exists, for the certificate and key parameters.
 HERE = __file__
@@ -224,3 +232,25 @@ def test_every_password_form_is_redacted(monkeypatch: pytest.MonkeyPatch) -> Non
     text = f"p%40ss p@ss in-query from-env {dsn}"
 
     assert "*** *** *** *** postgresql://u:***@h/db?password=***" == redact(text, secrets_of(dsn))
+
+
+def _release(version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    assert match is not None, version
+    return int(match[1]), int(match[2])
+
+
+def test_the_installed_asyncpg_is_one_the_dsn_check_was_written_for() -> None:
+    """check_dsn mirrors asyncpg 0.31 and 0.32: any other release fails here, not in production."""
+    low, high = WRITTEN_FOR
+
+    assert low <= _release(metadata.version("asyncpg")) < high
+
+
+def test_pyproject_pins_asyncpg_to_the_releases_the_check_was_written_for() -> None:
+    """The dependency allows exactly the releases WRITTEN_FOR names: pip installs no other."""
+    (low_major, low_minor), (high_major, high_minor) = WRITTEN_FOR
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = [d for d in project["dependencies"] if d.startswith("asyncpg")]
+
+    assert [f"asyncpg>={low_major}.{low_minor},<{high_major}.{high_minor}"] == pins
