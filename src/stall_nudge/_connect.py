@@ -19,7 +19,14 @@ from stall_core import positive_seconds
 
 from .redaction import redact, secrets_of
 
-__all__ = ["DsnError", "StartupError", "check_dsn", "close_pool", "connect"]
+__all__ = [
+    "DsnError",
+    "StartupError",
+    "check_dsn",
+    "close_pool",
+    "connect",
+    "connect_timeout_seconds",
+]
 
 
 class StartupError(Exception):
@@ -86,7 +93,12 @@ _ENV = {
     "sslkey": "PGSSLKEY",
 }
 #: Variables whose text asyncpg sends to the server, so it must encode as UTF-8.
-_SENT = ("PGHOST", "PGUSER", "PGDATABASE", "PGPASSWORD", "PGOPTIONS")
+_SENT = ("PGHOST", "PGUSER", "PGDATABASE", "PGPASSWORD")
+#: libpq's connect_timeout, which asyncpg would send to the server as a setting
+#: (and fail): connect() takes it out of the DSN and bounds connecting with it.
+_CONNECT_TIMEOUT = "connect_timeout"
+#: The longest connect_timeout libpq accepts (a C int of seconds).
+_MOST_SECONDS = 2**31 - 1
 
 
 class _Sources:
@@ -140,6 +152,8 @@ def check_dsn(dsn: str, *, env: Mapping[str, str] | None = None) -> None:
         query = dict(parse_qsl(parts.query, strict_parsing=True)) if parts.query else {}
     except ValueError:
         raise DsnError("malformed DSN: the query must be name=value pairs") from None
+    if _CONNECT_TIMEOUT in query:
+        connect_timeout_seconds(query[_CONNECT_TIMEOUT], f"the DSN's {_CONNECT_TIMEOUT}")
     sources = _Sources(query, _service(query.get("service"), env), env)
     authority = parts.netloc.partition("@")[2] if "@" in parts.netloc else parts.netloc
     hosts = _check_hosts(authority, sources)
@@ -150,6 +164,13 @@ def check_dsn(dsn: str, *, env: Mapping[str, str] | None = None) -> None:
     if negotiation is not None and negotiation[0] == "direct" and level < _REQUIRE:
         raise DsnError(f"{negotiation[1]}=direct needs sslmode require, verify-ca or verify-full")
     _check_files(sources, level)
+
+
+def connect_timeout_seconds(text: str, label: str) -> int:
+    """libpq's connect_timeout in whole seconds, from 1 (never "wait forever", libpq's 0)."""
+    if not (text.isascii() and text.isdigit() and 0 < int(text) <= _MOST_SECONDS):
+        raise DsnError(f"{label} must be a whole number of seconds from 1")
+    return int(text)
 
 
 def _check_text(dsn: str, env: Mapping[str, str]) -> None:
@@ -312,6 +333,32 @@ def _home(env: Mapping[str, str]) -> Path:
     return Path(env["HOME"]) if env.get("HOME") else Path.home()
 
 
+def _split_connect_timeout(dsn: str) -> tuple[str, int | None]:
+    """``dsn`` without its connect_timeout, and that timeout (the last one, as for any name)."""
+    head, mark, query = dsn.partition("?")
+    if not mark:
+        return dsn, None
+    kept, seconds = [], None
+    for piece in query.split("&"):
+        name, _, value = piece.partition("=")
+        if unquote(name) != _CONNECT_TIMEOUT:
+            kept.append(piece)
+        elif value:  # a blank one is dropped, as asyncpg drops any blank parameter
+            seconds = connect_timeout_seconds(unquote(value), f"the DSN's {_CONNECT_TIMEOUT}")
+    return (f"{head}?{'&'.join(kept)}" if kept else head), seconds
+
+
+def _settings(dsn: str) -> dict[str, str]:
+    """Our session settings, each yielding to one the DSN's query names, as libpq's defaults do.
+
+    asyncpg sends the DSN's unknown query parameters as settings, but lets
+    ``server_settings`` override them: a DSN's application_name would be lost.
+    """
+    query = urlsplit(dsn).query
+    named = {name.lower() for name, _ in parse_qsl(query)} if query else set()
+    return {"application_name": "stall-nudge"} if "application_name" not in named else {}
+
+
 def _where(dsn: str) -> str:
     """The DSN's hosts and database, for messages: no user, no password, no options."""
     try:
@@ -346,6 +393,11 @@ async def connect(
 ) -> AsyncIterator[asyncpg.Pool]:
     """A pool on ``dsn`` whose every statement is bounded by ``timeout`` seconds.
 
+    Connecting (TLS and authentication included) is bounded by ``timeout``
+    too, or by the DSN's ``connect_timeout`` (libpq's, in whole seconds),
+    which asyncpg itself does not read. Connections say ``application_name``
+    ``stall-nudge`` unless the DSN names another.
+
     Raises ``DsnError`` for a mistake in the DSN or libpq's variables, and
     ``StartupError`` when the server cannot be reached or refuses: one line,
     no password. Leaving the block closes the pool within ``timeout``
@@ -355,16 +407,17 @@ async def connect(
     positive_seconds("timeout", timeout)
     check_dsn(dsn)
     secrets = secrets_of(dsn)
+    database, connect_timeout = _split_connect_timeout(dsn)
     options: dict[str, Any] = {
         "min_size": 1,
         "max_size": max_size,
-        "timeout": timeout,  # connecting, TLS and authentication included
+        "timeout": timeout if connect_timeout is None else connect_timeout,
         # A hung server or a long lock wait fails the call instead of freezing the loop.
         "command_timeout": timeout,
-        "server_settings": {"application_name": "stall-nudge"},
+        "server_settings": _settings(dsn),
     }
     try:
-        pool = await asyncpg.create_pool(dsn, **options)
+        pool = await asyncpg.create_pool(database, **options)
     except asyncpg.ClientConfigurationError as exc:  # a mistake check_dsn does not know
         raise DsnError(redact(f"malformed DSN: {describe(exc)}", secrets)) from None
     except DATABASE_ERRORS as exc:

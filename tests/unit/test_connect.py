@@ -254,3 +254,20 @@ def test_pyproject_pins_asyncpg_to_the_releases_the_check_was_written_for() -> N
     pins = [d for d in project["dependencies"] if d.startswith("asyncpg")]
 
     assert [f"asyncpg>={low_major}.{low_minor},<{high_major}.{high_minor}"] == pins
+
+
+@pytest.mark.parametrize("value", ["1", "30", "2147483647"])
+def test_a_dsn_connect_timeout_in_whole_seconds_passes(home: dict[str, str], value: str) -> None:
+    """libpq's connect_timeout, which stall_nudge.connect honours, passes from 1 second."""
+    assert None is check_dsn(f"postgresql://u@h/db?connect_timeout={value}", env=home)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "abc", "\u0661", "2147483648"])
+def test_a_dsn_connect_timeout_that_is_not_whole_seconds_is_refused(
+    home: dict[str, str], value: str
+) -> None:
+    """Zero (libpq's "wait forever"), fractions and junk are refused, naming the parameter."""
+    with pytest.raises(DsnError) as caught:
+        check_dsn(f"postgresql://u@h/db?connect_timeout={value}", env=home)
+
+    assert "the DSN's connect_timeout must be a whole number of seconds from 1" == str(caught.value)
