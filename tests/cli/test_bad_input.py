@@ -16,8 +16,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from stall_nudge.cli.common import LIBPQ_VARIABLES, Handling
 from stall_testing import EmbeddedUnavailable, embedded_postgres
-from tests.cli.conftest import cli
+from tests.cli.conftest import Result, cli
 
 pytestmark = pytest.mark.postgres
 
@@ -167,3 +168,67 @@ async def test_bad_input_gets_one_line_and_no_secret(
     assert "Traceback" not in result.err
     assert MARKER not in result.err
     assert reason in result.err, result.err
+
+
+# -- libpq's variables asyncpg would ignore: refused, never silently dropped -----------
+
+#: Each variable the command line refuses, with what one line of stderr says after its name.
+REFUSED = {
+    name: row.reason for name, row in LIBPQ_VARIABLES.items() if row.handling is Handling.REFUSED
+}
+
+
+def _no_pg(extra: dict[str, str]) -> dict[str, str]:
+    """This environment without any PG* variable, then ``extra``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")} | extra
+
+
+def _one_line(result: Result) -> str:
+    """The single stderr line of a command that failed before doing anything."""
+    assert ("", 1) == (result.out, len(result.err.splitlines())), result.err
+    assert "Traceback" not in result.err
+    assert MARKER not in result.err
+    return result.err.strip()
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+async def test_a_libpq_variable_asyncpg_ignores_is_refused_by_name(name: str) -> None:
+    """Set, each refused variable stops the sidecar with exit 2 naming it, before any connection."""
+    result = await cli("sweep", "--once", "--dsn", NEVER_DIALED, env=_no_pg({name: MARKER}))
+
+    line = _one_line(result)
+    assert 2 == result.status, line
+    assert line.startswith(f"stall-nudge: error: {name} is set, but {REFUSED[name]}; unset it"), (
+        line
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+async def test_pgservice_is_refused_by_every_command(command: tuple[str, ...]) -> None:
+    """PGSERVICE, which left the sidecar on the default host, is refused by every command."""
+    result = await cli(*command, "--dsn", NEVER_DIALED, env=_no_pg({"PGSERVICE": MARKER}))
+
+    assert (
+        2,
+        "stall-nudge: error: PGSERVICE is set, but asyncpg ignores it;"
+        " unset it and name the server in --dsn or STALL_DSN",
+    ) == (result.status, _one_line(result))
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"PGCONNECT_TIMEOUT": "0"}, "PGCONNECT_TIMEOUT must be a whole number of seconds from 1"),
+        (
+            {"PGCLIENTENCODING": "LATIN1"},
+            "PGCLIENTENCODING must name UTF8: asyncpg speaks UTF-8 only",
+        ),
+    ],
+)
+async def test_an_honoured_libpq_variable_with_a_value_it_cannot_have_is_refused(
+    env: dict[str, str], reason: str
+) -> None:
+    """PGCONNECT_TIMEOUT=0 (libpq's "forever") and a non-UTF-8 PGCLIENTENCODING exit 2."""
+    result = await cli("status", "--dsn", NEVER_DIALED, env=_no_pg(env))
+
+    assert (2, f"stall-nudge: error: {reason}") == (result.status, _one_line(result))

@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 from stall_nudge import DsnError, StartupError, check_dsn
+from stall_nudge.cli.common import (
+    LIBPQ_VARIABLES,
+    CliError,
+    Handling,
+    with_libpq_environment,
+)
 from stall_nudge.redaction import redact, secrets_of
 
 ROOT = Path(__file__).parents[2]
@@ -271,3 +277,162 @@ def test_a_dsn_connect_timeout_that_is_not_whole_seconds_is_refused(
         check_dsn(f"postgresql://u@h/db?connect_timeout={value}", env=home)
 
     assert "the DSN's connect_timeout must be a whole number of seconds from 1" == str(caught.value)
+
+
+# -- libpq's environment variables at the command line --------------------------------
+
+#: Every variable libpq 18 reads ("Environment Variables" in libpq's documentation), and
+#: PGREQUIRESSL, which older libpq reads. Written out here, apart from the table it checks.
+LIBPQ_READS = {
+    *("PGHOST", "PGSSLNEGOTIATION", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER"),
+    *("PGPASSWORD", "PGPASSFILE", "PGREQUIREAUTH", "PGCHANNELBINDING", "PGSERVICE"),
+    *("PGSERVICEFILE", "PGOPTIONS", "PGAPPNAME", "PGSSLMODE", "PGREQUIRESSL"),
+    *("PGSSLCOMPRESSION", "PGSSLCERT", "PGSSLKEY", "PGSSLCERTMODE", "PGSSLROOTCERT"),
+    *("PGSSLCRL", "PGSSLCRLDIR", "PGSSLSNI", "PGREQUIREPEER", "PGSSLMINPROTOCOLVERSION"),
+    *("PGSSLMAXPROTOCOLVERSION", "PGGSSENCMODE", "PGKRBSRVNAME", "PGGSSLIB"),
+    *("PGGSSDELEGATION", "PGCONNECT_TIMEOUT", "PGCLIENTENCODING", "PGTARGETSESSIONATTRS"),
+    *("PGLOADBALANCEHOSTS", "PGMINPROTOCOLVERSION", "PGMAXPROTOCOLVERSION"),
+    *("PGDATESTYLE", "PGTZ", "PGGEQO", "PGSYSCONFDIR", "PGLOCALEDIR"),
+}
+#: The ones issue 27 names: refused, because asyncpg ignores them and they change where
+#: or how securely we connect.
+MUST_REFUSE = {
+    "PGSERVICE",
+    "PGSERVICEFILE",
+    "PGHOSTADDR",
+    "PGOPTIONS",
+    "PGREQUIREAUTH",
+    "PGCHANNELBINDING",
+    "PGSSLCOMPRESSION",
+    "PGSSLCERTMODE",
+    "PGSSLCRLDIR",
+    "PGSSLSNI",
+}
+#: The ones asyncpg 0.31 and 0.32 read from the environment (connect_utils.py).
+ASYNCPG_READS = {
+    *("PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE", "PGPASSFILE", "PGSSLMODE"),
+    *("PGSSLNEGOTIATION", "PGSSLROOTCERT", "PGSSLCRL", "PGSSLKEY", "PGSSLCERT"),
+    *("PGSSLMINPROTOCOLVERSION", "PGSSLMAXPROTOCOLVERSION", "PGTARGETSESSIONATTRS"),
+    *("PGKRBSRVNAME", "PGGSSLIB"),
+}
+DSN = "postgresql://u@h/db"
+
+
+def _handled(handling: Handling) -> set[str]:
+    return {name for name, row in LIBPQ_VARIABLES.items() if row.handling is handling}
+
+
+def test_every_variable_libpq_reads_is_classified() -> None:
+    """The table holds each libpq variable once, and nothing else: none is left unhandled."""
+    assert sorted(LIBPQ_READS) == sorted(LIBPQ_VARIABLES)
+
+
+def test_asyncpgs_own_variables_are_left_to_it_and_the_issues_list_is_refused() -> None:
+    """What asyncpg reads is its own; PGSERVICE, PGHOSTADDR, PGOPTIONS and the rest are refused."""
+    assert (ASYNCPG_READS, set()) == (
+        _handled(Handling.ASYNCPG),
+        MUST_REFUSE - _handled(Handling.REFUSED),
+    )
+
+
+def test_every_refused_variable_says_why() -> None:
+    """A refused row carries its reason; an honoured one names the parameter it stands for."""
+    assert ([], []) == (
+        [n for n in _handled(Handling.REFUSED) if not LIBPQ_VARIABLES[n].reason],
+        [n for n, row in LIBPQ_VARIABLES.items() if not row.reason and not row.parameter],
+    )
+
+
+MARKER = "s3cret-MARKER-42"
+
+
+@pytest.mark.parametrize("name", sorted(_handled(Handling.REFUSED)))
+def test_a_refused_variable_is_one_usage_line_naming_it_and_not_its_value(name: str) -> None:
+    """Each refused variable, set, is a usage error naming it; its value appears nowhere."""
+    with pytest.raises(CliError) as caught:
+        with_libpq_environment(DSN, {name: MARKER})
+
+    message = str(caught.value)
+    assert (2, True, False, 1) == (
+        caught.value.status,
+        message.startswith(f"{name} is set, but "),
+        MARKER in message,
+        len(message.splitlines()),
+    )
+
+
+def test_refusals_read_as_sentences() -> None:
+    """Two refusals as printed: the reason, then what to do instead."""
+    messages = []
+    for name in ("PGSERVICE", "PGCHANNELBINDING"):
+        with pytest.raises(CliError) as caught:
+            with_libpq_environment(DSN, {name: "x"})
+        messages.append(str(caught.value))
+
+    assert [
+        "PGSERVICE is set, but asyncpg ignores it; unset it and name the server in --dsn"
+        " or STALL_DSN",
+        "PGCHANNELBINDING is set, but asyncpg does no SCRAM channel binding; unset it",
+    ] == messages
+
+
+def test_an_empty_variable_counts_as_unset() -> None:
+    """PGSERVICE= (as env files blank a variable) is neither refused nor handed on."""
+    env = dict.fromkeys(LIBPQ_VARIABLES, "")
+
+    assert DSN == with_libpq_environment(DSN, env)
+
+
+def test_honoured_variables_become_dsn_parameters() -> None:
+    """PGAPPNAME, PGTZ, PGDATESTYLE, PGGEQO and PGCONNECT_TIMEOUT are handed on, percent-encoded."""
+    env = {
+        "PGAPPNAME": "billing sidecar&1",
+        "PGTZ": "Asia/Tokyo",
+        "PGDATESTYLE": "ISO, DMY",
+        "PGGEQO": "off",
+        "PGCONNECT_TIMEOUT": "7",
+        "PGCLIENTENCODING": "utf-8",
+        "PGHOST": "elsewhere",  # asyncpg's own: left to it
+    }
+
+    assert (
+        "postgresql://u@h/db?sslmode=disable&application_name=billing%20sidecar%261"
+        "&connect_timeout=7&DateStyle=ISO%2C%20DMY&TimeZone=Asia%2FTokyo&geqo=off"
+    ) == with_libpq_environment(f"{DSN}?sslmode=disable", env)
+
+
+def test_a_parameter_the_dsn_names_wins_over_its_variable() -> None:
+    """As in libpq, the DSN's application_name and timezone (any case) beat PGAPPNAME and PGTZ."""
+    dsn = f"{DSN}?application_name=mine&timezone=UTC"
+
+    assert dsn == with_libpq_environment(dsn, {"PGAPPNAME": "theirs", "PGTZ": "Asia/Tokyo"})
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PGCONNECT_TIMEOUT": "0"}, "PGCONNECT_TIMEOUT must be a whole number of seconds from 1"),
+        (
+            {"PGCONNECT_TIMEOUT": "2.5"},
+            "PGCONNECT_TIMEOUT must be a whole number of seconds from 1",
+        ),
+        (
+            {"PGCLIENTENCODING": "LATIN1"},
+            "PGCLIENTENCODING must name UTF8: asyncpg speaks UTF-8 only",
+        ),
+    ],
+)
+def test_an_honoured_variable_with_a_value_it_cannot_have_is_refused(
+    env: dict[str, str], message: str
+) -> None:
+    """PGCONNECT_TIMEOUT in whole seconds from 1, PGCLIENTENCODING UTF8 only: else one line."""
+    with pytest.raises((CliError, DsnError)) as caught:
+        with_libpq_environment(DSN, env)
+
+    assert message == str(caught.value)
+
+
+@pytest.mark.parametrize("encoding", ["UTF8", "utf-8", "Unicode", "UTF_8"])
+def test_every_spelling_of_utf8_is_honoured_as_it_is(encoding: str) -> None:
+    """PostgreSQL's spellings of UTF8 pass and add nothing: asyncpg asks for UTF-8 itself."""
+    assert DSN == with_libpq_environment(DSN, {"PGCLIENTENCODING": encoding})

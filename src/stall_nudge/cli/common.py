@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import stall_nudge
 
@@ -17,13 +18,17 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTENTION",
     "FAILED",
+    "LIBPQ_VARIABLES",
     "OK",
     "USAGE",
     "CliError",
+    "Handling",
+    "LibpqVariable",
     "add_dsn_argument",
     "open_pool",
     "positive_duration",
     "resolve_dsn",
+    "with_libpq_environment",
 ]
 
 #: Exit statuses, the same for every command (docs/operations.md, "Exit statuses").
@@ -51,16 +56,168 @@ def add_dsn_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# -- libpq's environment variables ----------------------------------------------------
+#
+# Operators set libpq's variables for psql and expect every PostgreSQL client
+# to follow them; asyncpg reads only some. The command line's rule: each
+# variable libpq reads is honoured, by asyncpg or by us, or refused (exit 2,
+# one line naming it, never its value); none is silently ignored. Refused are
+# those that would change where or how securely we connect and that asyncpg
+# ignores. Embedders pass what they mean to stall_nudge.connect and are not
+# held to this. The table is the whole rule: libpq 18's list ("Environment
+# Variables" in its documentation, and PGREQUIRESSL of older releases), and
+# what asyncpg >=0.31,<0.33 reads (the pin in pyproject). An empty variable
+# counts as unset, as asyncpg takes its own.
+
+
+class Handling(enum.Enum):
+    """What the command line does with one of libpq's environment variables."""
+
+    ASYNCPG = "asyncpg reads it as libpq does"
+    PASSED = "stall-nudge hands it on, as a DSN parameter, where the DSN names none"
+    REFUSED = "refused: exit 2, naming it"
+
+
+class LibpqVariable(NamedTuple):
+    """One row of the table: how a variable is honoured, or why it is refused.
+
+    A NamedTuple, not an attrs value: this module loads at every start.
+    """
+
+    handling: Handling
+    #: The connection parameter (ASYNCPG) or DSN parameter (PASSED) it stands for.
+    parameter: str = ""
+    #: For REFUSED: why it cannot be honoured, and what to do instead.
+    reason: str = ""
+    advice: str = ""
+
+
+def _asyncpg(parameter: str) -> LibpqVariable:
+    return LibpqVariable(Handling.ASYNCPG, parameter)
+
+
+def _passed(parameter: str) -> LibpqVariable:
+    return LibpqVariable(Handling.PASSED, parameter)
+
+
+def _refused(reason: str, advice: str = "") -> LibpqVariable:
+    return LibpqVariable(Handling.REFUSED, reason=reason, advice=advice)
+
+
+_IGNORED = "asyncpg ignores it"
+
+#: Every environment variable libpq reads, in its documentation's order.
+LIBPQ_VARIABLES: dict[str, LibpqVariable] = {
+    "PGHOST": _asyncpg("host"),
+    "PGSSLNEGOTIATION": _asyncpg("sslnegotiation"),
+    "PGHOSTADDR": _refused(_IGNORED, "put the address in the DSN's host"),
+    "PGPORT": _asyncpg("port"),
+    "PGDATABASE": _asyncpg("dbname"),
+    "PGUSER": _asyncpg("user"),
+    "PGPASSWORD": _asyncpg("password"),
+    "PGPASSFILE": _asyncpg("passfile"),
+    "PGREQUIREAUTH": _refused("asyncpg cannot limit the authentication methods a server asks for"),
+    "PGCHANNELBINDING": _refused("asyncpg does no SCRAM channel binding"),
+    "PGSERVICE": _refused(_IGNORED, "name the server in --dsn or STALL_DSN"),
+    # asyncpg reads it only for a DSN's service=, never with PGSERVICE or the
+    # system-wide file: not libpq's service lookup, so the DSN says it all.
+    "PGSERVICEFILE": _refused(
+        "the command line takes no service file from the environment",
+        "name the server in --dsn or STALL_DSN (a DSN's service= reads ~/.pg_service.conf)",
+    ),
+    "PGOPTIONS": _refused(_IGNORED, "put options= in the DSN"),
+    "PGAPPNAME": _passed("application_name"),
+    "PGSSLMODE": _asyncpg("sslmode"),
+    "PGREQUIRESSL": _refused(_IGNORED, "set sslmode=require in the DSN or PGSSLMODE"),
+    "PGSSLCOMPRESSION": _refused(_IGNORED),
+    "PGSSLCERT": _asyncpg("sslcert"),
+    "PGSSLKEY": _asyncpg("sslkey"),
+    "PGSSLCERTMODE": _refused(_IGNORED),
+    "PGSSLROOTCERT": _asyncpg("sslrootcert"),
+    "PGSSLCRL": _asyncpg("sslcrl"),
+    "PGSSLCRLDIR": _refused(_IGNORED, "name a file in the DSN's sslcrl or PGSSLCRL"),
+    "PGSSLSNI": _refused(_IGNORED),
+    "PGREQUIREPEER": _refused("asyncpg cannot check which user runs the server's socket"),
+    "PGSSLMINPROTOCOLVERSION": _asyncpg("ssl_min_protocol_version"),
+    "PGSSLMAXPROTOCOLVERSION": _asyncpg("ssl_max_protocol_version"),
+    "PGGSSENCMODE": _refused("asyncpg has no GSSAPI encryption", "use sslmode"),
+    "PGKRBSRVNAME": _asyncpg("krbsrvname"),
+    "PGGSSLIB": _asyncpg("gsslib"),
+    "PGGSSDELEGATION": _refused("asyncpg never delegates GSSAPI credentials"),
+    "PGCONNECT_TIMEOUT": _passed("connect_timeout"),  # stall_nudge.connect reads it
+    # asyncpg speaks UTF-8 only: UTF8 is honoured as it is, any other encoding refused.
+    "PGCLIENTENCODING": _passed("client_encoding"),
+    "PGTARGETSESSIONATTRS": _asyncpg("target_session_attrs"),
+    "PGLOADBALANCEHOSTS": _refused(_IGNORED, "order the DSN's hosts as wanted"),
+    "PGMINPROTOCOLVERSION": _refused("asyncpg speaks protocol 3.0 only and ignores it"),
+    "PGMAXPROTOCOLVERSION": _refused("asyncpg speaks protocol 3.0 only and ignores it"),
+    # Session defaults libpq sets after connecting; we send them as startup settings.
+    "PGDATESTYLE": _passed("DateStyle"),
+    "PGTZ": _passed("TimeZone"),
+    "PGGEQO": _passed("geqo"),
+    # Where libpq finds the system-wide service file and its message translations.
+    "PGSYSCONFDIR": _refused("asyncpg never reads the system-wide service file"),
+    "PGLOCALEDIR": _refused("nothing here prints libpq's translated messages"),
+}
+
+
+def _refuse(env: Mapping[str, str]) -> None:
+    """Raise ``CliError`` naming the first REFUSED variable ``env`` sets (not its value)."""
+    for name, variable in LIBPQ_VARIABLES.items():
+        if env.get(name) and variable.handling is Handling.REFUSED:
+            advice = f" and {variable.advice}" if variable.advice else ""
+            raise CliError(f"{name} is set, but {variable.reason}; unset it{advice}")
+
+
+def _utf8(encoding: str) -> bool:
+    """Whether PostgreSQL reads ``encoding`` as UTF8 (it ignores case and punctuation)."""
+    return "".join(c for c in encoding if c.isalnum()).lower() in {"utf8", "unicode"}
+
+
+def with_libpq_environment(dsn: str, env: Mapping[str, str]) -> str:
+    """``dsn`` with the variables the command line hands on; refuses a REFUSED one.
+
+    Raises ``CliError`` naming the first refused variable set, or one whose
+    value cannot be honoured (``stall_nudge.DsnError`` for PGCONNECT_TIMEOUT).
+    A parameter the DSN already names wins over its variable, as in libpq.
+    """
+    _refuse(env)
+    from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+    from stall_nudge._connect import connect_timeout_seconds
+
+    query = urlsplit(dsn).query
+    named = {key.lower() for key, _ in parse_qsl(query)}
+    added: list[tuple[str, str]] = []
+    for name, variable in LIBPQ_VARIABLES.items():
+        value = env.get(name)
+        if not value or variable.handling is not Handling.PASSED:
+            continue
+        if name == "PGCLIENTENCODING":
+            if not _utf8(value):
+                raise CliError(f"{name} must name UTF8: asyncpg speaks UTF-8 only")
+            continue  # what asyncpg asks for anyway
+        if name == "PGCONNECT_TIMEOUT":
+            connect_timeout_seconds(value, name)
+        if variable.parameter.lower() not in named:
+            added.append((variable.parameter, value))
+    if not added:
+        return dsn
+    joint = "&" if query else "" if dsn.endswith("?") else "?"
+    return f"{dsn}{joint}{urlencode(added, quote_via=quote)}"
+
+
 def resolve_dsn(args: argparse.Namespace) -> str:
-    """The DSN from --dsn or STALL_DSN, checked before it reaches the driver."""
+    """The DSN from --dsn or STALL_DSN, checked, with libpq's variables honoured or refused."""
     dsn: str | None = args.dsn or os.environ.get("STALL_DSN")
     if not dsn:
         raise CliError("no database given: pass --dsn DSN or set STALL_DSN")
     try:
+        _refuse(os.environ)  # first: PGSERVICEFILE would otherwise be read by the check
         stall_nudge.check_dsn(dsn)
+        return with_libpq_environment(dsn, os.environ)
     except stall_nudge.DsnError as exc:
         raise CliError(str(exc), status=USAGE) from None
-    return dsn
 
 
 def positive_duration(text: str) -> timedelta:
