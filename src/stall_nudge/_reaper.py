@@ -65,6 +65,7 @@ from stall_core import (
     WakeReceipt,
     format_duration,
     positive_seconds,
+    printable,
 )
 
 from ._connect import StartupError, close_pool, connect
@@ -453,10 +454,10 @@ class _WatchedLedger:
         for pair in waiting[:EXPLAIN_LIMIT]:
             log.debug(
                 "%s/%s not nudged: %s",
-                pair.endpoint_id,
-                pair.queue,
+                printable(pair.endpoint_id),
+                printable(pair.queue),
                 why_not_nudged(pair, policy=policy, limited=limited),
-                extra={"endpoint": pair.endpoint_id, "queue": pair.queue},
+                extra={"endpoint": printable(pair.endpoint_id), "queue": printable(pair.queue)},
             )
         if len(waiting) > EXPLAIN_LIMIT:
             log.debug("%d more pairs not nudged, less urgent", len(waiting) - EXPLAIN_LIMIT)
