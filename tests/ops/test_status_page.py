@@ -192,7 +192,8 @@ ROWS = """Array.from(document.querySelectorAll('tbody tr')).map(
 async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_script(
     pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
-    """Each pair's verdict renders in chromium; a queue named like a script tag stays text."""
+    """Each pair's verdict renders in chromium under the port's content security policy, which
+    lets the page's own style apply; a queue named like a script tag stays text."""
     await stalled_pair(host, receiver, queue="lane-due")
     await host.create_todo("f", endpoint_id="ep-1", queue="lane-fresh", created_at=ago(0))
     await host.create_todo("h", endpoint_id="ep-1", queue=HOSTILE, created_at=ago(30))
@@ -209,6 +210,9 @@ async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_scri
         await browser.goto(url + "/")
         rows = await browser.until(ROWS)
         pwned = await browser.evaluate("window.pwned === undefined && document.scripts.length")
+        styled = await browser.evaluate(
+            "getComputedStyle(document.querySelector('th')).backgroundColor"
+        )
 
     assert {
         ("lane-due", "due"),
@@ -218,6 +222,7 @@ async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_scri
         ("lane-paused", "endpoint-inactive"),
     } == {tuple(r) for r in rows}
     assert 0 == pwned
+    assert "rgb(242, 242, 242)" == styled
 
 
 @pytest.mark.postgres
