@@ -292,11 +292,13 @@ class HookDispatcher:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=deadline)
         except TimeoutError:
-            log.warning(
-                "closing with %d deliveries unfinished after %s: abandoned",
-                self._outstanding,
-                format_duration(timedelta(seconds=deadline)),
-            )
+            # A deadline of 0 times out even when nothing is in flight: that is no news.
+            if self._outstanding:
+                log.warning(
+                    "closing with %d deliveries unfinished after %s: abandoned",
+                    self._outstanding,
+                    format_duration(timedelta(seconds=deadline)),
+                )
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
