@@ -39,6 +39,7 @@ from ._policy import PacingPolicy
 from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
 from ._sweeper import Clock, Sweeper, TickFailure, TickReport
+from ._text import printable
 from ._values import (
     QUARANTINE_QUEUE,
     ChargeOutcome,
@@ -106,6 +107,7 @@ __all__ = [
     "plan_tick",
     "positive_int",
     "positive_seconds",
+    "printable",
     "progress_by_timestamps",
     "refunded_row",
     "starts_over",

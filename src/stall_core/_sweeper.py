@@ -15,7 +15,10 @@ at debug (an idle sidecar is quiet). A failed tick in ``run`` is logged
 here, once, in one line (a traceback only for what is not a ledger
 failure, a bug); ``on_error`` receives it to record or count, not to log
 again. Records carry their facts as fields (``extra=``): ``tick``, and for
-a nudge ``endpoint``, ``queue``, ``nudge`` and ``todo``.
+a nudge ``endpoint``, ``queue``, ``nudge`` and ``todo``. Names a sender chose
+are escaped and cut (``printable``) in messages and fields alike, and an
+error's text is cut too, so one nudge's records stay short whatever the
+names.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import attrs
 from ._decide import next_sweep_in
 from ._policy import PacingPolicy
 from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
+from ._text import TEXT_WIDTH, printable
 from ._values import Nudge, PairKey, positive_seconds
 
 __all__ = ["Clock", "Sweeper", "TickFailure", "TickReport"]
@@ -81,14 +85,19 @@ def _wait_after(result: TickReport | TickFailure, every: timedelta) -> float:
 
 
 def _fields(tick: int, nudge: Nudge) -> dict[str, Any]:
-    """The structured fields of a log record about one nudge."""
+    """The structured fields of a log record about one nudge, names escaped and cut."""
     return {
         "tick": tick,
-        "endpoint": nudge.endpoint_id,
-        "queue": nudge.queue,
+        "endpoint": printable(nudge.endpoint_id),
+        "queue": printable(nudge.queue),
         "nudge": nudge.number,
-        "todo": nudge.todo.id,
+        "todo": printable(nudge.todo.id),
     }
+
+
+def _error(exc: BaseException) -> str:
+    """An error's text for a log line: escaped, and cut, since it may quote a name."""
+    return printable(str(exc), width=TEXT_WIDTH)
 
 
 class Sweeper:
@@ -147,11 +156,11 @@ class Sweeper:
                 log.warning(
                     "tick %d: wake for %s/%s (nudge %d, todo %s) failed: %s",
                     self._ticks,
-                    nudge.endpoint_id,
-                    nudge.queue,
+                    printable(nudge.endpoint_id),
+                    printable(nudge.queue),
                     nudge.number,
-                    nudge.todo.id,
-                    exc,
+                    printable(nudge.todo.id),
+                    _error(exc),
                     # A refusal is an expected outcome; anything else deserves its traceback.
                     exc_info=not isinstance(exc, WakeError),
                     extra=_fields(self._ticks, nudge),
@@ -163,9 +172,9 @@ class Sweeper:
                     "tick %d: nudge %d for %s/%s (todo %s) handed to the wake port",
                     self._ticks,
                     nudge.number,
-                    nudge.endpoint_id,
-                    nudge.queue,
-                    nudge.todo.id,
+                    printable(nudge.endpoint_id),
+                    printable(nudge.queue),
+                    printable(nudge.todo.id),
                     extra=_fields(self._ticks, nudge),
                 )
                 task = asyncio.create_task(self._follow(nudge, receipt))
@@ -231,7 +240,12 @@ class Sweeper:
                 raise
             reached = False
         except Exception:
-            log.exception("the receipt of %s/%s nudge %d failed", *nudge.key, nudge.number)
+            log.exception(
+                "the receipt of %s/%s nudge %d failed",
+                printable(nudge.endpoint_id),
+                printable(nudge.queue),
+                nudge.number,
+            )
             reached = False
         if reached:
             self.delivered += 1
@@ -245,10 +259,10 @@ class Sweeper:
         except Exception as exc:
             log.error(
                 "refund of %s/%s nudge %d failed; it counts toward the cap: %s",
-                nudge.endpoint_id,
-                nudge.queue,
+                printable(nudge.endpoint_id),
+                printable(nudge.queue),
                 nudge.number,
-                exc,
+                _error(exc),
                 exc_info=not isinstance(exc, LedgerError),
                 extra=_fields(self._ticks, nudge),
             )
@@ -258,8 +272,8 @@ class Sweeper:
             self.refunded += 1
             log.info(
                 "%s/%s nudge %d reached no receiver: refunded, tried again on its schedule",
-                nudge.endpoint_id,
-                nudge.queue,
+                printable(nudge.endpoint_id),
+                printable(nudge.queue),
                 nudge.number,
                 extra=_fields(self._ticks, nudge),
             )
@@ -296,7 +310,7 @@ class Sweeper:
                 log.error(
                     "tick %d: sweep failed, the loop continues: %s",
                     self._ticks,
-                    exc,
+                    _error(exc),
                     exc_info=not isinstance(exc, LedgerError),
                     extra={"tick": self._ticks},
                 )

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 from adapters.postgres import DATABASE_ERRORS, describe
 
+from ._text import text
+
 __all__ = ["FAULT_LOGGERS", "OneLineFaults", "one_line_faults", "start_line"]
 
 #: Loggers that log a fault of the database or the network with its traceback:
@@ -28,15 +30,16 @@ def start_line(fields: Mapping[str, str]) -> str:
 class OneLineFaults(logging.Filter):
     """Rewrites a record carrying a database or network fault's traceback as one line.
 
-    The message gains the fault's one-line reason; the traceback goes. A
-    fault is what the driver or the network raises (``DATABASE_ERRORS``),
-    never a bug, which keeps its traceback.
+    The message gains the fault's one-line reason, escaped and cut (a
+    server's message may quote a name); the traceback goes. A fault is what
+    the driver or the network raises (``DATABASE_ERRORS``), never a bug,
+    which keeps its traceback.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         fault = record.exc_info[1] if record.exc_info else None
         if isinstance(fault, DATABASE_ERRORS):
-            record.msg = f"{record.getMessage()}: {describe(fault)}"
+            record.msg = f"{record.getMessage()}: {text(describe(fault))}"
             record.args = None
             record.exc_info = None
             record.exc_text = None

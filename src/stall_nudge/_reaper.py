@@ -65,6 +65,7 @@ from stall_core import (
     WakeReceipt,
     format_duration,
     positive_seconds,
+    printable,
 )
 
 from ._connect import StartupError, close_pool, connect
@@ -383,10 +384,13 @@ class Reaper:
         """Deliveries first, then refunds, each within its share of ``stop_timeout``."""
         self._begin_stop()
         await self._dispatcher.close(deadline=self._until_deliveries_end())
-        # Receipts are all resolved now; each refund is one bounded ledger call.
+        # Receipts are all resolved now; each refund is one bounded ledger call. The
+        # shield keeps the bound from cancelling the refunds themselves: ``abandon``
+        # does, and counts the nudges whose refund had not finished.
+        settling = asyncio.ensure_future(self._sweeper.settle())
         try:
             async with asyncio.timeout(self._until_stop_ends()):
-                await self._sweeper.settle()
+                await asyncio.shield(settling)
         except TimeoutError:
             kept = await self._sweeper.abandon()
             log.warning(
@@ -394,6 +398,9 @@ class Reaper:
                 "(one backoff step late, never work lost)",
                 kept,
             )
+        finally:
+            settling.cancel()  # a no-op once settled; cancelled from outside, it cuts them off
+            await asyncio.gather(settling, return_exceptions=True)
 
     async def _abandon(self) -> None:
         """Stop at once: no refunds, no waiting for deliveries."""
@@ -453,10 +460,10 @@ class _WatchedLedger:
         for pair in waiting[:EXPLAIN_LIMIT]:
             log.debug(
                 "%s/%s not nudged: %s",
-                pair.endpoint_id,
-                pair.queue,
+                printable(pair.endpoint_id),
+                printable(pair.queue),
                 why_not_nudged(pair, policy=policy, limited=limited),
-                extra={"endpoint": pair.endpoint_id, "queue": pair.queue},
+                extra={"endpoint": printable(pair.endpoint_id), "queue": printable(pair.queue)},
             )
         if len(waiting) > EXPLAIN_LIMIT:
             log.debug("%d more pairs not nudged, less urgent", len(waiting) - EXPLAIN_LIMIT)

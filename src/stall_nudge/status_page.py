@@ -1,25 +1,30 @@
 """ "Is my queue drained?" as a small read-only HTML page that refreshes itself.
 
 No script and no framework: one table, the most urgent pairs first, each
-name a sender chose shown with its control characters escaped and then
-HTML-escaped, so a queue named ``<script>`` is text. The page reloads itself
-with a meta refresh; each load reads the status view afresh.
+name a sender chose escaped and cut by ``stall_core.printable`` and then
+HTML-escaped, so a queue named ``<script>`` is text and a 1 MiB name takes
+a cell's width. At most ``ROW_LIMIT`` rows, the rest counted, so the page
+stays small for any board. The page reloads itself with a meta refresh;
+each load reads the status view afresh. ``CONTENT_SECURITY_POLICY`` allows
+it its one inline style and nothing else (no script, no frame around it).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from stall_core import PacingPolicy, PairStatus, format_duration
+from stall_core import PacingPolicy, PairStatus, format_duration, printable
 
 from ._pairs import by_urgency, hook_trouble, needs_person
 from ._tally import Health
-from .cli.text import printable
+from ._text import age, text, until
 
-__all__ = ["ROW_LIMIT", "render_page"]
+__all__ = ["CONTENT_SECURITY_POLICY", "ROW_LIMIT", "render_page"]
 
 #: The most pairs one page shows; the rest, least urgent, are counted.
 ROW_LIMIT = 200
@@ -39,35 +44,45 @@ tr.hooks td { background: #fff3cd; }
 code { font: 13px ui-monospace, monospace; }
 """
 
+_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+#: What the ops port sends with every answer: this page's style, nothing else to load
+#: or run, never inside a frame, no form, no base URL.
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'none'"
+)
+
+#: Each column's head, and what it counts when a person hovers over it. "Verified"
+#: is pending work that passes the sender gate ("gated" read as "held back").
 _COLUMNS = (
-    "Endpoint",
-    "Queue",
-    "Verdict",
-    "Hooks",
-    "Gated",
-    "Ungated",
-    "Oldest",
-    "Nudges",
-    "Last nudge",
-    "Next due",
+    ("Endpoint", ""),
+    ("Queue", ""),
+    ("Verdict", "the sweep's own decision for the pair"),
+    ("Hooks", "the notify hooks covering the pair: failures in a row, disabled"),
+    (
+        "Verified",
+        "pending todos that pass the sender gate (a verified delivery, or none): "
+        "what the sweep nudges for",
+    ),
+    ("Unverified", "pending todos of unverified deliveries: claimed by pull, never nudged"),
+    ("Oldest", "age of the oldest verified pending todo"),
+    ("Nudges", "nudges since the last progress"),
+    ("Last nudge", ""),
+    ("Next due", ""),
 )
 
 
-def _text(value: str) -> str:
-    """A sender's text as safe HTML: control characters escaped, then markup."""
+def _name(value: str) -> str:
+    """A name a sender chose as safe HTML: escaped and cut, then markup."""
     return html.escape(printable(value), quote=True)
 
 
-def _age(delta: timedelta | None) -> str:
-    return "-" if delta is None else format_duration(delta)
-
-
-def _when(at: datetime | None, now: datetime) -> str:
-    if at is None:
-        return "-"
-    if at <= now:
-        return "now"
-    return "in " + format_duration(at - now)
+def _head(column: str, hint: str) -> str:
+    return (
+        f'<th title="{html.escape(hint, quote=True)}">{column}</th>'
+        if hint
+        else f"<th>{column}</th>"
+    )
 
 
 def _hooks(pair: PairStatus) -> str:
@@ -83,16 +98,16 @@ def _row(pair: PairStatus, now: datetime, policy: PacingPolicy) -> str:
     kind = "person" if needs_person(pair, policy) else "hooks" if hook_trouble(pair) else ""
     verdict = pair.verdict.value
     cells = (
-        _text(pair.endpoint_id),
-        _text(pair.queue),
+        _name(pair.endpoint_id),
+        _name(pair.queue),
         f'<span class="verdict">{verdict}</span>',
         _hooks(pair),
         str(pair.pending_gated),
         str(pair.pending_ungated),
-        _age(pair.oldest_age),
+        age(pair.oldest_age),
         "-" if pair.effective_nudges is None else str(pair.effective_nudges),
-        "-" if pair.last_nudged_at is None else _age(now - pair.last_nudged_at) + " ago",
-        _when(pair.next_due_at, now),
+        "-" if pair.last_nudged_at is None else age(now - pair.last_nudged_at) + " ago",
+        until(pair.next_due_at, now),
     )
     numeric = {4, 5, 7}
     tds = "".join(
@@ -100,7 +115,7 @@ def _row(pair: PairStatus, now: datetime, policy: PacingPolicy) -> str:
         for i, cell in enumerate(cells)
     )
     return (
-        f'<tr class="{kind}" data-verdict="{verdict}" data-queue="{_text(pair.queue)}">{tds}</tr>'
+        f'<tr class="{kind}" data-verdict="{verdict}" data-queue="{_name(pair.queue)}">{tds}</tr>'
     )
 
 
@@ -131,11 +146,11 @@ def render_page(
         state = "ready" if health.ready else "unready"
         lines.append(
             f'<p class="{state}">Sweep {"ready" if health.ready else "not ready"}: '
-            f"{_text(health.reason)}</p>"
+            f"{html.escape(text(health.reason), quote=True)}</p>"
         )
     lines.append(
         f"<p>As of {now.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, on the database's clock; "
-        f"refreshes every {refresh_s} s.</p>"
+        f"refreshes every {format_duration(timedelta(seconds=refresh_s))}.</p>"
     )
     if not ordered:
         lines.append("<p>No pending work and no ledger rows: every queue is drained.</p>")
@@ -144,7 +159,7 @@ def render_page(
             f"<p>{len(ordered)} pairs: {people} need a person; {summary}. Most urgent first.</p>"
         )
         lines.append("<table><thead><tr>")
-        lines.append("".join(f"<th>{column}</th>" for column in _COLUMNS))
+        lines.append("".join(_head(column, hint) for column, hint in _COLUMNS))
         lines.append("</tr></thead><tbody>")
         lines.extend(_row(pair, now, policy) for pair in shown)
         lines.append("</tbody></table>")

@@ -13,9 +13,8 @@ from standardwebhooks.webhooks import Webhook
 
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.postgres import PostgresHooks, PostgresLedger
-from stall_core import PacingPolicy, Sweeper
+from stall_core import PacingPolicy, Sweeper, printable
 from stall_nudge.cli.status import CELL, render_table, status_json
-from stall_nudge.cli.text import CUT, clip, printable
 from stall_testing import HostError, PostgresHost
 from tests.http.conftest import SECRET, Receiver
 from tests.support import T0, FakeClock, examples
@@ -99,25 +98,8 @@ async def test_hostile_names_flow_through_unchanged(
     assert (endpoint, queue) == (as_json["endpoint_id"], as_json["queue"])
     # The table shows control characters escaped (a sender must not drive the terminal),
     # and long names cut.
-    assert clip(endpoint, CELL) in "\n".join(render_table(statuses, now, POLICY))
+    assert printable(endpoint, CELL) in "\n".join(render_table(statuses, now, POLICY))
     assert "t1" == await host.claim_next(endpoint, queue, owner="c", at=T0)
-
-
-@given(text=st.one_of(NAMES, st.text(min_size=30, max_size=200)), width=st.integers(3, 60))
-def test_clip_shows_what_fits_and_marks_the_cut(text: str, width: int) -> None:
-    """A cell is the escaped text when it fits, else an escaped prefix of it and the marker."""
-    cell = clip(text, width)
-
-    shown = printable(text)
-    assert len(cell) <= width
-    assert printable(cell) == cell
-    if len(shown) <= width:
-        assert shown == cell
-    else:
-        assert cell.endswith(CUT)
-        assert shown.startswith(cell.removesuffix(CUT))
-        # No escape is split: what is kept is the escape of a prefix of the raw text.
-        assert any(printable(text[:i]) + CUT == cell for i in range(width + 1))
 
 
 @pytest.mark.parametrize(

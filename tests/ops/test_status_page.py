@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import attrs
 import pytest
 
 import stall_nudge
 from stall_core import PacingPolicy, PairStatus, Verdict
 from stall_nudge.ops_port import serve_ops_port
-from stall_nudge.status_page import render_page
+from stall_nudge.status_page import ROW_LIMIT, render_page
 from stall_testing import PostgresHost
 
 from .browser import CHROMIUM, Browser
@@ -54,6 +57,67 @@ def test_a_hostile_name_is_escaped_and_never_markup() -> None:
     assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;&quot;&amp;\\x1b[2J\\u202e" in page
     assert "\x1b" not in page
     assert "\u202e" not in page
+
+
+def test_a_page_of_huge_names_past_the_row_limit_stays_bounded_cell_by_cell() -> None:
+    """1 MiB names made of what HTML escapes widest, on more pairs than a page shows: the
+    page holds ROW_LIMIT rows, counts the rest, and no cell grows past a name's width."""
+    huge = '"' * 2**20
+    pairs = [
+        attrs.evolve(
+            pair(huge + str(i), Verdict.BACKING_OFF, hook_failures=2**62, hooks_disabled=2**62),
+            endpoint_id=huge,
+            pending_gated=2**62,
+            pending_ungated=2**62,
+            oldest_age=timedelta(days=10**6),
+            effective_nudges=2**62,
+            last_nudged_at=NOW - timedelta(days=700_000),
+            next_due_at=NOW + timedelta(days=10**6),
+        )
+        for i in range(ROW_LIMIT + 50)
+    ]
+
+    page = render_page(NOW, pairs, policy=POLICY, refresh_s=15)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", line) for line in page.splitlines()]
+    cells = [[html.unescape(cell) for cell in row] for row in rows if row]
+
+    assert ROW_LIMIT == len(cells) == len(rows_of(page))
+    assert "50 more pairs, less urgent, not shown" in page
+    assert {64} == {len(cell) for row in cells for cell in row[:2]}  # the names
+    assert max(len(cell) for row in cells for cell in row) < 128
+    assert max(len(line.encode()) for line in page.splitlines()) < 2048
+    assert len(page.encode()) < ROW_LIMIT * 2048
+
+
+def test_hidden_characters_in_a_name_are_shown_as_escapes() -> None:
+    """Zero-width characters, a word joiner, a BOM, a soft hyphen and tags never reach the page."""
+    page = render_page(
+        NOW,
+        [pair("lane\u200b\u2060\ufeff\u00ad\U000e0041-l", Verdict.DUE)],
+        policy=POLICY,
+        refresh_s=15,
+    )
+
+    assert "lane\\u200b\\u2060\\ufeff\\xad\\U000e0041-l" in page
+    assert [] == re.findall("[\u200b\u2060\ufeff\u00ad\U000e0000-\U000e007f]", page)
+
+
+def test_the_count_columns_say_what_they_count_and_ages_are_whole_seconds() -> None:
+    """Verified and Unverified head the pending counts; ages and waits drop their fractions."""
+    status = attrs.evolve(
+        pair("lane", Verdict.BACKING_OFF, age_min=1.151),
+        effective_nudges=1,
+        last_nudged_at=NOW - timedelta(seconds=9.066),
+        next_due_at=NOW + timedelta(seconds=290.9),
+    )
+
+    page = render_page(NOW, [status], policy=POLICY, refresh_s=15)
+    heads = re.findall(r"<th[^>]*>(.*?)</th>", page)
+    [row] = [line for line in page.splitlines() if "data-queue=" in line]
+
+    assert ["Verified", "Unverified"] == heads[4:6]
+    assert [] == [h for h in heads if "gated" in h.lower()]
+    assert ["1m9s", "9s ago", "in 4m50s"] == re.findall(r"<td>([^<]*)</td>", row)[-3:]
 
 
 def test_the_most_urgent_pairs_come_first() -> None:
@@ -128,7 +192,8 @@ ROWS = """Array.from(document.querySelectorAll('tbody tr')).map(
 async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_script(
     pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
-    """Each pair's verdict renders in chromium; a queue named like a script tag stays text."""
+    """Each pair's verdict renders in chromium under the port's content security policy, which
+    lets the page's own style apply; a queue named like a script tag stays text."""
     await stalled_pair(host, receiver, queue="lane-due")
     await host.create_todo("f", endpoint_id="ep-1", queue="lane-fresh", created_at=ago(0))
     await host.create_todo("h", endpoint_id="ep-1", queue=HOSTILE, created_at=ago(30))
@@ -145,6 +210,9 @@ async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_scri
         await browser.goto(url + "/")
         rows = await browser.until(ROWS)
         pwned = await browser.evaluate("window.pwned === undefined && document.scripts.length")
+        styled = await browser.evaluate(
+            "getComputedStyle(document.querySelector('th')).backgroundColor"
+        )
 
     assert {
         ("lane-due", "due"),
@@ -154,6 +222,7 @@ async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_scri
         ("lane-paused", "endpoint-inactive"),
     } == {tuple(r) for r in rows}
     assert 0 == pwned
+    assert "rgb(242, 242, 242)" == styled
 
 
 @pytest.mark.postgres

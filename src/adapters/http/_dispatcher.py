@@ -45,7 +45,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
@@ -64,8 +64,10 @@ from stall_core import (
     WakePort,
     WakeReceipt,
     aware,
+    format_duration,
     positive_int,
     positive_seconds,
+    printable,
 )
 
 from ._address import AddressRefusedError, GuardedResolver, check_host, guarded_socket
@@ -81,6 +83,8 @@ log = logging.getLogger("adapters.http")
 
 #: Usable hooks whose checks are remembered; past this many the memory starts over.
 _CHECKED_HOOKS = 1024
+#: Where log lines cut an outcome's or an error's text (it may quote a URL or a name).
+_TEXT_WIDTH = 1024
 
 
 def _wall_clock() -> datetime:
@@ -288,11 +292,13 @@ class HookDispatcher:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=deadline)
         except TimeoutError:
-            log.warning(
-                "closing with %d deliveries unfinished after %.1fs: abandoned",
-                self._outstanding,
-                deadline,
-            )
+            # A deadline of 0 times out even when nothing is in flight: that is no news.
+            if self._outstanding:
+                log.warning(
+                    "closing with %d deliveries unfinished after %s: abandoned",
+                    self._outstanding,
+                    format_duration(timedelta(seconds=deadline)),
+                )
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
@@ -393,7 +399,11 @@ class HookDispatcher:
                 check_text(field, value)
         except HookRefused as exc:
             raise WakeError(f"message refused: {exc}") from None
-        label = f"{endpoint_id}/{queue} todo {todo.id} ({reason})"
+        # For log lines: names a sender chose, escaped and cut (D22).
+        label = (
+            f"{printable(endpoint_id)}/{printable(queue)} todo {printable(todo.id)} "
+            f"({printable(reason)})"
+        )
         try:
             hooks = await self._hooks.hooks_covering(endpoint_id, queue)
         except Exception as exc:
@@ -418,7 +428,12 @@ class HookDispatcher:
                 usable.append((hook, *self._check_hook(hook)))
             except HookRefused as exc:
                 self._count(refused=1)
-                log.error("hook %s: refused for %s: %s; no request sent", hook.id, label, exc)
+                log.error(
+                    "hook %s: refused for %s: %s; no request sent",
+                    printable(hook.id),
+                    label,
+                    printable(str(exc), width=_TEXT_WIDTH),
+                )
                 await self._book_failure(hook, f"refused: {exc}")
         if not usable:
             return None
@@ -493,7 +508,12 @@ class HookDispatcher:
                 except Exception as exc:
                     # Type only: an unexpected exception's text might quote the URL.
                     reason = f"delivery crashed ({type(exc).__name__})"
-                    log.error("hook %s: %s of %s", job.delivery.hook.id, reason, job.delivery.label)
+                    log.error(
+                        "hook %s: %s of %s",
+                        printable(job.delivery.hook.id),
+                        reason,
+                        job.delivery.label,
+                    )
                     # Booked like any failed delivery, so a hook that always crashes still
                     # reaches auto-disable instead of failing silently forever.
                     self._count(failed=1)
@@ -528,13 +548,13 @@ class HookDispatcher:
             )
         if delay is not None:
             log.info(
-                "hook %s (%s): attempt %d of %s failed (%s); retrying in %.1fs",
-                delivery.hook.id,
-                delivery.shown_url,
+                "hook %s (%s): attempt %d of %s failed (%s); retrying in %s",
+                printable(delivery.hook.id),
+                printable(delivery.shown_url),
                 job.attempts_made,
                 delivery.label,
-                outcome.detail,
-                delay.total_seconds(),
+                printable(outcome.detail, width=_TEXT_WIDTH),
+                format_duration(delay),
             )
             job.timer = asyncio.get_running_loop().call_later(
                 delay.total_seconds(), self._requeue, job
@@ -545,21 +565,21 @@ class HookDispatcher:
             self._count(refused=1)
             log.error(
                 "hook %s (%s): refused for %s: %s; no request sent",
-                delivery.hook.id,
-                delivery.shown_url,
+                printable(delivery.hook.id),
+                printable(delivery.shown_url),
                 delivery.label,
-                outcome.detail.removeprefix("refused: "),
+                printable(outcome.detail.removeprefix("refused: "), width=_TEXT_WIDTH),
             )
             await self._book_failure(delivery.hook, outcome.detail)
             return True, False
         self._count(failed=1)
         log.warning(
             "hook %s (%s): delivery of %s failed after %d attempt(s): %s",
-            delivery.hook.id,
-            delivery.shown_url,
+            printable(delivery.hook.id),
+            printable(delivery.shown_url),
             delivery.label,
             job.attempts_made,
-            outcome.detail,
+            printable(outcome.detail, width=_TEXT_WIDTH),
         )
         await self._book_failure(delivery.hook, outcome.detail)
         return True, False
@@ -639,8 +659,8 @@ class HookDispatcher:
                 self._failing = True
                 log.warning(
                     "hook %s: could not book a failed delivery (%s); %d kept for the next flush",
-                    failure.hook.id,
-                    _fault(exc),
+                    printable(failure.hook.id),
+                    printable(_fault(exc), width=_TEXT_WIDTH),
                     len(self._failures),
                 )
                 self._schedule_flush()
@@ -654,9 +674,9 @@ class HookDispatcher:
             ):
                 log.warning(
                     "hook %s disabled after %d consecutive failed deliveries (last: %s)",
-                    failure.hook.id,
+                    printable(failure.hook.id),
                     health.consecutive_failures,
-                    failure.reason,
+                    printable(failure.reason, width=_TEXT_WIDTH),
                 )
         return True
 
@@ -680,7 +700,7 @@ class HookDispatcher:
                 log.warning(
                     "could not book %d delivered messages (%s); kept for the next flush",
                     len(kept),
-                    _fault(exc),
+                    printable(_fault(exc), width=_TEXT_WIDTH),
                 )
             finally:
                 self._in_batch = frozenset()

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .common import ATTENTION, FAILED, OK, CliError, add_dsn_argument, open_pool, resolve_dsn
 from .jsonout import dumps, seconds, utc
-from .text import clip
 
 if TYPE_CHECKING:
     from adapters.postgres import FleetRecord
     from stall_core import PacingPolicy, PairStatus
 
-#: The widest a table cell gets: a UUID fits; a longer name is cut (whole in --json).
-CELL = 40
+#: The widest a table cell gets (stall_core.printable's width for a name): a longer
+#: name is cut, whole in --json.
+CELL = 64
 #: What marks a pair that needs a person, in the first column of the table.
 MARK = "!"
 
@@ -25,9 +25,12 @@ def register(subparsers: Any) -> None:
         "status",
         help="answer 'is my queue drained?' for every pair",
         description="List every (endpoint, queue) with pending work or a ledger row: pending "
-        "counts, oldest age, nudges, next due, the health of its hooks, and the sweep's "
-        f"verdict. Pairs that need a person are marked {MARK}; cells are cut to {CELL} "
-        "characters (--json has every value whole).",
+        "counts (VERIFIED: todos that pass the sender gate, a verified delivery or none, "
+        "which the sweep nudges for; UNVERIFIED: todos of unverified deliveries, claimed by "
+        "pull only), oldest age, nudges, next due, the health of its hooks, and the sweep's "
+        f"verdict. Pairs that need a person are marked {MARK}; names are shown with control "
+        f"and invisible characters escaped and cut to {CELL} characters (--json has every "
+        "value whole).",
     )
     add_dsn_argument(parser)
     parser.add_argument(
@@ -78,13 +81,15 @@ async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairSt
 
 def fleet_lines(fleet: FleetRecord, now: datetime) -> list[str]:
     """The footprint, the fleet's last sweep and full pass, and any advice, a line each."""
-    swept = "never" if fleet.swept_at is None else _age(now - fleet.swept_at) + " ago"
-    every = "" if fleet.interval is None else f" (every {_age(fleet.interval)})"
-    lines = [f"footprint {fleet.footprint}; the fleet last swept {swept}{every}"]
+    from stall_core import format_duration
+    from stall_nudge._text import age, text
+
+    swept = "never" if fleet.swept_at is None else age(now - fleet.swept_at) + " ago"
+    every = "" if fleet.interval is None else f" (every {format_duration(fleet.interval)})"
+    lines = [f"footprint {text(fleet.footprint)}; the fleet last swept {swept}{every}"]
     if fleet.full_pass_took is not None:
-        took = fleet.full_pass_took / timedelta(milliseconds=1)
-        lines[0] += f"; its last full pass took {took:.0f} ms"
-    lines.extend(f"advice: {line}" for line in fleet.advice)
+        lines[0] += f"; its last full pass took {format_duration(fleet.full_pass_took)}"
+    lines.extend(f"advice: {text(line)}" for line in fleet.advice)
     return lines
 
 
@@ -150,11 +155,14 @@ def status_json(
     )
 
 
+#: VERIFIED counts the pending todos that pass the sender gate (``pending_gated``),
+#: UNVERIFIED those it keeps out of nudges (``pending_ungated``): "gated" reads as
+#: "held back", the opposite of the first.
 _HEADER = (
     "ENDPOINT",
     "QUEUE",
-    "GATED",
-    "UNGATED",
+    "VERIFIED",
+    "UNVERIFIED",
     "OLDEST",
     "NUDGES",
     "LAST NUDGE",
@@ -169,9 +177,11 @@ def render_table(
 ) -> list[str]:
     """A table, one pair a line, marked when it needs a person; cells escaped and cut to CELL.
 
-    ``policy`` is the one the pairs were judged by (default: the default policy).
+    Ages and waits are in whole seconds. ``policy`` is the one the pairs
+    were judged by (default: the default policy).
     """
-    from stall_core import PacingPolicy
+    from stall_core import PacingPolicy, printable
+    from stall_nudge._text import age, until
 
     if not pairs:
         return ["no pending work and no ledger rows: every queue is drained"]
@@ -179,16 +189,16 @@ def render_table(
     marks = [MARK if needs_person(p, policy) else " " for p in pairs]
     rows = [
         tuple(
-            clip(cell, CELL)
+            printable(cell, CELL)
             for cell in (
                 p.endpoint_id,
                 p.queue,
                 str(p.pending_gated),
                 str(p.pending_ungated),
-                _age(p.oldest_age),
+                age(p.oldest_age),
                 "-" if p.effective_nudges is None else str(p.effective_nudges),
-                "-" if p.last_nudged_at is None else _age(now - p.last_nudged_at) + " ago",
-                _due(p.next_due_at, now),
+                "-" if p.last_nudged_at is None else age(now - p.last_nudged_at) + " ago",
+                until(p.next_due_at, now),
                 _hooks(p),
                 p.verdict.value,
             )
@@ -216,17 +226,3 @@ def _hooks(pair: PairStatus) -> str:
     if pair.hooks_disabled:
         parts.append(f"{pair.hooks_disabled} disabled")
     return ", ".join(parts) or "-"
-
-
-def _age(delta: timedelta | None) -> str:
-    from stall_core import format_duration
-
-    return "-" if delta is None else format_duration(delta)
-
-
-def _due(at: datetime | None, now: datetime) -> str:
-    if at is None:
-        return "-"
-    if at <= now:
-        return "now"
-    return "in " + _age(at - now)

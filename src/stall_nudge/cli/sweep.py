@@ -26,7 +26,6 @@ from .common import (
     resolve_dsn,
 )
 from .jsonout import dumps, utc
-from .text import printable
 
 if TYPE_CHECKING:
     from stall_core import TickFailure, TickReport
@@ -170,7 +169,13 @@ def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict
 
 
 def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
-    """The one line `sweep --once` prints without --json; names escaped."""
+    """The one line `sweep --once` prints without --json; names escaped and cut.
+
+    It names at most the tick limit's nudges, so it stays short whatever
+    the names.
+    """
+    from stall_core import format_duration, printable
+
     at = report.now.isoformat(timespec="seconds")
     if report.skipped:
         return f"{at} tick {report.tick}: skipped (another instance holds the tick)"
@@ -180,12 +185,13 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
         for n in report.charged
     )
     stats = reaper.stats
+    took = format_duration(timedelta(seconds=report.duration_s))
     return (
         f"{at} tick {report.tick}: charged {len(report.charged)}"
         f"{' [' + woke + ']' if woke else ''}, drained {len(report.drained)}, "
         f"queued {report.queued}, refused {report.refused}; "
         f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped}; "
-        f"refunded {reaper.refunded} ({report.duration_s * 1000:.1f} ms)"
+        f"refunded {reaper.refunded} ({took})"
     )
 
 
@@ -240,6 +246,7 @@ async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
     import asyncio
 
     from stall_core import LedgerError, TickFailure
+    from stall_nudge._text import line
 
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -249,7 +256,7 @@ async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
         failure = TickFailure(tick=1, error=str(exc), duration_s=loop.time() - started)
         if as_json:
             print(dumps(record(failure, reaper)), flush=True)
-        print(f"stall-nudge: error: tick 1 failed: {printable(str(exc))}", file=sys.stderr)
+        print(f"stall-nudge: error: tick 1 failed: {line(str(exc))}", file=sys.stderr)
         return FAILED
     await reaper.drain()
     print(dumps(record(report, reaper)) if as_json else _summary(report, reaper), flush=True)
