@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -237,23 +238,30 @@ async def test_the_loop_prints_a_record_for_each_failed_tick(locked_out_dsn: str
     ]
 
 
-async def sidecar_log(dsn: str, *options: str, until: str) -> str:
-    """Run the text sidecar until stderr shows ``until``, then a few idle ticks; stop it."""
+async def sidecar_log(dsn: str, *options: str, ticks: int) -> tuple[list[dict[str, Any]], str]:
+    """Run the sidecar until its JSON records show ``ticks`` ticks ran; stop it.
+
+    Returns those records (stdout) and the whole log (stderr): the records
+    prove which ticks ran, whatever the log shows of them.
+    """
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "stall_nudge.cli", *options, "sweep", "--interval", "20ms"),
-        *("--dsn", dsn),
+        *("--json", "--dsn", dsn),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    assert proc.stderr is not None
-    seen = []
-    while until not in "".join(seen):
-        seen.append((await asyncio.wait_for(proc.stderr.readline(), 30)).decode())
-    await asyncio.sleep(0.3)  # some idle ticks: what they log is what the test checks
+    assert proc.stdout is not None
+    # A hang guard only: each line is one 20 ms tick.
+    records = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 30)) for _ in range(ticks)]
     proc.send_signal(signal.SIGTERM)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert 0 == proc.returncode
-    return "".join(seen) + err.decode()
+    assert 0 == proc.returncode, err.decode()
+    return records, err.decode()
+
+
+def logged_ticks(log: str) -> list[int]:
+    """The tick numbers the log's records carry, in order, each once."""
+    return list(dict.fromkeys(int(n) for n in re.findall(r"\[tick=(\d+)", log)))
 
 
 async def test_idle_ticks_are_quiet_by_default_and_records_carry_fields(
@@ -264,15 +272,20 @@ async def test_idle_ticks_are_quiet_by_default_and_records_carry_fields(
     await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
     await host.create_todo("l-0", endpoint_id="ep-1", queue="lane-l", created_at=old(30))
 
-    log = await sidecar_log(pg_dsn, until="tick 1: charged 1")
+    records, log = await sidecar_log(pg_dsn, ticks=3)
 
+    # Ticks 2 and 3 ran, and ran idle: nothing charged, nothing failed.
+    assert [(1, 1), (2, 0), (3, 0)] == [(r["tick"], len(r["charged"])) for r in records]
+    assert {"ok"} == {r["outcome"] for r in records}
     assert "[tick=1 endpoint=ep-1 queue=lane-l nudge=1 todo=l-0]" in log
     assert "tick 1: charged 1, drained 0, queued 1, refused 0 [tick=1]" in log
-    assert "tick 2:" not in log
+    assert [1] == logged_ticks(log)
 
 
 async def test_log_level_debug_shows_idle_ticks(pg_dsn: str) -> None:
     """--log-level debug brings each idle tick's summary back."""
-    log = await sidecar_log(pg_dsn, "--log-level", "debug", until="tick 2: charged 0")
+    records, log = await sidecar_log(pg_dsn, "--log-level", "debug", ticks=2)
 
+    assert [1, 2] == [r["tick"] for r in records]
     assert "tick 1: charged 0, drained 0, queued 0, refused 0 [tick=1]" in log
+    assert "tick 2: charged 0, drained 0, queued 0, refused 0 [tick=2]" in log

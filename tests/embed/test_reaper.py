@@ -92,7 +92,7 @@ async def test_one_stop_timeout_bounds_the_whole_stop_when_the_database_goes_sil
         saved = await snapshot(pg_pool)
         proxy.freeze()
         go.set()  # the next tick waits on the silent server: only the stop bound ends it
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(proxy.withheld(b"BEGIN"), 60)  # the tick's BEGIN is held
         stop.set()
         # A hang guard, not a measurement: without the bound this waits for an hour.
         await asyncio.wait_for(task, 60)
@@ -126,7 +126,7 @@ async def test_cancelling_the_reaper_returns_promptly_and_leaves_nothing_running
         saved = await snapshot(pg_pool)
         proxy.freeze()
         go.set()  # the next tick opens its transaction on the silent server and waits
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(proxy.withheld(b"BEGIN"), 60)  # the tick's BEGIN is held
         task.cancel()
         # Nothing in a cancellation waits on the database, whose calls may take an hour: a
         # hang guard, not a measurement. (asyncio.wait does not raise the task's

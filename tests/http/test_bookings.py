@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection
 from datetime import datetime
@@ -31,6 +32,12 @@ class Directory(MemoryHooks):
         self.down = False
         self.batches: list[list[str]] = []
         self.failures: list[str] = []
+        self._booked = asyncio.Condition()
+
+    async def until_failures(self, count: int) -> None:
+        """Return once ``count`` failures are booked; a hang guard fails a broken test."""
+        async with self._booked:
+            await asyncio.wait_for(self._booked.wait_for(lambda: len(self.failures) >= count), 30)
 
     async def record_successes(self, hook_ids: Collection[str]) -> None:
         if self.down:
@@ -43,10 +50,13 @@ class Directory(MemoryHooks):
     ) -> HookHealth | None:
         if self.down:
             raise TimeoutError
-        self.failures.append(hook_id)
-        return await super().record_failure(
+        health = await super().record_failure(
             hook_id, at=at, reason=reason, disable_after=disable_after
         )
+        self.failures.append(hook_id)
+        async with self._booked:
+            self._booked.notify_all()
+        return health
 
 
 async def _failing(board: MemoryBoard, hook_id: str, failures: int) -> None:
@@ -158,10 +168,15 @@ async def test_ten_consecutive_failures_disable_with_successes_batched(
         hooks=hooks, policy=FAST, workers=1, booking_interval=NEVER
     ) as dispatcher:
         await _notify(dispatcher, 11)
-        await receiver.wait_for(11, "h1")
+        await hooks.until_failures(10)
+        # No flush yet: the interval's is an hour away and drain() has not run. The one
+        # batch is the success booked ahead of the first failure, as seen.
+        hook = board.hooks["h1"]
+        before_flush = (hook.enabled, hook.consecutive_failures, [*hooks.batches])
         await dispatcher.drain()
         hook = board.hooks["h1"]
 
+    assert (False, 10, [["h1"]]) == before_flush
     assert (False, 10) == (hook.enabled, hook.consecutive_failures)
     assert (10, [["h1"]]) == (len(hooks.failures), hooks.batches)
 

@@ -3,6 +3,9 @@
 ``freeze()`` keeps every connection open but forwards nothing more, in either
 direction: what a network partition or a frozen server looks like to a
 client (no RST, no FIN, just silence). ``thaw()`` forwards again.
+``withheld(marker)`` returns once a client's bytes holding ``marker``
+reached the frozen proxy: the event that shows a call is waiting on the
+silent server (``b"BEGIN"``: a transaction is), no sleep needed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class BlackHoleProxy:
         self._target = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self._open = asyncio.Event()
         self._open.set()
+        # What clients sent since the last freeze(), held back; a change wakes withheld().
+        self._withheld = bytearray()
+        self._arrived = asyncio.Condition()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # Every stream, closed on exit: a pipe task cancelled before it first runs
@@ -49,10 +55,16 @@ class BlackHoleProxy:
         return urlunsplit(self._dsn._replace(netloc=netloc))
 
     def freeze(self) -> None:
+        self._withheld.clear()
         self._open.clear()
 
     def thaw(self) -> None:
         self._open.set()
+
+    async def withheld(self, marker: bytes = b"") -> None:
+        """Return once the bytes held back since the last ``freeze()`` contain ``marker``."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: bool(self._withheld) and marker in self._withheld)
 
     async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -84,14 +96,23 @@ class BlackHoleProxy:
             writer.close()
             upstream_writer.close()
             return
-        for source, sink in ((reader, upstream_writer), (upstream_reader, writer)):
-            task = asyncio.create_task(self._pipe(source, sink))
+        for source, sink, from_client in (
+            (reader, upstream_writer, True),
+            (upstream_reader, writer, False),
+        ):
+            task = asyncio.create_task(self._pipe(source, sink, from_client=from_client))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, from_client: bool
+    ) -> None:
         try:
             while chunk := await source.read(65536):
+                if from_client and not self._open.is_set():
+                    self._withheld += chunk
+                    async with self._arrived:
+                        self._arrived.notify_all()
                 await self._open.wait()
                 sink.write(chunk)
                 await sink.drain()

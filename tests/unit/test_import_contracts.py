@@ -1,11 +1,11 @@
-"""Our own import-linter contract type: another package's private modules are off limits."""
+"""Our own import-linter contract type (tools/import_contracts.py): private modules stay private."""
 
 from __future__ import annotations
 
 import grimp
 import pytest
 
-from tests.import_contracts import PrivateModulesContract
+from tools.import_contracts import PrivateModulesContract
 
 
 def graph(*imports: tuple[str, str]) -> grimp.ImportGraph:

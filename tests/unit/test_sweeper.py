@@ -378,13 +378,24 @@ async def test_settle_waits_for_a_receipt_still_pending(
     ledger = ScriptedLedger(events, clock, ChargeOutcome(now=clock.now, charged=(nudge("a"),)))
     sweeper = Sweeper(ledger=ledger, wake=Later())
     await sweeper.tick()
-    settled = asyncio.create_task(sweeper.settle())
-    await asyncio.sleep(0.01)
 
-    assert not settled.done()
+    async def settle() -> None:
+        await sweeper.settle()
+        events.append(("settled", sweeper.refunded))  # noted the moment settle() returned
+
+    settled = asyncio.create_task(settle())
+    # One turn of the loop, not a wait: settle() was scheduled first, so it has started
+    # waiting (or, were it broken, returned) before the receipt resolves below.
+    await asyncio.sleep(0)
+    events.append(("resolved", None))
     late.set_result(False)
-    await asyncio.wait_for(settled, timeout=2)
-    assert (["a"], 1) == ([n.queue for n in ledger.refunds], sweeper.refunded)
+    await asyncio.wait_for(settled, timeout=30)  # a hang guard only
+
+    # In this order: settle() returned after the receipt resolved and its refund counted.
+    assert [("resolved", None), ("refund", "a"), ("settled", 1)] == [
+        e for e in events if e[0] in {"resolved", "refund", "settled"}
+    ]
+    assert ["a"] == [n.queue for n in ledger.refunds]
 
 
 async def test_a_refund_the_ledger_declines_is_not_counted(
@@ -637,21 +648,48 @@ async def test_run_ticks_each_interval_on_the_ledgers_clock(
     assert [now for now, _ in ledger.calls] == [r.now for r in reports]
 
 
+class StuckLedger(ScriptedLedger):
+    """A ScriptedLedger whose charges never return: ``entered`` is set once one is waiting."""
+
+    def __init__(self, events: list[tuple[str, object]], clock: FakeClock) -> None:
+        super().__init__(events, clock)
+        self.entered = asyncio.Event()
+
+    async def charge_due(
+        self, *, policy: PacingPolicy, every: timedelta | None = None
+    ) -> ChargeOutcome:
+        self.entered.set()
+        await asyncio.get_running_loop().create_future()  # only a cancellation ends it
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("during", ["the wait", "a tick"])
 async def test_run_propagates_cancellation(
-    events: list[tuple[str, object]], clock: FakeClock
+    events: list[tuple[str, object]],
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    during: str,
 ) -> None:
     """Cancelling the run task cancels it; cancellation is not logged as a failed tick."""
-    stop = asyncio.Event()
+    stop, reported = asyncio.Event(), asyncio.Event()
+    failures: list[TickFailure] = []
+    ledger = StuckLedger(events, clock) if during == "a tick" else ScriptedLedger(events, clock)
+    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
     task = asyncio.create_task(
-        Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events)).run(
-            interval=3600, stop=stop
+        sweeper.run(
+            interval=3600, stop=stop, on_report=lambda _: reported.set(), on_error=failures.append
         )
     )
-    await asyncio.sleep(0.01)
+    # Cancel once the loop is where the case says: in its hour's wait, or mid-charge.
+    entered = ledger.entered if isinstance(ledger, StuckLedger) else reported
+    await asyncio.wait_for(entered.wait(), timeout=30)
     task.cancel()
 
     with pytest.raises(asyncio.CancelledError):
         await task
+
+    assert [] == failures
+    assert [] == [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 @pytest.mark.parametrize("interval", [0, -1, -0.5, math.nan])
