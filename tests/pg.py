@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from stall_testing import create_database, drop_database, embedded_postgres, with_database
 
@@ -29,4 +30,18 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-__all__ = ["create_database", "drop_database", "test_server", "unique_name", "with_database"]
+def with_user(dsn: str, user: str) -> str:
+    """The same DSN, logging in as ``user`` with no password (the test server trusts loopback)."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}@{host}"))
+
+
+__all__ = [
+    "create_database",
+    "drop_database",
+    "test_server",
+    "unique_name",
+    "with_database",
+    "with_user",
+]

@@ -28,13 +28,15 @@ from stall_core import (
     PacingPolicy,
     PairKey,
     PairState,
-    Progress,
     TodoRef,
     aware,
     charge_row,
+    has_departed,
+    latest_claim,
     plan_tick,
-    progress_by_timestamps,
     refunded_row,
+    reset_row,
+    work_of,
 )
 
 __all__ = [
@@ -130,24 +132,19 @@ class MemoryBoard:
     concurrent sweeps on one event loop are serialised exactly as the
     Postgres ledger's tick lock and single statement serialise them.
 
-    ``progress`` is the reading of "a claim after the last nudge" it offers:
-    commit order (a log of claims, as the Postgres incremental footprint
-    keeps), or the todos' timestamps (as the lean footprint reads them).
+    Progress is read from the todos as the Postgres ledger reads it: the
+    latest ``claimed_at`` of the pair, and whether the todo its ledger row
+    names is still pending there (``stall_core.made_progress``).
     """
 
-    def __init__(self, *, clock: Clock, progress: Progress = Progress.COMMIT_ORDER) -> None:
-        if not isinstance(progress, Progress):
-            raise TypeError(f"progress must be a stall_core.Progress, got {progress!r}")
+    def __init__(self, *, clock: Clock) -> None:
         self._clock = clock
-        self._progress = progress
         self._tick_held = False
         self._endpoints: dict[str, Endpoint] = {}
         self._deliveries: dict[str, Delivery] = {}
         self._todos: dict[str, Todo] = {}
         self._hooks: dict[str, Hook] = {}
         self._ledger: dict[PairKey, LedgerRow] = {}
-        #: The progress log: per pair, the instants of claims no charge has absorbed yet.
-        self._claims: dict[PairKey, list[datetime]] = {}
         self._rings: list[Ring] = []
         #: When the last tick swept (the fleet's record, as on Postgres).
         self._swept_at: datetime | None = None
@@ -173,10 +170,6 @@ class MemoryBoard:
     @property
     def rings(self) -> tuple[Ring, ...]:
         return tuple(self._rings)
-
-    @property
-    def progress(self) -> Progress:
-        return self._progress
 
     # -- host verbs ----------------------------------------------------------
 
@@ -228,6 +221,14 @@ class MemoryBoard:
         )
         self._hooks[hook_id] = hook
         return hook
+
+    def set_delivery_verified(self, delivery_id: str, verified: bool) -> Delivery:
+        """Change whether a delivery passes the sender gate (a late verification, a revocation)."""
+        delivery = attrs.evolve(
+            self._get("delivery", delivery_id, self._deliveries), verified=verified
+        )
+        self._deliveries[delivery_id] = delivery
+        return delivery
 
     def set_hook_enabled(
         self, hook_id: str, enabled: bool, *, at: datetime | None = None, reason: str | None = None
@@ -309,7 +310,6 @@ class MemoryBoard:
         if todo.state != "pending":
             raise BoardError(f"todo {todo_id!r} is {todo.state}, not pending")
         at = aware("clock()", self._clock()) if at is None else aware("at", at)
-        previous = todo
         todo = attrs.evolve(
             todo,
             state="claimed",
@@ -317,9 +317,6 @@ class MemoryBoard:
             claim_owner=owner,
             lease_expires_at=at + lease,
         )
-        if at != previous.claimed_at:
-            # A claim is a change of claimed_at, as the Postgres trigger logs it.
-            self._claims.setdefault((todo.endpoint_id, todo.queue), []).append(at)
         self._todos[todo_id] = todo
         return todo
 
@@ -337,16 +334,23 @@ class MemoryBoard:
         oldest = min(pending, key=lambda t: (t.created_at, t.id))
         return self.claim(oldest.id, owner=owner, at=at)
 
-    def complete(self, todo_id: str) -> Todo:
+    def complete(self, todo_id: str, *, unstamp: bool = False) -> Todo:
+        """Mark a claimed todo done; its claimed_at stays, or goes with ``unstamp`` (some hosts)."""
         todo = self._get("todo", todo_id, self._todos)
         if todo.state != "claimed":
             raise BoardError(f"todo {todo_id!r} is {todo.state}, not claimed")
-        todo = attrs.evolve(todo, state="done", claim_owner=None, lease_expires_at=None)
+        todo = attrs.evolve(
+            todo,
+            state="done",
+            claim_owner=None,
+            lease_expires_at=None,
+            claimed_at=None if unstamp else todo.claimed_at,
+        )
         self._todos[todo_id] = todo
         return todo
 
-    def requeue(self, todo_id: str) -> Todo:
-        """Return a claimed todo to pending; its claimed_at stays (the claim happened)."""
+    def requeue(self, todo_id: str, *, unstamp: bool = False) -> Todo:
+        """Return a claimed todo to pending; claimed_at stays (the claim happened), or goes."""
         todo = self._get("todo", todo_id, self._todos)
         if todo.state != "claimed":
             raise BoardError(f"todo {todo_id!r} is {todo.state}, not claimed")
@@ -356,7 +360,14 @@ class MemoryBoard:
             claim_owner=None,
             lease_expires_at=None,
             attempt=todo.attempt + 1,
+            claimed_at=None if unstamp else todo.claimed_at,
         )
+        self._todos[todo_id] = todo
+        return todo
+
+    def move_todo(self, todo_id: str, queue: str) -> Todo:
+        """Move a todo to another queue of its endpoint, as a rebalancer or an operator does."""
+        todo = attrs.evolve(self._get("todo", todo_id, self._todos), queue=queue)
         self._todos[todo_id] = todo
         return todo
 
@@ -383,35 +394,40 @@ class MemoryBoard:
         delivery = self._deliveries.get(todo.delivery_id)
         return delivery is not None and delivery.verified
 
-    def pair_states(self) -> list[PairState]:
-        """The state of every pair with a pending todo or a ledger row."""
+    def pair_states(self, ledger: Mapping[PairKey, LedgerRow] | None = None) -> list[PairState]:
+        """The state of every pair with a pending todo or a ledger row.
+
+        ``ledger`` (this board's own by default) is the ledger whose rows say
+        which todo each pair's last nudge named: a test may read the board's
+        host rows against another ledger's.
+        """
+        rows = self._ledger if ledger is None else ledger
         by_pair: dict[PairKey, list[Todo]] = {}
         for todo in self._todos.values():
             by_pair.setdefault((todo.endpoint_id, todo.queue), []).append(todo)
         keys = {key for key, todos in by_pair.items() if any(t.state == "pending" for t in todos)}
-        keys.update(self._ledger)
-        return [self._pair_state(key, by_pair.get(key, [])) for key in sorted(keys)]
+        keys.update(rows)
+        return [self._pair_state(key, by_pair.get(key, []), rows) for key in sorted(keys)]
 
-    def _pair_state(self, key: PairKey, todos: list[Todo]) -> PairState:
+    def _pair_state(
+        self, key: PairKey, todos: list[Todo], ledger: Mapping[PairKey, LedgerRow]
+    ) -> PairState:
         endpoint_id, queue = key
-        gated = [t for t in todos if t.state == "pending" and self.gate_passes(t)]
-        oldest = min(gated, key=lambda t: (t.created_at, t.id), default=None)
+        oldest = work_of(
+            TodoRef(id=t.id, created_at=t.created_at, title=t.title)
+            for t in todos
+            if t.state == "pending" and self.gate_passes(t)
+        )
         endpoint = self._endpoints.get(endpoint_id)
-        if self._progress is Progress.COMMIT_ORDER:
-            progress_at = max(self._claims.get(key, ()), default=None)
-        else:
-            progress_at = progress_by_timestamps(
-                (t.claimed_at for t in todos), self._ledger.get(key)
-            )
+        pending = {t.id for t in todos if t.state == "pending"}
         return PairState(
             endpoint_id=endpoint_id,
             queue=queue,
-            oldest=None
-            if oldest is None
-            else TodoRef(id=oldest.id, created_at=oldest.created_at, title=oldest.title),
+            oldest=oldest,
             endpoint_active=endpoint is not None and endpoint.state == "active",
             has_receiver=any(h.covers(endpoint_id, queue) for h in self._hooks.values()),
-            progress_at=progress_at,
+            latest_claim=latest_claim(t.claimed_at for t in todos),
+            named_departed=has_departed(ledger.get(key), pending),
         )
 
     async def charge_due(
@@ -425,20 +441,22 @@ class MemoryBoard:
         ):
             return ChargeOutcome(now=now, skipped=True, swept_at=swept)
         self._swept_at = now
-        plan = plan_tick(self.pair_states(), self._ledger, now, policy)
-        # What this tick absorbs: the claims of charged, drained and reset pairs, and of
-        # pairs with no ledger row (their next nudge is a first one anyway).
-        absorbed = {n.key for n in plan.charges} | set(plan.drained) | set(plan.reset)
-        absorbed |= self._claims.keys() - self._ledger.keys()
-        for key in absorbed:
-            self._claims.pop(key, None)
-        for claims in self._claims.values():
-            claims[:] = [max(claims)]  # only "is there one" and the latest matter
-        for key in (*plan.drained, *plan.reset):
+        pairs = self.pair_states()
+        plan = plan_tick(pairs, self._ledger, now, policy)
+        for key in plan.drained:
             del self._ledger[key]
+        for key in plan.reset:
+            self._ledger[key] = reset_row(self._ledger[key], now)
         for nudge in plan.charges:
             self._ledger[nudge.key] = charge_row(nudge)
-        return ChargeOutcome(now=now, charged=plan.charges, drained=plan.drained, swept_at=now)
+        return ChargeOutcome(
+            now=now,
+            charged=plan.charges,
+            drained=plan.drained,
+            swept_at=now,
+            kind="full",
+            judged=len(pairs),
+        )
 
     async def refund(self, nudge: Nudge) -> bool:
         """Refund a nudge that reached nobody if the row is still its charge's (compare-and-set)."""

@@ -1,16 +1,47 @@
-"""The sweep's decisions: pure functions of (pair, ledger row, now, policy).
+"""The sweep's rules: pure functions of (pair, ledger row, now, policy), each SPEC-0038 rule once.
 
-Everything that affects whether a pair is nudged lives in this file, so it
-can be read as the spec's state table. ``decide`` classifies one pair;
-``plan_tick`` turns a whole board into the charges and drains of one
-tick. Nothing here reads a clock or touches IO: the sweeper and the ledger
-adapters gather the inputs and apply the outputs.
+Theory of operation
+-------------------
+Every rule that decides whether a pair is nudged is one function here; the
+Postgres judge (adapters/postgres/tick.sql) restates those the spec puts in
+the query and names the function it mirrors, and the differential tests
+hold the two together by those names. The rules, in the order a tick
+applies them:
+
+=============  ===============================================================
+rule           statement
+=============  ===============================================================
+work_of        the pair's oldest pending todo that passes the sender gate
+               (ties broken by id); the ledger reads it (``PairState.oldest``);
+               the quarantine queue has none (``is_candidate``)
+is_candidate   work older than the threshold (strictly), an active endpoint,
+               an enabled hook covering the queue
+made_progress  a ledger row, and: progress a reset kept, or the todo the row
+               names has departed (``has_departed``), or a claim stamped
+               after the row's last nudge (``latest_claim``)
+is_due         a candidate with no row or progress (nudge 1, at once), or
+               below the cap with its backoff step over (``next_due_at``)
+charge_order   least nudged (``effective_nudges``), oldest work, then
+               endpoint_id and queue by code point
+tick limit     the first ``tick_limit`` due pairs in that order are charged
+               (``plan_tick``)
+charge_row     nudge ``effective + 1`` names the work; its stamp is now, or
+               the latest claim if later (``charge_stamp``), so a claim
+               counts once whatever its stamp
+reset_row      progress no charge answered: the row keeps it (count 0)
+drain          a row whose pair has no work is deleted
+=============  ===============================================================
+
+``decide`` classifies one pair; ``plan_tick`` turns a whole board into the
+charges, drains and resets of one tick. Nothing here reads a clock or
+touches IO: the sweeper and the ledger adapters gather the inputs and
+apply the outputs.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 
 import attrs
@@ -30,20 +61,25 @@ __all__ = [
     "Reset",
     "TickPlan",
     "Wait",
+    "charge_order",
     "charge_row",
     "charge_stamp",
     "decide",
     "effective_nudges",
     "full_pass_due",
+    "has_departed",
     "is_candidate",
+    "is_due",
+    "latest_claim",
     "made_progress",
     "next_due_at",
     "next_sweep_in",
     "plan_tick",
-    "progress_by_timestamps",
     "refunded_row",
+    "reset_row",
     "starts_over",
     "swept_recently",
+    "work_of",
 ]
 
 
@@ -92,22 +128,17 @@ class Idle:
 
 @attrs.frozen(kw_only=True)
 class Reset:
-    """Progress, but no nudge now (not a candidate, for ``reason``): delete the row.
+    """Progress, but no nudge now (not a candidate, for ``reason``): the row keeps it.
 
-    Its next nudge is a first one, due at once, exactly as progress makes it:
-    the row would only keep the claim waiting to be seen again. Consuming it
-    where it is seen is what lets a backlog of claims be judged once.
+    The row's count goes to 0 and it remembers the progress (``reset_row``),
+    so the pair's next nudge is a first one, due at once, even after the
+    claim or departure that showed it is gone from the host's rows.
     """
 
     reason: IdleReason
 
 
 Decision = Charge | Wait | Capped | Drain | Reset | Idle
-
-
-def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
-    """True when the pair is stalled: gated work past the threshold, active, reachable."""
-    return isinstance(_candidacy(pair, now, policy), TodoRef)
 
 
 def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef | IdleReason:
@@ -123,28 +154,49 @@ def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef 
     return work
 
 
-def made_progress(pair: PairState, row: LedgerRow | None) -> bool:
-    """True when some todo of the pair was claimed after the pair's last nudge.
+def work_of(pending: Iterable[TodoRef]) -> TodoRef | None:
+    """The pair's work among its pending todos that pass the sender gate: the oldest.
 
-    The ledger reads "after" (``Progress``) and reports the latest such claim
-    as ``PairState.progress_at``; the charge that consumes it stamps the row
-    at or after it, so each claim counts once.
+    Ties go by id in code point order, so every reader names the same todo.
     """
-    return row is not None and pair.progress_at is not None
+    return min(pending, key=lambda t: (t.created_at, t.id), default=None)
 
 
-def progress_by_timestamps(
-    claimed: Iterable[datetime | None], row: LedgerRow | None
-) -> datetime | None:
-    """``Progress.TIMESTAMPS``: the latest of a pair's ``claimed_at`` after its row's last nudge.
+def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
+    """True when the pair is stalled: gated work past the threshold, active, reachable."""
+    return isinstance(_candidacy(pair, now, policy), TodoRef)
 
-    None without a row (nothing to be after) or without a later claim. A
-    claim exactly at ``last_nudged_at`` is not after it: the charge that
-    consumed a claim stamps the row with that claim's instant at the latest.
+
+def latest_claim(claimed: Iterable[datetime | None]) -> datetime | None:
+    """The latest ``claimed_at`` among a pair's todos (None: none was ever claimed)."""
+    return max((c for c in claimed if c is not None), default=None)
+
+
+def has_departed(row: LedgerRow | None, pending: Collection[str]) -> bool:
+    """True when the todo ``row`` names is not among the pair's ``pending`` todo ids.
+
+    Departed means claimed, finished, deleted or moved to another pair: the
+    row is gone or no longer pending in this pair. A change of its gate is
+    not a departure (the todo is still pending here). A row an older build
+    charged names no todo, and never departs.
+    """
+    return row is not None and row.named_todo is not None and row.named_todo not in pending
+
+
+def made_progress(pair: PairState, row: LedgerRow | None) -> bool:
+    """SPEC-0038 "a claim on any todo in that pair after the last nudge", read two ways.
+
+    A claim stamped after the row's ``last_nudged_at``, or the departure of
+    the todo the last nudge named, whichever shows first: the departure
+    catches what a stamp cannot (a host clock behind the database, a claim
+    whose transaction spanned the charge, a todo deleted or un-stamped at
+    completion). Progress a reset kept counts until a charge answers it.
     """
     if row is None:
-        return None
-    return max((c for c in claimed if c is not None and c > row.last_nudged_at), default=None)
+        return False
+    if row.progressed_at is not None or pair.named_departed:
+        return True
+    return pair.latest_claim is not None and pair.latest_claim > row.last_nudged_at
 
 
 def starts_over(pair: PairState, row: LedgerRow | None) -> bool:
@@ -153,7 +205,7 @@ def starts_over(pair: PairState, row: LedgerRow | None) -> bool:
 
 
 def effective_nudges(pair: PairState, row: LedgerRow | None) -> int:
-    """Nudges spent since progress: 0 with no row or after a claim."""
+    """Nudges spent since progress: 0 with no row or after progress."""
     if starts_over(pair, row):
         return 0
     assert row is not None  # starts_over is True without a row
@@ -167,33 +219,71 @@ def next_due_at(row: LedgerRow, policy: PacingPolicy) -> datetime | None:
     return row.last_nudged_at + policy.delay_before(row.nudges + 1)
 
 
-def charge_stamp(pair: PairState, now: datetime) -> datetime:
-    """The ``last_nudged_at`` a charge at ``now`` writes: ``now``, or a later claim it consumes.
+def is_due(pair: PairState, row: LedgerRow | None, now: datetime, policy: PacingPolicy) -> bool:
+    """True when the pair would be charged now but for the tick limit."""
+    return isinstance(decide(pair, row, now, policy), Charge)
 
-    A claim's transaction may read the time after the charge did and still
-    commit before the charge looks; the charge consumes it, and its stamp
-    does not fall behind it, so every consumed claim is at or before the
-    stamp (never "after the last nudge" again) and the backoff runs from
-    after the claim.
+
+def charge_order(
+    spent: int, oldest: TodoRef, endpoint_id: str, queue: str
+) -> tuple[int, datetime, str, str]:
+    """The key due pairs are charged by, smallest first (``str`` compares by code point)."""
+    return (spent, oldest.created_at, endpoint_id, queue)
+
+
+def charge_stamp(pair: PairState, now: datetime) -> datetime:
+    """The ``last_nudged_at`` a charge at ``now`` writes: ``now``, or the latest claim if later.
+
+    A claim stamped ahead of the ledger's clock (a host clock ahead, a
+    claim's transaction that read the time after the charge did) is
+    consumed by this charge: the stamp does not fall behind it, so it is
+    never "after the last nudge" again, and the backoff runs from after it.
     """
-    claimed = pair.progress_at
+    claimed = pair.latest_claim
     return now if claimed is None or claimed < now else claimed
+
+
+def charge_row(nudge: Nudge) -> LedgerRow:
+    """The ledger row a committed charge leaves behind: the progress it answered is consumed."""
+    return LedgerRow(
+        endpoint_id=nudge.endpoint_id,
+        queue=nudge.queue,
+        nudges=nudge.number,
+        last_nudged_at=nudge.charged_at,
+        named_todo=nudge.todo.id,
+    )
+
+
+def reset_row(row: LedgerRow, now: datetime) -> LedgerRow:
+    """The row after progress no charge answered this tick: count 0, the progress kept.
+
+    The stamp and the named todo stay, so a refund of an earlier nudge no
+    longer matches, and the progress outlives the claim or departure that
+    showed it.
+    """
+    kept = row.progressed_at if row.progressed_at is not None else now
+    return attrs.evolve(row, nudges=0, progressed_at=kept)
 
 
 def refunded_row(row: LedgerRow | None, nudge: Nudge) -> LedgerRow | None:
     """The row after refunding ``nudge``, which reached no receiver; None when nothing to refund.
 
     Compare-and-set: only the row that nudge's own charge wrote (same count,
-    same stamp) is refunded, so a refund can never undo a later charge, and
-    a drained row stays deleted. The stamp stays: the retry waits one step.
+    stamp and named todo) is refunded, so a refund can never undo a later
+    charge, a reset or a drain. Two charges may share a count and a stamp
+    (both nudge 1, both stamped with one claim stamped ahead of the clock),
+    never the todo they name as well: the first one's todo departed to make
+    the second one a nudge 1. The stamp stays: the retry waits one step.
     """
-    if row is None or (row.nudges, row.last_nudged_at) != (nudge.number, nudge.charged_at):
+    written = (row.nudges, row.last_nudged_at, row.named_todo) if row is not None else None
+    if written != (nudge.number, nudge.charged_at, nudge.todo.id):
         return None
+    assert row is not None  # it matched
     return attrs.evolve(row, nudges=row.nudges - 1)
 
 
 def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: PacingPolicy) -> Decision:
-    """Classify one pair at ``now``: charge, wait, capped, drain or idle."""
+    """Classify one pair at ``now``: charge, wait, capped, drain, reset or idle."""
     aware("now", now)
     if row is not None and row.key != pair.key:
         raise ValueError(f"ledger row {row.key!r} does not belong to pair {pair.key!r}")
@@ -213,25 +303,15 @@ def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: Pacing
     return Wait(due_at=due_at)
 
 
-def charge_row(nudge: Nudge) -> LedgerRow:
-    """The ledger row a committed charge leaves behind."""
-    return LedgerRow(
-        endpoint_id=nudge.endpoint_id,
-        queue=nudge.queue,
-        nudges=nudge.number,
-        last_nudged_at=nudge.charged_at,
-    )
-
-
 @attrs.frozen(kw_only=True)
 class TickPlan:
-    """One tick's work: nudges to charge (at most tick_limit) and rows to delete."""
+    """One tick's work: nudges to charge (at most tick_limit), rows to delete and to reset."""
 
     charges: tuple[Nudge, ...]
     drained: tuple[PairKey, ...]
     #: Pairs that were due but held back by the tick limit.
     held_back: int = 0
-    #: Pairs with progress this tick does not charge (``Reset``, or held back): rows deleted.
+    #: Rows with progress this tick does not charge (``Reset``, or held back): ``reset_row``.
     reset: tuple[PairKey, ...] = ()
 
 
@@ -243,12 +323,10 @@ def plan_tick(
 ) -> TickPlan:
     """Decide one tick over a whole board.
 
-    Due pairs are charged least-nudged first (effective count), then by
-    oldest pending todo, then endpoint_id and queue (by code point, the
-    order of Postgres' "C" collation), so every ledger picks the same four.
-    A row whose pair is absent from ``pairs`` has no pending work: deleted.
-    A pair with progress that is not charged (a ``Reset``, or held back by
-    the tick limit) has its row deleted too: its progress is consumed.
+    Due pairs are charged in ``charge_order``, at most ``tick_limit`` of
+    them, so every ledger picks the same four. A row whose pair is absent
+    from ``pairs`` has no pending work: drained. A row with progress that is
+    not charged (a ``Reset``, or held back by the tick limit) is reset.
     """
     due: list[tuple[tuple[int, datetime, str, str], Nudge]] = []
     drained: list[PairKey] = []
@@ -275,7 +353,7 @@ def plan_tick(
                 number=decision.number,
                 charged_at=charge_stamp(pair, now),
             )
-            order = (decision.number - 1, decision.todo.created_at, pair.endpoint_id, pair.queue)
+            order = charge_order(decision.number - 1, decision.todo, *pair.key)
             due.append((order, nudge))
     drained.extend(key for key in ledger_rows if key not in seen)
     due.sort(key=lambda item: item[0])
@@ -290,8 +368,8 @@ def plan_tick(
 
 
 #: The longest a ledger that judges only what changed may go without judging every
-#: pair: the bound on how late a change it cannot see (a hook re-enabled, a delivery
-#: verified later) is nudged.
+#: pair: the bound on how late a change no timestamp shows (a hook re-enabled, a
+#: delivery verified later, a todo deleted) is seen.
 FULL_PASS_INTERVAL = timedelta(minutes=5)
 
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from ._policy import PacingPolicy
-from ._values import ChargeOutcome, HookHealth, HookTarget, Nudge, Progress
+from ._values import ChargeOutcome, HookHealth, HookTarget, Nudge
 
 __all__ = ["HookDirectory", "LedgerError", "LedgerPort", "WakeError", "WakePort", "WakeReceipt"]
 
@@ -33,11 +33,6 @@ class WakeError(Exception):
 class LedgerPort(Protocol):
     """The nudge ledger over the host's board of todos; it is also the sweep's clock."""
 
-    @property
-    def progress(self) -> Progress:
-        """Which reading of "a claim after the last nudge" this ledger's decisions follow."""
-        ...
-
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
@@ -50,8 +45,9 @@ class LedgerPort(Protocol):
         than ``every`` ago skips too, so a fleet on any phases sweeps once an
         interval; each sweep is recorded (``ChargeOutcome.swept_at``). Decisions follow
         ``stall_core.plan_tick``: at most ``policy.tick_limit`` charges,
-        least-nudged first. The decision is re-checked against the ledger row
-        as it stands when the charge is written, so a nudge another sweeper
+        least-nudged first; rows with progress left uncharged are reset
+        (``reset_row``). The decision is re-checked against the ledger row as
+        it stands when the charge is written, so a nudge another sweeper
         committed first is neither counted nor returned. Rows of pairs with no
         gate-passing pending todo are deleted in the same call. Returns only
         once everything is committed; on failure raises ``LedgerError`` with

@@ -59,6 +59,8 @@ class PairStatus:
     hook_failures: int = 0
     #: Disabled hooks of the endpoint whose queue filter covers the pair.
     hooks_disabled: int = 0
+    #: The todo the last nudge named (None: no ledger row, or one an older build charged).
+    named_todo: str | None = None
 
 
 def pair_status(
@@ -117,4 +119,5 @@ def pair_status(
         verdict=verdict,
         hook_failures=hook_failures,
         hooks_disabled=hooks_disabled,
+        named_todo=None if row is None else row.named_todo,
     )

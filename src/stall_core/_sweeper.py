@@ -1,4 +1,4 @@
-"""The imperative shell of one sweep: decide and charge (ledger), apply (wake), refund.
+"""The imperative shell of a tick: decide and charge (ledger), apply (wake), refund.
 
 The only asyncio in the core. It reads no clock: the ledger is the time
 authority (the database's clock in production, an injected clock in tests,
@@ -65,6 +65,10 @@ class TickReport:
     skipped: bool = False
     #: When the fleet last swept, on the ledger's clock (None: the ledger keeps no record).
     swept_at: datetime | None = None
+    #: What the tick judged: "full" (every pair) or "delta" (what changed); None when skipped.
+    kind: str | None = None
+    #: How many pairs it judged.
+    judged: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -101,7 +105,7 @@ def _error(exc: BaseException) -> str:
 
 
 class Sweeper:
-    """Runs the stall sweep on the host's reaper tick.
+    """One tick's work against the ports (charge, wake, refund); ``run`` repeats it.
 
     Any number of sweepers may run against one ledger: the ledger's tick
     lock and atomic charge make sure each wake is handed to exactly one of
@@ -187,7 +191,8 @@ class Sweeper:
             self._ticks,
             "skipped (another instance holds the tick, or the fleet swept within the interval)"
             if outcome.skipped
-            else f"charged {len(outcome.charged)}, drained {len(outcome.drained)}, "
+            else f"{outcome.kind} pass judged {outcome.judged} pair(s): "
+            f"charged {len(outcome.charged)}, drained {len(outcome.drained)}, "
             f"queued {queued}, refused {refused}",
             extra={"tick": self._ticks},
         )
@@ -201,12 +206,14 @@ class Sweeper:
             duration_s=loop.time() - started,
             skipped=outcome.skipped,
             swept_at=outcome.swept_at,
+            kind=outcome.kind,
+            judged=outcome.judged,
         )
 
     async def settle(self) -> None:
         """Wait until every wake handed over so far has its outcome, and every refund is done.
 
-        Close the wake transport first (or drain it): a receipt resolves only
+        Close the wake transport first (or settle it): a receipt resolves only
         when the transport has finished with its nudge.
         """
         while self._receipts:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 
 import attrs
 
 __all__ = [
     "QUARANTINE_QUEUE",
+    "TICK_KINDS",
     "ChargeOutcome",
     "HookHealth",
     "HookTarget",
@@ -16,7 +16,6 @@ __all__ = [
     "Nudge",
     "PairKey",
     "PairState",
-    "Progress",
     "TodoRef",
     "aware",
     "positive_int",
@@ -78,31 +77,16 @@ class TodoRef:
     title: str | None = None
 
 
-class Progress(enum.Enum):
-    """What "a claim in the pair after the last nudge" (SPEC-0038 "Progress") means to a ledger.
-
-    The spec's words read two ways, and a ledger declares which it offers:
-    ``TIMESTAMPS`` compares each todo's ``claimed_at`` with the row's
-    ``last_nudged_at``, which the host's rows alone can answer; ``COMMIT_ORDER``
-    also counts a claim stamped before a charge read the time that committed
-    after the charge looked (a claim log sees it, timestamps cannot). Either
-    way a claim counts once: the charge that consumes it stamps the row at or
-    after it (``charge_stamp``).
-    """
-
-    TIMESTAMPS = "timestamps"
-    COMMIT_ORDER = "commit-order"
-
-
 @attrs.frozen(kw_only=True)
 class PairState:
-    """What the sweep knows of one (endpoint, queue) pair at one instant.
+    """What the sweep knows of one (endpoint, queue) pair at one instant, read from the host's rows.
 
-    ``oldest`` is the oldest pending, unclaimed todo whose delivery passes
-    the sender gate (None when there is none). ``progress_at`` is the latest
-    claim on a todo of the pair after its last nudge, as the ledger reads
-    "after" (``Progress``), or None when there is none: with a ledger row,
-    that is progress.
+    ``oldest`` is the pair's work: its oldest pending, unclaimed todo whose
+    delivery passes the sender gate, outside the quarantine queue (None when
+    there is none). ``latest_claim`` is the latest ``claimed_at`` of any of
+    its todos (None: never claimed). ``named_departed`` says the todo its
+    ledger row names is no longer pending in this pair: claimed, finished,
+    deleted or moved (False without a row or a named todo).
     """
 
     endpoint_id: str
@@ -110,7 +94,8 @@ class PairState:
     oldest: TodoRef | None
     endpoint_active: bool
     has_receiver: bool
-    progress_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
+    latest_claim: datetime | None = attrs.field(default=None, validator=_aware_or_none)
+    named_departed: bool = False
 
     @property
     def key(self) -> PairKey:
@@ -122,15 +107,20 @@ class LedgerRow:
     """A queue_stall_nudges row: the pacing state of one pair.
 
     ``nudges`` counts the nudges since progress that reached a receiver; it
-    is 0 only after a first nudge was refunded. ``last_nudged_at`` is the
-    pacing base: the instant of the last attempt, or the latest claim its
-    charge consumed if that is later.
+    is 0 after a first nudge was refunded, or after progress no nudge has
+    answered yet. ``last_nudged_at`` is the pacing base: the instant of the
+    last attempt, or the latest claim its charge consumed if that is later.
+    ``named_todo`` is the todo the last charge named (None on a row an older
+    build charged); ``progressed_at`` is when progress was kept for a nudge
+    still to come (None: none is kept).
     """
 
     endpoint_id: str
     queue: str
     nudges: int
     last_nudged_at: datetime = attrs.field(validator=_must_be_aware)
+    named_todo: str | None = None
+    progressed_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
 
     @property
     def key(self) -> PairKey:
@@ -156,6 +146,16 @@ class Nudge:
         return (self.endpoint_id, self.queue)
 
 
+#: What a tick judged: every pair (``full``), or the pairs whose decision can have changed
+#: since the last tick (``delta``).
+TICK_KINDS = ("delta", "full")
+
+
+def _tick_kind(_: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and value not in TICK_KINDS:
+        raise ValueError(f"{attribute.name} must be one of {TICK_KINDS} or None, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ChargeOutcome:
     """What one ledger tick committed: the nudges to deliver, the rows deleted.
@@ -165,7 +165,9 @@ class ChargeOutcome:
     held the tick, or the fleet swept less than the interval asked for ago.
     ``swept_at`` is when the fleet last swept, on the same clock (``now``
     when this tick swept; None when the ledger keeps no such record): a loop
-    schedules its next tick an interval after it.
+    schedules its next tick an interval after it. ``kind`` and ``judged``
+    say what the tick looked at: every pair or what changed (None when it
+    skipped), and how many pairs it judged.
     """
 
     now: datetime = attrs.field(validator=_must_be_aware)
@@ -173,6 +175,8 @@ class ChargeOutcome:
     drained: tuple[PairKey, ...] = ()
     skipped: bool = False
     swept_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
+    kind: str | None = attrs.field(default=None, validator=_tick_kind)
+    judged: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -14,8 +14,9 @@ through the same dispatcher; ``TodoRef`` names the todo a wake is about.
 ``metrics`` extra) tell an operator how it goes; ``stall_nudge.ops_port``
 serves them, with the status page, beside the sidecar's loop.
 
-``connect`` is the pool every command of the CLI uses; ``stall_nudge.cli`` is
-the ``stall-nudge`` command line, built on the same two.
+``open_reaper`` and every command of ``stall_nudge.cli`` (the ``stall-nudge``
+command line) build their parts with one composition function,
+``_bootstrap.bootstrap``, on a pool from ``connect``.
 
 Each name is imported on first use: the command line lives inside this
 package, and `stall-nudge --help` must not wait for the database driver and
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     from adapters.http import CREATED, REQUEUED
     from stall_core import TodoRef
 
-    from ._connect import DsnError, StartupError, check_dsn, connect
+    from ._connect import DsnError, check_dsn, connect
     from ._reaper import Reaper, open_reaper
+    from ._startup import StartupError
     from ._tally import Health
 
 __all__ = [
@@ -55,7 +57,7 @@ _HOMES = {
     "TodoRef": "stall_core",
     "Health": "._tally",
     "DsnError": "._connect",
-    "StartupError": "._connect",
+    "StartupError": "._startup",
     "check_dsn": "._connect",
     "connect": "._connect",
     "Reaper": "._reaper",

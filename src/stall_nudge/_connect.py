@@ -17,20 +17,16 @@ import asyncpg
 from adapters.postgres import DATABASE_ERRORS, describe
 from stall_core import positive_seconds
 
+from ._startup import StartupError
 from .redaction import redact, secrets_of
 
 __all__ = [
     "DsnError",
-    "StartupError",
     "check_dsn",
     "close_pool",
     "connect",
     "connect_timeout_seconds",
 ]
-
-
-class StartupError(Exception):
-    """The database cannot be used: a one-line reason that never quotes a password."""
 
 
 class DsnError(StartupError):

@@ -22,7 +22,7 @@ def start_line(fields: Mapping[str, str]) -> str:
     """``starting: key: value; ...``, the facts in the order given.
 
     The reaper gives version, interval, tick limit, address policy and stop
-    bound; the schema version and footprint join them here as more fields.
+    bound; the schema version and host schema join them here as more fields.
     """
     return "starting: " + "; ".join(f"{key}: {value}" for key, value in fields.items())
 

@@ -1,13 +1,13 @@
-"""The status view read by a person: which pairs come first, and why a tick left one alone."""
+"""The status view read by a person: which pairs need one, and in what order they come."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from stall_core import PacingPolicy, PairStatus, Verdict, format_duration
+from stall_core import PacingPolicy, PairStatus, Verdict
 
-__all__ = ["by_urgency", "hook_trouble", "needs_person", "why_not_nudged"]
+__all__ = ["by_urgency", "hook_trouble", "needs_person"]
 
 #: After the pairs that need a person or have a failing hook, in this order.
 _VERDICT_ORDER = (
@@ -24,11 +24,22 @@ _VERDICT_ORDER = (
 
 
 def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
-    """Capped, or no receiver or an inactive endpoint with work past the threshold."""
+    """Whether the sweep can no longer get this pair's work claimed without a person.
+
+    Capped: woken to the cap, never claimed. Work older than the threshold
+    that nothing will wake: no receiver, or an inactive endpoint. Or work the
+    sweep is nudging into a receiver whose last delivery failed every
+    attempt: a dead receiver shows at once, not only once failures have
+    disabled its hook. Fresh work does not count yet: a hook, a resume or a
+    retry may come in time.
+    """
     if pair.verdict is Verdict.CAPPED:
         return True
-    stuck = pair.oldest_age is not None and pair.oldest_age > policy.threshold
-    return stuck and pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}
+    if pair.oldest_age is None or pair.oldest_age <= policy.threshold:
+        return False
+    if pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}:
+        return True
+    return pair.hook_failures > 0 and pair.verdict in {Verdict.DUE, Verdict.BACKING_OFF}
 
 
 def hook_trouble(pair: PairStatus) -> bool:
@@ -45,45 +56,3 @@ def by_urgency(pairs: Iterable[PairStatus], policy: PacingPolicy) -> list[PairSt
         return first, _VERDICT_ORDER.index(pair.verdict), -age, pair.endpoint_id, pair.queue
 
     return sorted(pairs, key=rank)
-
-
-def why_not_nudged(pair: PairStatus, *, policy: PacingPolicy, limited: bool) -> str:
-    """Why a tick did not nudge ``pair``, judged just after it; ``limited``: it used its limit."""
-    match pair.verdict:
-        case Verdict.DUE:
-            why = (
-                f"held back by the tick limit ({policy.tick_limit} a tick, least-nudged first)"
-                if limited
-                else "due since the tick decided: the next tick nudges it"
-            )
-        case Verdict.BACKING_OFF:
-            why = (
-                f"backing off until {_clock(pair.next_due_at)} "
-                f"({pair.effective_nudges} of {policy.cap} nudges spent)"
-            )
-        case Verdict.CAPPED:
-            why = f"capped: {pair.effective_nudges} nudges without a claim; silent until a claim"
-        case Verdict.FRESH:
-            why = (
-                f"fresh: its oldest todo is younger than the "
-                f"{format_duration(policy.threshold)} threshold"
-            )
-        case Verdict.NO_RECEIVER:
-            why = "no receiver: no enabled notify hook covers the queue"
-        case Verdict.ENDPOINT_INACTIVE:
-            why = "endpoint inactive: the endpoint is paused or disabled"
-        case Verdict.UNGATED:
-            why = "ungated: only unverified deliveries pending, claimed by pull only"
-        case Verdict.QUARANTINE:
-            why = "quarantine: held deliveries are never nudged"
-        case Verdict.DRAINED:
-            why = "drained: no gated work left; its ledger row goes next tick"
-    if pair.hook_failures:
-        why += f"; a covering hook failed {pair.hook_failures} times in a row"
-    if pair.hooks_disabled:
-        why += f"; {pair.hooks_disabled} covering hook(s) disabled"
-    return why
-
-
-def _clock(at: datetime | None) -> str:
-    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%S UTC")

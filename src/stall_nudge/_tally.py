@@ -10,11 +10,13 @@ nothing here imports it: ``stall_nudge.metrics`` translates.
 from __future__ import annotations
 
 import bisect
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import attrs
 
 from stall_core import TickFailure, TickReport
+
+from . import _text
 
 __all__ = ["QUEUE_LABEL_MAX", "READY_INTERVALS", "TICK_BUCKETS", "Health", "Tally", "queue_label"]
 
@@ -95,16 +97,18 @@ class Tally:
             assert success is not None
             assert self.last_success_mono is not None
             age = mono - self.last_success_mono
+            ago = _text.age(timedelta(seconds=age)) + " ago"
             what = "skipped: another instance holds the tick" if success.skipped else "swept"
             if age <= READY_INTERVALS * interval:
                 return Health(
                     running=running,
                     ready=True,
-                    reason=f"tick {success.tick} {what}, {age:.0f} s ago",
+                    reason=f"tick {success.tick} {what}, {ago}",
                     last_success_at=at,
                 )
             reason = (
                 f"no successful tick within {READY_INTERVALS} intervals "
-                f"({READY_INTERVALS * interval:g} s): tick {success.tick} {what}, {age:.0f} s ago"
+                f"({_text.format_seconds(READY_INTERVALS * interval)}): "
+                f"tick {success.tick} {what}, {ago}"
             )
         return Health(running=running, ready=False, reason=reason, last_success_at=at)

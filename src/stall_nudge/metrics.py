@@ -88,6 +88,15 @@ class ReaperCollector:
         outcomes.add_metric(["abandoned"], reaper.unrefunded)
         yield outcomes
         stats = reaper.stats
+        notified = CounterMetricFamily(
+            f"{PREFIX}_notify_wakes",
+            "Wakes sent through reaper.notify (creation wakes; not nudges) by outcome: "
+            "a hook answered, or none did.",
+            labels=["outcome"],
+        )
+        notified.add_metric(["delivered"], stats.notified)
+        notified.add_metric(["undelivered"], stats.unnotified)
+        yield notified
         yield CounterMetricFamily(
             f"{PREFIX}_hook_failures",
             "Deliveries booked as a failure against their hook (every attempt failed, or refused).",

@@ -52,20 +52,20 @@ CONTENT_SECURITY_POLICY = (
     "base-uri 'none'; form-action 'none'"
 )
 
-#: Each column's head, and what it counts when a person hovers over it. "Verified"
-#: is pending work that passes the sender gate ("gated" read as "held back").
+#: Each column's head, and what it counts when a person hovers over it, in the words of
+#: `status` (cli/status.py): "Sendable" passes the sender gate, "Held by gate" does not.
 _COLUMNS = (
     ("Endpoint", ""),
     ("Queue", ""),
     ("Verdict", "the sweep's own decision for the pair"),
     ("Hooks", "the notify hooks covering the pair: failures in a row, disabled"),
     (
-        "Verified",
+        "Sendable",
         "pending todos that pass the sender gate (a verified delivery, or none): "
         "what the sweep nudges for",
     ),
-    ("Unverified", "pending todos of unverified deliveries: claimed by pull, never nudged"),
-    ("Oldest", "age of the oldest verified pending todo"),
+    ("Held by gate", "pending todos of unverified deliveries: claimed by pull, never nudged"),
+    ("Oldest", "age of the oldest sendable pending todo"),
     ("Nudges", "nudges since the last progress"),
     ("Last nudge", ""),
     ("Next due", ""),

@@ -9,7 +9,7 @@ since ``start``; the sweep runs only on reaper ticks (``start + k * tick``).
 The host does two things, as typed events (``events``): an ``Arrival``
 creates todos and sends each one's creation wake to the pair's notify hook,
 if one covers it; a started consumer's ``ConsumerClaims`` claims. A wake
-reaching a running consumer is absorbed (the one-shot shape of the spec's
+reaching a running consumer is ignored (the one-shot shape of the spec's
 reported case); one reaching an idle consumer starts it, and ``latency``
 later it claims one todo (one-shot), up to ``batch`` (batch), one with
 probability ``claim_probability`` (flaky) or none (dead: it exits at once).
@@ -43,7 +43,8 @@ and draws no randomness of its own.
 Modules: ``scenario`` (what is asked), ``events`` (host events and the
 trace), ``board`` (one pair's state), ``rules`` (the restated rules),
 ``sweep`` (the agenda and the held-back pairs), ``run`` (the loop),
-``result`` (counts, samples and the result).
+``result`` (counts, samples and the result), ``plot`` (results drawn side
+by side; matplotlib, the ``plot`` extra, loads only when it draws).
 """
 
 from .events import Claimed, Created

@@ -47,7 +47,7 @@ class SimPair:
     arrival_seq: int = 0
 
     # The consumer.
-    #: It absorbs wakes until then (it is already running); -1 when never started.
+    #: It ignores wakes until then (it is already running); -1 when never started.
     busy_until_us: int = -1
     #: What the started consumer will do, while its claim is on its way; None otherwise.
     claim: ConsumerClaims | None = None

@@ -2,8 +2,10 @@
 
 The run decides with plain integers: which tick a pair acts on (it is
 charged or its row drained), in what order due pairs wait behind the tick
-limit, and which nudge number a charge is. Each rule here is pinned to the
-core on random inputs by tests/unit/test_sim_rules.py, which also runs
+limit, and which nudge number a charge is. Each rule here names the core
+function it mirrors (``# mirrors stall_core.<name>``, checked by
+tests/unit/test_rule_copies.py) and is pinned to it on random inputs by
+tests/unit/test_sim_rules.py, which also runs
 whole scenarios with ``check=True``: on every tick, ``plan_tick`` over the
 whole board must charge and drain exactly what the fast path did.
 """
@@ -21,7 +23,7 @@ __all__ = [
     "DueTicks",
     "Timeline",
     "first_stalled_tick",
-    "has_unabsorbed_claim",
+    "has_unconsumed_claim",
     "micros",
     "nudges_spent",
 ]
@@ -65,6 +67,7 @@ class Timeline:
         return -(-at_us // self.tick_us)
 
 
+# mirrors stall_core.is_candidate: the threshold, strictly
 def first_stalled_tick(oldest_created_us: int, threshold_us: int, tick_us: int) -> int:
     """The first tick whose sweep finds a todo past the threshold.
 
@@ -101,16 +104,21 @@ class DueTicks:
         return None if wait_us is None else self.timeline.tick_at_or_after(charged_us + wait_us)
 
 
-def has_unabsorbed_claim(last_claim_us: int, charged_us: int | None) -> bool:
-    """Progress: the pair has a ledger row and a claim after the charge that wrote it.
+# mirrors stall_core.made_progress
+def has_unconsumed_claim(last_claim_us: int, charged_us: int | None) -> bool:
+    """``stall_core.made_progress``: a ledger row, and a claim stamped after its last nudge.
 
     ``charged_us`` is the row's ``last_nudged_at`` (None without a row). A
     claim at the charge's own instant came before that sweep, so the charge
-    absorbed it.
+    consumed it. The core's other ways to progress decide nothing else in
+    a run: a consumer claims its oldest todos, so the todo a nudge named
+    departs only by a claim; and the progress a reset keeps (``reset_row``)
+    the run keeps in the claim's stamp, which no todo of a run ever loses.
     """
     return charged_us is not None and last_claim_us > charged_us
 
 
+# mirrors stall_core.effective_nudges
 def nudges_spent(row_nudges: int | None, progressed: bool) -> int:
     """``effective_nudges``: 0 with no row (``row_nudges`` None) or after progress, else the count.
 
@@ -119,6 +127,7 @@ def nudges_spent(row_nudges: int | None, progressed: bool) -> int:
     return 0 if row_nudges is None or progressed else row_nudges
 
 
+# mirrors stall_core.charge_order
 @attrs.frozen(kw_only=True)
 class ChargeOrder:
     """plan_tick's charge order as one integer per due pair; the smallest is charged first.

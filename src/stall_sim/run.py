@@ -39,7 +39,7 @@ from .rules import (
     DueTicks,
     Timeline,
     first_stalled_tick,
-    has_unabsorbed_claim,
+    has_unconsumed_claim,
     micros,
     nudges_spent,
 )
@@ -298,7 +298,7 @@ class _Run:
         share = self.unverified_share
         verified = not share or self.draw_workload() >= share
         pair.pending.append(number)
-        if verified:
+        if verified:  # mirrors stall_core.is_candidate: only what passes the gate is work
             pair.gated.append(number)
         if self.record:
             tally.trace.append(
@@ -321,7 +321,7 @@ class _Run:
 
         A lost wake reached the receiver (its hook answered) but not the
         consumer, so a lost nudge still counts toward the cap. A wake that
-        reaches a running consumer is absorbed.
+        reaches a running consumer is ignored (it starts nothing).
         """
         loss, tally = self.wake_loss, self.tally
         if loss and self.draw_chance() < loss:
@@ -380,8 +380,8 @@ class _Run:
         """
         if not self.sweeping:
             return
-        # Only pairs with a receiver get here: a hookless pair gets no wakes,
-        # so no claims, and is never charged.
+        # mirrors stall_core.is_candidate: only pairs with a receiver get here (a
+        # hookless pair gets no wakes, so no claims, and is never charged).
         if pair.held_rank is not None:
             self.due.drop(pair)  # its state changed: rank it afresh
         gated, charged_us = pair.gated, pair.charged_us
@@ -404,7 +404,8 @@ class _Run:
             if stalled > tick:
                 tick = stalled
         # else: a row without gated work is drained on the next sweep.
-        progressed = has_unabsorbed_claim(pair.last_claim_us, charged_us)
+        # mirrors stall_core.decide: a pair with no work left is a Drain
+        progressed = has_unconsumed_claim(pair.last_claim_us, charged_us)
         if gated and charged_us is not None and not progressed:
             if pair.due_tick is None:
                 pair.agenda_tick = NOT_SCHEDULED  # capped: only progress makes it due again
@@ -431,12 +432,13 @@ class _Run:
                 continue  # rescheduled since it was listed
             pair.agenda_tick = NOT_SCHEDULED
             if pair.gated:
-                progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+                progressed = has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
                 spent = nudges_spent(pair.row_nudges, progressed)
                 self.due.add(pair, spent, self.created_us[pair.gated[0]])
-            else:  # drain: the pair has no work left, so its row is deleted
+            else:  # mirrors stall_core.decide: no work left, a Drain deletes the row
                 pair.row_nudges = pair.charged_us = pair.due_tick = None
                 drained.append(pair.key)
+        # mirrors stall_core.plan_tick: at most tick_limit charges, in charge order
         chosen = self.due.take(pacing.tick_limit, self.pairs)
         charged = self._charge(tick, chosen) if chosen else []
         if planned is not None:
@@ -451,7 +453,7 @@ class _Run:
 
         A charge is nudge ``spent + 1`` since progress, stamped ``now``: the
         run's claims at a tick's instant come before its sweep, so no
-        unabsorbed claim is later than ``now`` (``charge_stamp``).
+        unconsumed claim is later than ``now`` (``charge_stamp``).
         """
         tally, due_ticks = self.tally, self.due_ticks
         assert due_ticks is not None
@@ -459,11 +461,11 @@ class _Run:
         nudges: list[Nudge] = []
         started = 0
         for spent, pair in chosen:
-            number = spent + 1
+            number = spent + 1  # mirrors stall_core.decide: Charge.number
             if self.record or self.check:
                 nudges.append(self._nudge(pair, number, now))
             pair.row_nudges = number
-            pair.charged_us = now
+            pair.charged_us = now  # mirrors stall_core.charge_stamp: no claim is later here
             pair.due_tick = due_ticks.first_due_tick(number, now)
             tally.nudges += 1
             if self._wake(pair, now):
@@ -500,8 +502,7 @@ class _Run:
         timeline = self.timeline
         states, rows = [], {}
         for pair in self.pairs:
-            progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
-            claim_at = timeline.instant(pair.last_claim_us) if progressed else None
+            claim_at = timeline.instant(pair.last_claim_us) if pair.last_claim_us >= 0 else None
             states.append(
                 PairState(
                     endpoint_id=pair.endpoint_id,
@@ -509,7 +510,7 @@ class _Run:
                     oldest=self._oldest(pair) if pair.gated else None,
                     endpoint_active=True,
                     has_receiver=pair.has_receiver,
-                    progress_at=claim_at,
+                    latest_claim=claim_at,
                 )
             )
             if pair.row_nudges is not None and pair.charged_us is not None:
@@ -537,7 +538,7 @@ class _Run:
             age = end_us - self.created_us[pair.pending[0]]
             oldest = age if oldest is None else max(oldest, age)
             if pacing and pair.charged_us is not None and pair.gated:
-                progressed = has_unabsorbed_claim(pair.last_claim_us, pair.charged_us)
+                progressed = has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
                 if nudges_spent(pair.row_nudges, progressed) >= pacing.cap:
                     capped += 1
         return SimResult(

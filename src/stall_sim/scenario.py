@@ -121,9 +121,13 @@ class Scenario:
         if self.backlog < 0:
             raise ValueError(f"backlog must be >= 0, got {self.backlog!r}")
         if self.tick < _MICROSECOND or self.tick % _MICROSECOND:
-            raise ValueError(f"tick must be a positive whole number of microseconds: {self.tick}")
+            tick = format_duration(self.tick)
+            raise ValueError(f"tick must be a positive whole number of microseconds: {tick}")
         if self.duration < self.tick:
-            raise ValueError(f"duration ({self.duration}) must be at least one tick ({self.tick})")
+            raise ValueError(
+                f"duration ({format_duration(self.duration)}) must be at least one tick "
+                f"({format_duration(self.tick)})"
+            )
         _share("unverified_share", self.unverified_share)
         _share("hookless_share", self.hookless_share)
         _share("wake_loss", self.wake_loss)

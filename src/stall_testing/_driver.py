@@ -16,8 +16,8 @@ from typing import Protocol
 import asyncpg
 
 from adapters.memory import MemoryBoard, Todo
-from adapters.postgres import COMPACT_AT, PostgresLedger
-from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey, Progress
+from adapters.postgres import LOOKBACK, PostgresLedger
+from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey
 
 from ._clock import FakeClock
 from ._host import PostgresHost
@@ -56,8 +56,11 @@ class HostVerbs(Protocol):
         title: str | None = None,
     ) -> None: ...
     async def claim(self, todo_id: str, *, owner: str, at: datetime | None = None) -> None: ...
-    async def complete(self, todo_id: str) -> None: ...
-    async def requeue(self, todo_id: str) -> None: ...
+    async def complete(self, todo_id: str, *, unstamp: bool = False) -> None: ...
+    async def requeue(self, todo_id: str, *, unstamp: bool = False) -> None: ...
+    async def move_todo(self, todo_id: str, queue: str) -> None: ...
+    async def delete_todo(self, todo_id: str) -> None: ...
+    async def set_delivery_verified(self, delivery_id: str, verified: bool) -> None: ...
     async def ring(self, todo_id: str, *, at: datetime) -> None: ...
     async def todos(self) -> Mapping[str, Todo]: ...
 
@@ -84,11 +87,9 @@ class BoardDriver(HostVerbs, Protocol):
 class MemoryDriver:
     """The in-memory board behind the driver interface: its verbs, awaitable."""
 
-    def __init__(
-        self, clock: FakeClock | None = None, *, progress: Progress = Progress.COMMIT_ORDER
-    ) -> None:
+    def __init__(self, clock: FakeClock | None = None) -> None:
         self._clock = clock if clock is not None else FakeClock()
-        self.board = MemoryBoard(clock=self._clock, progress=progress)
+        self.board = MemoryBoard(clock=self._clock)
 
     @property
     def ledger(self) -> LedgerPort:
@@ -144,11 +145,20 @@ class MemoryDriver:
     async def claim(self, todo_id: str, *, owner: str, at: datetime | None = None) -> None:
         self.board.claim(todo_id, owner=owner, at=at)
 
-    async def complete(self, todo_id: str) -> None:
-        self.board.complete(todo_id)
+    async def complete(self, todo_id: str, *, unstamp: bool = False) -> None:
+        self.board.complete(todo_id, unstamp=unstamp)
 
-    async def requeue(self, todo_id: str) -> None:
-        self.board.requeue(todo_id)
+    async def requeue(self, todo_id: str, *, unstamp: bool = False) -> None:
+        self.board.requeue(todo_id, unstamp=unstamp)
+
+    async def move_todo(self, todo_id: str, queue: str) -> None:
+        self.board.move_todo(todo_id, queue)
+
+    async def delete_todo(self, todo_id: str) -> None:
+        self.board.delete_todo(todo_id)
+
+    async def set_delivery_verified(self, delivery_id: str, verified: bool) -> None:
+        self.board.set_delivery_verified(delivery_id, verified)
 
     async def ring(self, todo_id: str, *, at: datetime) -> None:
         self.board.ring(todo_id, at=at)
@@ -191,16 +201,13 @@ class PostgresDriver(PostgresHost):
         clock: FakeClock | None = None,
         *,
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
-        compact_at: int = COMPACT_AT,
+        lookback: timedelta = LOOKBACK,
     ) -> None:
         super().__init__(pool)
         self.pool = pool
         self._clock = clock if clock is not None else FakeClock()
         self._ledger = PostgresLedger(
-            pool,
-            clock=self._clock,
-            full_pass_interval=full_pass_interval,
-            compact_at=compact_at,
+            pool, clock=self._clock, full_pass_interval=full_pass_interval, lookback=lookback
         )
 
     @property

@@ -146,11 +146,25 @@ class PostgresHost:
         )
         return todo_id
 
-    async def complete(self, todo_id: str) -> None:
-        await self._transition("complete", todo_id, "claimed")
+    async def complete(self, todo_id: str, *, unstamp: bool = False) -> None:
+        """Mark a claimed todo done; ``unstamp`` also clears its claimed_at (some hosts do)."""
+        await self._transition("complete", todo_id, "claimed", unstamp)
 
-    async def requeue(self, todo_id: str) -> None:
-        await self._transition("requeue", todo_id, "claimed")
+    async def requeue(self, todo_id: str, *, unstamp: bool = False) -> None:
+        """Return a claimed todo to pending; ``unstamp`` also clears its claimed_at."""
+        await self._transition("requeue", todo_id, "claimed", unstamp)
+
+    async def move_todo(self, todo_id: str, queue: str) -> None:
+        _storable(queue=queue)
+        await self._expect(_SQL["move_todo"], f"todo {todo_id!r}", todo_id, queue)
+
+    async def delete_todo(self, todo_id: str) -> None:
+        await self._expect(_SQL["delete_todo"], f"todo {todo_id!r}", todo_id)
+
+    async def set_delivery_verified(self, delivery_id: str, verified: bool) -> None:
+        await self._expect(
+            _SQL["set_delivery_verified"], f"delivery {delivery_id!r}", delivery_id, verified
+        )
 
     async def ring(self, todo_id: str, *, at: datetime) -> None:
         await self._expect(_SQL["ring"], f"todo {todo_id!r}", todo_id, aware("at", at))

@@ -2,11 +2,9 @@
 
 A backend joins the suite with a three-line subclass of ``LedgerContract``
 that provides the ``driver`` fixture, a ``BoardDriver`` (the project's own
-tests/contract/test_memory.py and test_postgres.py do exactly that), and
-of the one mixin that matches the reading of "a claim after the last nudge"
-its ledger offers (``stall_core.Progress``): ``CommitOrderContract`` or
-``TimestampsContract``. Scenarios speak only the ``BoardDriver`` interface
-and never branch on the backend. The scenarios need pytest, pytest-asyncio
+tests/contract/test_memory.py and test_postgres.py do exactly that).
+Scenarios speak only the ``BoardDriver`` interface and never branch on the
+backend. The scenarios need pytest, pytest-asyncio
 and time-machine (the ``test`` extra); docs/host-schema.md says how to run
 them against your host.
 """
@@ -14,22 +12,16 @@ them against your host.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from stall_core import PacingPolicy, Progress, Sweeper, TickReport
+from stall_core import FULL_PASS_INTERVAL, Nudge, PacingPolicy, Sweeper, TickReport
 
 from ._clock import T0, FakeClock
 from ._driver import BoardDriver
 from ._wake import RecordingWake
 
-__all__ = [
-    "POLICY",
-    "CommitOrderContract",
-    "LedgerContract",
-    "TimestampsContract",
-    "stalled_queue",
-    "sweep",
-]
+__all__ = ["POLICY", "LedgerContract", "stalled_queue", "sweep"]
 
 POLICY = PacingPolicy()
 
@@ -48,6 +40,24 @@ async def sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickR
     report = await sweeper.tick()
     await sweeper.settle()
     return report
+
+
+async def until_nudged(
+    driver: BoardDriver, since: datetime, wake: RecordingWake
+) -> tuple[timedelta, list[Nudge]]:
+    """Sweep every minute from ``since`` until a tick charges; how long after, and its nudges.
+
+    A change no timestamp shows (an endpoint resumed, a todo moved, a hook
+    enabled) is judged by the next full pass at the latest: the tick that
+    charges comes within one full-pass interval.
+    """
+    at = since
+    while at <= since + FULL_PASS_INTERVAL + timedelta(minutes=1):
+        report = await sweep(driver, at, wake)
+        if report.charged:
+            return at - since, list(report.charged)
+        at += timedelta(minutes=1)
+    return at - since, []
 
 
 async def stalled_queue(
@@ -314,8 +324,9 @@ class LedgerContract:
         assert ([], {}) == (wake.sent, await driver.ledger_rows())
 
         await driver.set_endpoint_state("ep-1", "active")
-        await sweep(driver, T0 + minutes(11), wake)
-        assert [1] == [n.number for n in wake.sent]
+        took, nudges = await until_nudged(driver, T0 + minutes(11), wake)
+        assert [1] == [n.number for n in nudges]
+        assert took <= FULL_PASS_INTERVAL
 
     async def test_one_tick_wakes_at_most_the_tick_limit(self, driver: BoardDriver) -> None:
         """One tick charges at most four pairs, least-nudged first, oldest work first."""
@@ -374,7 +385,7 @@ class LedgerContract:
     # -- exactly once, for real ------------------------------------------------
 
     async def test_one_claim_resets_once(self, driver: BoardDriver) -> None:
-        """One claim is progress once, even one stamped after the charge that absorbs it."""
+        """One claim is progress once, even one stamped after the charge that consumes it."""
         ids = await stalled_queue(driver, todos=3)
         wake = RecordingWake()
         await sweep(driver, T0 + minutes(10), wake)
@@ -390,7 +401,7 @@ class LedgerContract:
         assert [(1, T0 + minutes(10)), (2, T0 + minutes(15)), (1, late_stamp)] == [
             (n.number, n.charged_at) for n in wake.sent[:3]
         ]
-        # Nudge 2 after the reset waits the first step from the absorbed claim, not one tick.
+        # Nudge 2 after the reset waits the first step from the consumed claim, not one tick.
         assert [(2, late_stamp + POLICY.backoff[0])] == [
             (n.number, n.charged_at) for n in wake.sent[3:]
         ]
@@ -499,25 +510,18 @@ class LedgerContract:
         assert False is await driver.ledger.refund(second)
         assert {} == await driver.ledger_rows()
 
+    # -- progress, read two ways: a claim stamped after the last nudge, or a departure --
 
-class CommitOrderContract:
-    """Scenarios of a ledger whose "after the last nudge" is commit order (a claim log)."""
-
-    async def test_the_ledger_offers_commit_order(self, driver: BoardDriver) -> None:
-        """The ledger declares the reading these scenarios hold it to."""
-        await sweep(driver, T0, RecordingWake())
-
-        assert Progress.COMMIT_ORDER is driver.ledger.progress
-
-    async def test_a_claim_that_commits_after_a_charge_counts_at_the_next(
+    async def test_a_claim_that_spans_a_charge_is_progress_by_departure(
         self, driver: BoardDriver
     ) -> None:
-        """A claim stamped before a charge but committed after it is progress at the next tick."""
+        """The named todo claimed by a transaction that spans a charge: progress next tick."""
         ids = await stalled_queue(driver, todos=3)
         wake = RecordingWake()
         for minute in (10, 15, 35, 95):
             await sweep(driver, T0 + minutes(minute), wake)
-        # The claim's transaction began before nudge 4 read the time, and committed after.
+        # The claim read the time before nudge 4 did and committed after it: its stamp is
+        # before the nudge, but the todo nudge 4 named is gone from the pending work.
         await driver.claim(ids[0], owner="consumer", at=T0 + minutes(95) - timedelta(seconds=1))
 
         report = await sweep(driver, T0 + minutes(95) + timedelta(seconds=15), wake)
@@ -527,33 +531,198 @@ class CommitOrderContract:
         assert [ids[1]] == [n.todo.id for n in report.charged]
         assert () == later.charged
 
-
-class TimestampsContract:
-    """Scenarios of a ledger whose "after the last nudge" is the todos' timestamps."""
-
-    async def test_the_ledger_offers_timestamps(self, driver: BoardDriver) -> None:
-        """The ledger declares the reading these scenarios hold it to."""
-        await sweep(driver, T0, RecordingWake())
-
-        assert Progress.TIMESTAMPS is driver.ledger.progress
-
-    async def test_a_claim_that_commits_after_a_charge_counts_as_its_timestamp_says(
+    async def test_a_claim_of_another_todo_stamped_before_the_nudge_is_not_progress(
         self, driver: BoardDriver
     ) -> None:
-        """A claim stamped before a charge but committed after it is before that nudge: no reset."""
+        """A claim stamped before the last nudge, of a todo it did not name: no reset."""
         ids = await stalled_queue(driver, todos=3)
         wake = RecordingWake()
-        for minute in (10, 15, 35, 95):
+        for minute in (10, 15):
             await sweep(driver, T0 + minutes(minute), wake)
-        # The claim's transaction began before nudge 4 read the time, and committed after:
-        # its claimed_at is before the nudge, so it is not "after the last nudge".
-        await driver.claim(ids[0], owner="consumer", at=T0 + minutes(95) - timedelta(seconds=1))
+        await driver.claim(ids[2], owner="puller", at=T0 + minutes(15) - timedelta(seconds=1))
 
-        quiet = await sweep(driver, T0 + minutes(95) + timedelta(seconds=15), wake)
-        # The next claim, stamped after nudge 4, is progress: nudge 1 at once.
-        await driver.claim(ids[1], owner="consumer", at=T0 + minutes(96))
-        reset = await sweep(driver, T0 + minutes(96) + timedelta(seconds=15), wake)
+        quiet = await sweep(driver, T0 + minutes(15) + timedelta(seconds=15), wake)
+        due = await sweep(driver, T0 + minutes(15) + POLICY.backoff[1], wake)
 
         assert () == quiet.charged
-        assert [(1, ids[2])] == [(n.number, n.todo.id) for n in reset.charged]
-        assert [1, 2, 3, 4, 1] == [n.number for n in wake.sent]
+        assert [(3, ids[0])] == [(n.number, n.todo.id) for n in due.charged]
+
+    async def test_a_claim_stamped_ahead_of_the_ledger_counts_once(
+        self, driver: BoardDriver
+    ) -> None:
+        """A claim stamped ten minutes ahead resets once, even after a reset kept it."""
+        [first] = await stalled_queue(driver)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        ahead = T0 + minutes(25)
+        await driver.claim(first, owner="consumer", at=ahead)
+        await driver.create_todo(
+            "fresh",
+            endpoint_id="ep-1",
+            queue="lane-l",
+            created_at=T0 + minutes(15),
+            delivery_id="dlv-ep-1-lane-l",
+        )
+        # Progress, but only fresh work: the row keeps the progress (count 0).
+        kept = await sweep(driver, T0 + minutes(16), wake)
+        assert ((), 0) == (kept.charged, (await driver.ledger_rows())["ep-1", "lane-l"].nudges)
+
+        charged = []
+        for second in range(0, 30 * 60, 15):
+            report = await sweep(driver, T0 + minutes(17) + timedelta(seconds=second), wake)
+            charged += [(n.number, n.charged_at) for n in report.charged]
+
+        # Nudge 1 consumes the claim (its stamp does not fall behind it); nudge 2 waits
+        # the first step from there, not one tick.
+        assert [(1, ahead), (2, ahead + POLICY.backoff[0])] == charged
+
+    async def test_a_named_todo_moved_to_another_queue_has_departed(
+        self, driver: BoardDriver
+    ) -> None:
+        """Moving the named todo out of the pair is progress: the next nudge is a first one."""
+        ids = await stalled_queue(driver, todos=2)
+        wake = RecordingWake()
+        for minute in (10, 15):
+            await sweep(driver, T0 + minutes(minute), wake)
+        await driver.move_todo(ids[0], "lane-m")
+
+        report = await sweep(driver, T0 + minutes(16), wake)
+
+        assert [("lane-l", 1, ids[1])] == [
+            (n.queue, n.number, n.todo.id) for n in report.charged if n.queue == "lane-l"
+        ]
+        # Its new queue holds stalled work and no ledger row: nudge 1 there too, at the
+        # latest by the next full pass (no timestamp shows a move).
+        if not any(n.queue == "lane-m" for n in report.charged):
+            took, nudges = await until_nudged(driver, T0 + minutes(17), wake)
+            assert [("lane-m", 1, ids[0])] == [(n.queue, n.number, n.todo.id) for n in nudges]
+            assert took <= FULL_PASS_INTERVAL
+
+    async def test_a_deleted_named_todo_has_departed(self, driver: BoardDriver) -> None:
+        """A host that deletes the named todo (a TTL, say) earns one first nudge per departure."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        for minute in (10, 15):
+            await sweep(driver, T0 + minutes(minute), wake)
+        await driver.delete_todo(ids[0])
+
+        report = await sweep(driver, T0 + minutes(16), wake)
+        quiet = await sweep(driver, T0 + minutes(17), wake)
+
+        assert [(1, ids[1])] == [(n.number, n.todo.id) for n in report.charged]
+        assert () == quiet.charged
+
+    async def test_a_change_of_gate_is_not_a_departure(self, driver: BoardDriver) -> None:
+        """The named todo's delivery unverified: no progress; the next nudge names other work."""
+        await driver.add_endpoint("ep-1")
+        await driver.add_hook("hook-1", endpoint_id="ep-1")
+        for i in range(2):
+            await driver.add_delivery(f"d{i}", endpoint_id="ep-1", verified=True, received_at=T0)
+            await driver.create_todo(
+                f"t{i}",
+                endpoint_id="ep-1",
+                queue="lane-l",
+                created_at=T0 + timedelta(seconds=i),
+                delivery_id=f"d{i}",
+            )
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await driver.set_delivery_verified("d0", False)
+
+        before = await sweep(driver, T0 + minutes(11), wake)
+        due = await sweep(driver, T0 + minutes(10) + POLICY.backoff[0], wake)
+
+        assert () == before.charged
+        assert [(2, "t1")] == [(n.number, n.todo.id) for n in due.charged]
+
+    async def test_a_paused_endpoint_is_not_a_departure(self, driver: BoardDriver) -> None:
+        """Pausing and resuming an endpoint keeps the count: the next nudge is nudge 2."""
+        await stalled_queue(driver)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await driver.set_endpoint_state("ep-1", "paused")
+        await sweep(driver, T0 + minutes(16), wake)
+        await driver.set_endpoint_state("ep-1", "active")
+
+        took, nudges = await until_nudged(driver, T0 + minutes(17), wake)
+
+        assert [2] == [n.number for n in nudges]
+        assert took <= FULL_PASS_INTERVAL
+
+    async def test_a_requeued_todo_is_work_again(self, driver: BoardDriver) -> None:
+        """A todo claimed and given back is pending work: its pair is nudged again."""
+        [todo] = await stalled_queue(driver)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await driver.claim(todo, owner="consumer", at=T0 + minutes(11))
+        drained = await sweep(driver, T0 + minutes(12), wake)
+        await driver.requeue(todo)
+
+        report = await sweep(driver, T0 + minutes(13), wake)
+
+        assert (("ep-1", "lane-l"),) == drained.drained
+        assert [(1, todo)] == [(n.number, n.todo.id) for n in report.charged]
+
+    # -- the reported case, on hosts that read progress differently ---------------------
+
+    async def test_the_reported_case_with_a_host_clock_behind(self, driver: BoardDriver) -> None:
+        """Claims stamped by a host clock 60 s behind the ledger's: the queue drains."""
+        await _drains(driver, stamp=lambda at: at - timedelta(seconds=60))
+
+    async def test_the_reported_case_on_a_host_that_deletes_finished_work(
+        self, driver: BoardDriver
+    ) -> None:
+        """A host that deletes each todo once done: the queue drains."""
+        await _drains(driver, finish="delete")
+
+    async def test_the_reported_case_on_a_host_that_unstamps_finished_work(
+        self, driver: BoardDriver
+    ) -> None:
+        """A host that clears claimed_at once done: the queue drains."""
+        await _drains(driver, finish="unstamp")
+
+    async def test_the_reported_case_with_a_claim_that_spans_the_fifth_nudge(
+        self, driver: BoardDriver
+    ) -> None:
+        """A consumer whose claim reads the time before nudge 5 and commits after: it drains."""
+        await _drains(driver, late_claim=True)
+
+
+async def _drains(
+    driver: BoardDriver,
+    *,
+    stamp: Callable[[datetime], datetime] = lambda at: at,
+    finish: str = "complete",
+    late_claim: bool = False,
+) -> None:
+    """The reported case with ten todos: a one-shot consumer is woken until the queue is empty.
+
+    ``stamp`` gives a claim's ``claimed_at`` from the ledger's instant of it;
+    ``finish`` is how the host ends a todo (complete, delete, unstamp); with
+    ``late_claim`` the first consumer sleeps through four nudges and claims
+    only once nudge 5 is charged, stamped a second before it.
+    """
+    ids = await stalled_queue(driver, todos=10)
+    clock = FakeClock(T0 + minutes(3))
+    wake = RecordingWake()
+    claimed: list[str] = []
+    asleep = late_claim
+    while clock.now < T0 + timedelta(days=1) and len(claimed) < len(ids):
+        report = await sweep(driver, clock.now, wake)
+        for nudge in report.charged:
+            if asleep and nudge.number < POLICY.cap:
+                continue
+            at = clock.now - timedelta(seconds=1) if asleep else clock.now + timedelta(seconds=1)
+            asleep = False
+            await driver.claim(nudge.todo.id, owner="one-shot", at=stamp(at))
+            if finish == "delete":
+                await driver.delete_todo(nudge.todo.id)
+            else:
+                await driver.complete(nudge.todo.id, unstamp=finish == "unstamp")
+            claimed.append(nudge.todo.id)
+        clock.advance(timedelta(seconds=15))
+
+    assert ids == claimed
+    assert [] == [t.id for t in (await driver.todos()).values() if t.state == "pending"]
+    await sweep(driver, clock.advance(timedelta(seconds=15)), wake)
+    assert {} == await driver.ledger_rows()

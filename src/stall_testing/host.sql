@@ -66,17 +66,32 @@ UPDATE todos
 RETURNING id;
 
 -- name: complete
--- Mark a claimed todo done; claimed_at stays.
-UPDATE todos SET state = 'done', claim_owner = NULL, lease_expires_at = NULL
+-- Mark a claimed todo done; claimed_at stays, or goes when $2 (a host that un-stamps at completion).
+UPDATE todos
+   SET state = 'done', claim_owner = NULL, lease_expires_at = NULL,
+       claimed_at = CASE WHEN $2 THEN NULL ELSE claimed_at END
  WHERE id = $1 AND state = 'claimed'
 RETURNING id;
 
 -- name: requeue
--- Return a claimed todo to pending; claimed_at stays (the claim happened).
+-- Return a claimed todo to pending; claimed_at stays (the claim happened), or goes when $2.
 UPDATE todos
-   SET state = 'pending', claim_owner = NULL, lease_expires_at = NULL, attempt = attempt + 1
+   SET state = 'pending', claim_owner = NULL, lease_expires_at = NULL, attempt = attempt + 1,
+       claimed_at = CASE WHEN $2 THEN NULL ELSE claimed_at END
  WHERE id = $1 AND state = 'claimed'
 RETURNING id;
+
+-- name: move_todo
+-- Move a todo to another queue of its endpoint (a rebalancer, an operator).
+UPDATE todos SET queue = $2 WHERE id = $1 RETURNING id;
+
+-- name: delete_todo
+-- Delete a todo whatever its state (a host that deletes finished work).
+DELETE FROM todos WHERE id = $1 RETURNING id;
+
+-- name: set_delivery_verified
+-- Change whether a delivery passes the sender gate (a late verification, a revocation).
+UPDATE deliveries SET verified = $2 WHERE id = $1 RETURNING id;
 
 -- name: ring
 -- The SPEC-0011 doorbell ring for one todo: spends its ring budget.

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from adapters.postgres import FOOTPRINTS, HOST_ID_TYPES
+from adapters.postgres import HOST_ID_TYPES
 from stall_nudge.cli import build_parser
 
 #: What start-up must not load: the driver, the HTTP stack, the plotter and the demo.
@@ -66,13 +66,21 @@ def test_help_and_version_load_no_driver_http_stack_plotter_or_demo(
     assert set() == loaded_after(*args)
 
 
-def test_migrate_offers_the_host_id_types_and_footprints_the_adapter_knows(
+def test_migrate_offers_the_host_id_types_the_adapter_knows(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """migrate's choices, spelled out so the parser loads no driver, are the adapter's."""
+    """migrate's id types, spelled out so the parser loads no driver, are the adapter's."""
     with pytest.raises(SystemExit):
         build_parser().parse_args(["migrate", "--help"])
 
     out = capsys.readouterr().out
     assert f"--host-id-type {{{','.join(HOST_ID_TYPES)}}}" in out
-    assert f"--footprint {{{','.join(FOOTPRINTS)}}}" in out
+    assert "varchar" in HOST_ID_TYPES
+
+
+def test_migrate_help_no_longer_offers_a_footprint(capsys: pytest.CaptureFixture[str]) -> None:
+    """The retired --footprint is not in migrate's help (using it is a usage error)."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["migrate", "--help"])
+
+    assert "--footprint" not in capsys.readouterr().out

@@ -6,21 +6,14 @@ import re
 
 import pytest
 
-from stall_core import Progress
 from stall_testing import MemoryDriver
-from stall_testing.contract import CommitOrderContract, LedgerContract, TimestampsContract
+from stall_testing.contract import LedgerContract
 
 
-class TestMemoryCommitOrder(LedgerContract, CommitOrderContract):
+class TestMemory(LedgerContract):
     @pytest.fixture(name="driver")
     def _driver(self) -> MemoryDriver:
         return MemoryDriver()
-
-
-class TestMemoryTimestamps(LedgerContract, TimestampsContract):
-    @pytest.fixture(name="driver")
-    def _driver(self) -> MemoryDriver:
-        return MemoryDriver(progress=Progress.TIMESTAMPS)
 
 
 #: The SPEC-0038 scenarios (and failure modes) the shipped suite runs on every ledger.

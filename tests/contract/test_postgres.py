@@ -1,4 +1,4 @@
-"""The contract scenarios against the Postgres ledger, in each footprint."""
+"""The contract scenarios against the Postgres ledger."""
 
 from __future__ import annotations
 
@@ -6,18 +6,11 @@ import asyncpg
 import pytest
 
 from stall_testing import PostgresDriver
-from stall_testing.contract import CommitOrderContract, LedgerContract, TimestampsContract
+from stall_testing.contract import LedgerContract
 
 
 @pytest.mark.postgres
-class TestPostgresLean(LedgerContract, TimestampsContract):
+class TestPostgres(LedgerContract):
     @pytest.fixture(name="driver")
     def _driver(self, pg_pool: asyncpg.Pool) -> PostgresDriver:
         return PostgresDriver(pg_pool)
-
-
-@pytest.mark.postgres
-class TestPostgresIncremental(LedgerContract, CommitOrderContract):
-    @pytest.fixture(name="driver")
-    def _driver(self, pg_pool_incremental: asyncpg.Pool) -> PostgresDriver:
-        return PostgresDriver(pg_pool_incremental)

@@ -16,16 +16,19 @@ class Hook:
     received: asyncio.Event
     #: Cleared, the hook takes each delivery and answers only once it is set again.
     hold: asyncio.Event
+    #: Each delivery's headers and body, in the order received.
+    deliveries: list[tuple[dict[str, str], bytes]]
 
 
 @pytest.fixture(name="hook")
 async def _hook() -> AsyncIterator[Hook]:
-    """A loopback notify hook that answers 204 to every delivery and sets ``received``."""
+    """A loopback notify hook that keeps every delivery, answers 204 and sets ``received``."""
     received, hold = asyncio.Event(), asyncio.Event()
     hold.set()
+    deliveries: list[tuple[dict[str, str], bytes]] = []
 
     async def handle(request: web.Request) -> web.Response:
-        await request.read()
+        deliveries.append((dict(request.headers), await request.read()))
         received.set()
         await hold.wait()
         return web.Response(status=204)
@@ -35,7 +38,7 @@ async def _hook() -> AsyncIterator[Hook]:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield Hook(f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received, hold)
+    yield Hook(f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received, hold, deliveries)
     hold.set()
     await runner.cleanup()
 

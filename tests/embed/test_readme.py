@@ -82,7 +82,7 @@ async def test_the_readme_creation_wake_reaches_the_hook_through_the_reaper(
     try:
         async with stall_nudge.open_reaper(pg_pool) as reaper:
             await todo_created(reaper, datetime.now(UTC))
-            await reaper.drain()
+            await reaper.settle()
     finally:
         await receiver.stop()
 
@@ -136,7 +136,7 @@ async def test_the_wake_contract_consumer_verifies_and_claims() -> None:
     try:
         async with HookDispatcher(hooks=MemoryHooks(board)) as dispatcher:
             await dispatcher.notify(endpoint_id="ep-1", queue="lane-l", todo=todo, reason="future")
-            await dispatcher.drain()
+            await dispatcher.settle()
             delivered = dispatcher.stats.delivered
         async with aiohttp.ClientSession() as session:
             forged = {"webhook-id": "msg_x", "webhook-timestamp": "0", "webhook-signature": "v1,x"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -162,7 +163,7 @@ async def test_an_embedders_own_pool_is_used_and_left_open(
     """Given the host's pool, the reaper ticks on it and leaves it open afterwards."""
     async with stall_nudge.open_reaper(pg_pool) as reaper:
         report = await reaper.tick()
-        await reaper.drain()
+        await reaper.settle()
 
     assert [("ep-1", "lane-l", 1)] == [(n.endpoint_id, n.queue, n.number) for n in report.charged]
     assert 1 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")
@@ -175,7 +176,7 @@ async def test_refuse_private_keeps_a_loopback_hook_from_being_dialled(
     """With refuse_private, a hook on loopback is refused, never dialled, and its nudge refunded."""
     async with stall_nudge.open_reaper(pg_pool, refuse_private=True) as reaper:
         report = await reaper.tick()
-        await reaper.drain()
+        await reaper.settle()
 
     assert 1 == len(report.charged)
     assert (False, 1, 0, 1) == (
@@ -188,3 +189,26 @@ async def test_refuse_private_keeps_a_loopback_hook_from_being_dialled(
     assert 1 == hook_row["consecutive_failures"]
     # The refunded first nudge leaves the count at 0: nothing spent toward the cap.
     assert 0 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")
+
+
+async def test_an_injected_clock_decides_and_stamps_the_wire(
+    pg_pool: asyncpg.Pool, hook: Hook
+) -> None:
+    """With ``clock``, the reaper judges on that clock, not the database's, and sends its time."""
+    at = datetime(2040, 1, 1, tzinfo=UTC)  # years past the database's clock
+    host = PostgresHost(pg_pool)
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    # Stalled by the injected clock; in the database's future, so fresh by its clock.
+    await host.create_todo(
+        "l-0", endpoint_id="ep-1", queue="lane-l", created_at=at - timedelta(minutes=10)
+    )
+
+    async with stall_nudge.open_reaper(pg_pool, clock=lambda: at) as reaper:
+        report = await reaper.tick()
+        await reaper.settle()
+
+    headers, body = hook.deliveries[0]
+    assert (at, [1]) == (report.now, [n.number for n in report.charged])
+    assert at == datetime.fromisoformat(json.loads(body)["meta"]["sent_at"])
+    assert str(int(at.timestamp())) == headers["webhook-timestamp"]

@@ -21,7 +21,7 @@ BOUND = 4096
 async def _send(board: MemoryBoard, policy: DeliveryPolicy) -> HookDispatcher:
     async with HookDispatcher(hooks=MemoryHooks(board), policy=policy) as dispatcher:
         await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
-        await dispatcher.drain()
+        await dispatcher.settle()
     return dispatcher
 
 

@@ -129,7 +129,7 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
         async with HookDispatcher(hooks=PostgresHooks(pg_pool), policy=FAST) as dispatcher:
             sweeper = Sweeper(ledger=ledger, wake=dispatcher)
             report = await sweeper.tick()
-            await dispatcher.drain()
+            await dispatcher.settle()
             await sweeper.settle()
     now, statuses = await ledger.status(policy=PacingPolicy())
     shown = "\n".join(
@@ -177,7 +177,7 @@ async def test_unencodable_secret_or_url_is_refused_by_field_and_never_echoed(
                 await dispatcher.wake(
                     Nudge(endpoint_id="e1", queue="q", todo=TODO, number=1, charged_at=T0)
                 )
-            await dispatcher.drain()
+            await dispatcher.settle()
 
     problem = (
         "a NUL character" if bad == "\x00" else "text that cannot be encoded (a lone surrogate)"

@@ -76,7 +76,7 @@ async def test_hostile_names_flow_through_unchanged(
     async with HookDispatcher(hooks=PostgresHooks(pg_pool), policy=FAST) as dispatcher:
         sweeper = Sweeper(ledger=ledger, wake=dispatcher, policy=POLICY)
         report = await sweeper.tick()
-        await dispatcher.drain()
+        await dispatcher.settle()
         await sweeper.settle()
     now, statuses = await ledger.status(policy=POLICY)
 

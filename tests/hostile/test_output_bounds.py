@@ -153,7 +153,7 @@ async def test_retries_failures_and_refunds_log_short_lines(
     async with HookDispatcher(hooks=PostgresHooks(pg_pool), policy=fast) as dispatcher:
         sweeper = Sweeper(ledger=ledger, wake=dispatcher, policy=PacingPolicy())
         await sweeper.tick()
-        await dispatcher.drain()
+        await dispatcher.settle()
         await sweeper.settle()
     ours = [r for r in caplog.records if r.name.startswith(("stall_core", "adapters"))]
     said = [r.getMessage() for r in ours]

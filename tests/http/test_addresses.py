@@ -111,7 +111,7 @@ async def _refusal(url: str, **options: object) -> tuple[str | None, int]:
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
     async with HookDispatcher(hooks=MemoryHooks(board), policy=ONCE, **options) as dispatcher:  # type: ignore[arg-type]
         await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
-        await dispatcher.drain()
+        await dispatcher.settle()
     assert [] == dialled[before:]
     return board.hooks["h1"].disabled_reason, dispatcher.stats.refused
 
@@ -314,7 +314,7 @@ async def _send_to(
         hooks=MemoryHooks(board), policy=ONCE, resolver=resolver, refuse_private=refuse_private
     ) as dispatcher:
         await dispatcher.notify(endpoint_id="e1", queue="q", todo=TODO, reason=CREATED)
-        await dispatcher.drain()
+        await dispatcher.settle()
     stats = dispatcher.stats
     return board.hooks["h1"].disabled_reason, stats.delivered, stats.refused, stats.retries
 

@@ -1,4 +1,4 @@
-"""Bookings: successes batched and flushed on drain and close, failures at once and never lost."""
+"""Bookings: successes batched and flushed on settle and close, failures at once and never lost."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.support import T0
 from .conftest import FAST, SECRET, Receiver
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
-#: Long enough that only drain() and close() flush within a test.
+#: Long enough that only settle() and close() flush within a test.
 NEVER = 3600.0
 
 
@@ -69,10 +69,10 @@ async def _notify(dispatcher: HookDispatcher, count: int = 1) -> None:
         await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
 
 
-async def test_successes_are_booked_in_one_batch_at_drain(
+async def test_successes_are_booked_in_one_batch_at_settle(
     board: MemoryBoard, receiver: Receiver
 ) -> None:
-    """Delivered messages leave the counts alone until drain books them, one call for all hooks."""
+    """Delivered messages leave the counts alone until settle books them, one call for all hooks."""
     for hook in ("h1", "h2"):
         board.add_hook(hook, endpoint_id="e1", url=receiver.url(hook), secret=SECRET)
         await _failing(board, hook, 3)
@@ -83,7 +83,7 @@ async def test_successes_are_booked_in_one_batch_at_drain(
         await receiver.wait_for(5, "h1")
         await receiver.wait_for(5, "h2")
         before = [board.hooks[h].consecutive_failures for h in ("h1", "h2")]
-        await dispatcher.drain()
+        await dispatcher.settle()
         after = [board.hooks[h].consecutive_failures for h in ("h1", "h2")]
 
     assert ([3, 3], [0, 0]) == (before, after)
@@ -115,10 +115,10 @@ async def test_a_failed_batch_is_kept_and_booked_at_the_next_flush(
     async with HookDispatcher(hooks=hooks, policy=FAST, booking_interval=NEVER) as dispatcher:
         hooks.down = True
         await _notify(dispatcher)
-        await dispatcher.drain()
+        await dispatcher.settle()
         kept = board.hooks["h1"].consecutive_failures
         hooks.down = False
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     [warning] = [r for r in caplog.records if "could not book" in r.getMessage()]
     assert (2, 0) == (kept, board.hooks["h1"].consecutive_failures)
@@ -142,16 +142,16 @@ async def test_unbooked_failures_still_count_toward_the_disable(
     ) as dispatcher:
         hooks.down = True
         await _notify(dispatcher, 10)
-        await dispatcher.drain()
+        await dispatcher.settle()
         still = board.hooks["h1"].consecutive_failures, board.hooks["h1"].enabled
         hooks.down = False
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     hook = board.hooks["h1"]
     lines = [r for r in caplog.records if "could not book a failed delivery" in r.getMessage()]
     assert ((0, True), (10, False)) == (still, (hook.consecutive_failures, hook.enabled))
     assert "HTTP 410" == hook.disabled_reason
-    # One line a failed attempt: ten at once, one more at the first drain's flush.
+    # One line a failed attempt: ten at once, one more at the first settle's flush.
     assert [None] * 11 == [r.exc_info for r in lines]
     assert "timed out (no answer)" in lines[0].getMessage()
 
@@ -169,11 +169,11 @@ async def test_ten_consecutive_failures_disable_with_successes_batched(
     ) as dispatcher:
         await _notify(dispatcher, 11)
         await hooks.until_failures(10)
-        # No flush yet: the interval's is an hour away and drain() has not run. The one
+        # No flush yet: the interval's is an hour away and settle() has not run. The one
         # batch is the success booked ahead of the first failure, as seen.
         hook = board.hooks["h1"]
         before_flush = (hook.enabled, hook.consecutive_failures, [*hooks.batches])
-        await dispatcher.drain()
+        await dispatcher.settle()
         hook = board.hooks["h1"]
 
     assert (False, 10, [["h1"]]) == before_flush
@@ -193,7 +193,7 @@ async def test_a_success_seen_before_a_failure_is_booked_before_it(
         hooks=hooks, policy=FAST, workers=1, booking_interval=NEVER
     ) as dispatcher:
         await _notify(dispatcher, 11)
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     hook = board.hooks["h1"]
     assert (True, 1) == (hook.enabled, hook.consecutive_failures)
@@ -203,7 +203,7 @@ async def test_a_success_seen_before_a_failure_is_booked_before_it(
 async def test_postgres_bookings_batched_and_disabling(
     pg_pool: asyncpg.Pool, receiver: Receiver
 ) -> None:
-    """On PostgreSQL: successes reset the counts at drain, ten failures in a row disable."""
+    """On PostgreSQL: successes reset the counts at settle, ten failures in a row disable."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("e1")
     await host.add_hook("ok", endpoint_id="e1", url=receiver.url("ok"), secret=SECRET)
@@ -216,7 +216,7 @@ async def test_postgres_bookings_batched_and_disabling(
         hooks=hooks, policy=FAST, workers=1, booking_interval=NEVER
     ) as dispatcher:
         await _notify(dispatcher, 5)
-        await dispatcher.drain()
+        await dispatcher.settle()
         rows = await pg_pool.fetch(
             "SELECT id, enabled, consecutive_failures FROM notify_hooks ORDER BY id"
         )

@@ -29,7 +29,7 @@ def _nudge(queue: str = "lane-l") -> Nudge:
 
 async def _send(dispatcher: HookDispatcher, queue: str = "lane-l") -> int:
     queued = await dispatcher.notify(endpoint_id="e1", queue=queue, todo=TODO, reason=CREATED)
-    await dispatcher.drain()
+    await dispatcher.settle()
     return queued
 
 
@@ -44,7 +44,7 @@ async def test_wake_delivers_a_signed_stalled_ready(
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
 
     await dispatcher.wake(_nudge())
-    await dispatcher.drain()
+    await dispatcher.settle()
 
     [request] = receiver.at("hook")
     body = Webhook(SECRET).verify(request.body, request.headers)
@@ -109,7 +109,7 @@ async def test_wake_receipt_is_true_when_one_of_two_hooks_answers(
     reached = await asyncio.wait_for(receipt, PATIENCE)
     bad_unfinished = 0 < dispatcher.outstanding
     receiver.released.set()
-    await dispatcher.drain()
+    await dispatcher.settle()
 
     assert (True, True) == (reached, bad_unfinished)
 
@@ -403,7 +403,7 @@ async def test_full_queue_drops_counts_and_raises(
             await dispatcher.wake(_nudge())
         outstanding = dispatcher.outstanding
         receiver.released.set()
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     assert (2, 1, 2) == (outstanding, dispatcher.stats.dropped, dispatcher.stats.delivered)
     assert "dropped e1/lane-l todo t1 (stalled)" in caplog.text
@@ -417,7 +417,7 @@ async def test_drain_waits_for_retries(
     receiver.script("hook", 500, 500)
 
     await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
-    await dispatcher.drain()
+    await dispatcher.settle()
 
     assert (3, 0, 1) == (
         len(receiver.at("hook")),
@@ -570,7 +570,7 @@ async def test_body_is_the_contract_shape_for_host_reasons(
     for reason in ("created", "requeued"):
         await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=reason)
     await dispatcher.wake(_nudge())
-    await dispatcher.drain()
+    await dispatcher.settle()
 
     bodies = [json.loads(r.body) for r in receiver.at("hook")]
     assert ["created", "requeued", "stalled"] == sorted(b["meta"].pop("reason") for b in bodies)

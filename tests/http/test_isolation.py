@@ -49,7 +49,7 @@ async def test_a_healthy_hook_is_delivered_while_a_hanging_hook_holds_its_attemp
         delivered = await asyncio.wait_for(receipt, PATIENCE)
         during = (len(hanging.at("hang")), dispatcher.outstanding, hanging.released.is_set())
         hanging.released.set()
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     assert True is delivered
     # Only the hanging hook's own 4 workers were ever in flight; its 100 were all still unfinished.
@@ -77,7 +77,7 @@ async def test_many_hanging_hooks_do_not_add_up_to_a_shared_pool(
         delivered = await asyncio.wait_for(receipt, PATIENCE)
         during = (len(hanging.at("hang")), dispatcher.outstanding)
         hanging.released.set()
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     assert (True, 40, 200) == (delivered, *during)
     assert 201 == dispatcher.stats.delivered
@@ -93,7 +93,7 @@ async def test_one_hooks_deliveries_keep_their_order_within_its_lane(
         for i in range(20):
             todo = TodoRef(id=f"t{i}", created_at=T0)
             await dispatcher.notify(endpoint_id="e1", queue="q", todo=todo, reason=CREATED)
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     todo_ids = [
         r.body.split(b'"todo_id":"')[1].split(b'"')[0].decode() for r in receiver.at("hook")

@@ -75,12 +75,12 @@ async def test_the_reported_case(pg_pool: asyncpg.Pool, receiver: Receiver) -> N
             todo=TodoRef(id="t1", created_at=T0, title="lane-l work 1"),
             reason=CREATED,
         )
-        await dispatcher.drain()
+        await dispatcher.settle()
         # No further inbound webhook: only the reaper tick runs, once a minute, for seven hours.
         for _ in range(7 * 60):
             clock.advance(timedelta(minutes=1))
             await sweeper.tick()
-            await dispatcher.drain()
+            await dispatcher.settle()
             await sweeper.settle()
 
     assert 0 == sweeper.refunded

@@ -44,7 +44,7 @@ async def test_an_older_consumer_is_woken_correctly(
 
     clock.advance(timedelta(minutes=10))
     report = await sweeper.tick()
-    await dispatcher.drain()
+    await dispatcher.settle()
 
     [request] = receiver.at("consumer")
     assert "stalled" == json.loads(request.body)["meta"]["reason"]
@@ -63,7 +63,7 @@ async def test_nudge_delivery_fails_5xx_and_timeouts_retry_under_one_id(
 
     clock.advance(timedelta(minutes=10))
     await sweeper.tick()
-    await dispatcher.drain()
+    await dispatcher.settle()
 
     requests = receiver.at("hook")
     assert 3 == len(requests)
@@ -88,7 +88,7 @@ async def test_nudge_delivery_fails_4xx_and_3xx_are_final(
 
     clock.advance(timedelta(minutes=10))
     await sweeper.tick()
-    await dispatcher.drain()
+    await dispatcher.settle()
     await sweeper.settle()
 
     assert 1 == len(receiver.at("hook"))
@@ -118,7 +118,7 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     for step in (timedelta(0), *policy.backoff):
         clock.advance(step)
         assert [1] == [n.number for n in (await sweeper.tick()).charged]
-        await dispatcher.drain()
+        await dispatcher.settle()
         await sweeper.settle()
     assert (5, 0) == (sweeper.refunded, board.ledger["e1", "lane-l"].nudges)
     # Four host wakes fail too: nine failed deliveries in a row.
@@ -129,13 +129,13 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
             todo=TodoRef(id=f"t{i}", created_at=T0, title=f"work {i}"),
             reason=CREATED,
         )
-    await dispatcher.drain()
+    await dispatcher.settle()
     assert (True, 9) == (board.hooks["h1"].enabled, board.hooks["h1"].consecutive_failures)
     # A pull claim is progress: the pair is due again, and its tenth failure disables the hook.
     board.claim("t0", owner="puller", at=clock.advance(timedelta(minutes=1)))
     clock.advance(timedelta(minutes=1))
     await sweeper.tick()
-    await dispatcher.drain()
+    await dispatcher.settle()
     await sweeper.settle()
     hook = board.hooks["h1"]
     assert (False, 10, "HTTP 500") == (
@@ -152,7 +152,7 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     board.claim("t1", owner="puller", at=clock.advance(timedelta(minutes=10)))
     clock.advance(timedelta(minutes=10))
     report = await sweeper.tick()
-    await dispatcher.drain()
+    await dispatcher.settle()
     await sweeper.settle()
 
     assert (6, (), requests) == (sweeper.refunded, report.charged, len(receiver.at("hook")))
@@ -170,7 +170,7 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     board.set_hook_enabled("h1", True)
     clock.advance(timedelta(minutes=10))
     report = await sweeper.tick()
-    await dispatcher.drain()
+    await dispatcher.settle()
     await sweeper.settle()
 
     assert ([1], 6, 1) == (
@@ -208,14 +208,14 @@ async def test_the_wake_is_lost(board: MemoryBoard, clock: FakeClock, receiver: 
                 reason=CREATED,
             )
         receiver.released.set()
-        await dispatcher.drain()
+        await dispatcher.settle()
         assert ([], 1) == (receiver.at("consumer"), dispatcher.stats.dropped)
 
         clock.advance(THRESHOLD)  # not yet past the threshold: the sweep stays quiet
         quiet = await sweeper.tick()
         clock.advance(timedelta(seconds=1))
         surfaced = await sweeper.tick()
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     assert ((), 1) == (quiet.charged, surfaced.queued)
     assert (["a wake"], ["t1"]) == (consumer.woken_by, consumer.claimed)
@@ -246,7 +246,7 @@ async def test_unverified_sender_text_never_reaches_a_nudge(
     for _ in range(4):
         clock.advance(timedelta(minutes=10))
         await sweeper.tick()
-        await dispatcher.drain()
+        await dispatcher.settle()
 
     for request in receiver.at("consumer"):
         assert b"UNVERIFIED" not in request.body

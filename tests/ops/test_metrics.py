@@ -45,7 +45,7 @@ async def test_a_tick_that_nudges_shows_in_the_reserved_and_the_sweeps_metrics(
     async with stall_nudge.open_reaper(pg_pool) as reaper:
         registry = registry_for(reaper)
         report = await reaper.tick()
-        await reaper.drain()
+        await reaper.settle()
         samples = scrape(registry)
 
     assert 1 == samples["switchboard_queue_stall_nudges_total", (("queue", "lane-l"),)]
@@ -100,7 +100,7 @@ async def test_a_failing_hook_counts_its_failure_and_the_tenth_in_a_row_its_disa
     async with stall_nudge.open_reaper(pg_pool) as reaper:
         registry = registry_for(reaper)
         await reaper.tick()
-        await reaper.drain()
+        await reaper.settle()
         samples = scrape(registry)
 
     assert (1, 1) == (
@@ -144,7 +144,7 @@ async def test_nudges_of_two_long_queues_sharing_a_head_share_one_series(
     async with stall_nudge.open_reaper(pg_pool) as reaper:
         registry = registry_for(reaper)
         await reaper.tick()
-        await reaper.drain()
+        await reaper.settle()
         samples = scrape(registry)
 
     nudges = {k[1]: v for k, v in samples.items() if k[0] == "switchboard_queue_stall_nudges_total"}
@@ -162,3 +162,25 @@ async def test_the_clock_offset_gauge_reads_the_database_against_this_host(
 
     assert abs(samples["switchboard_queue_stall_clock_offset_seconds", ()]) < 60
     assert SECRET not in generate_latest(registry).decode()
+
+
+async def test_creation_wakes_count_apart_from_nudges_by_outcome(
+    pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
+) -> None:
+    """reaper.notify's wakes: one answered counts delivered, one no hook answers undelivered."""
+    await stalled_pair(host, receiver, minutes=0)
+    todo = stall_nudge.TodoRef(id="l-0", created_at=ago(0), title="deploy lane-l")
+    async with stall_nudge.open_reaper(pg_pool) as reaper:
+        registry = registry_for(reaper)
+        await reaper.notify(endpoint_id="ep-1", queue="lane-l", todo=todo, reason="created")
+        await reaper.settle()
+        receiver.status = 410  # gone: final, not retried
+        await reaper.notify(endpoint_id="ep-1", queue="lane-l", todo=todo, reason="created")
+        await reaper.settle()
+        samples = scrape(registry)
+
+    assert (1, 1) == tuple(
+        samples["switchboard_queue_stall_notify_wakes_total", (("outcome", outcome),)]
+        for outcome in ("delivered", "undelivered")
+    )
+    assert [] == [k for k in samples if k[0] == "switchboard_queue_stall_nudges_total"]

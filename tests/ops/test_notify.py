@@ -30,7 +30,7 @@ async def test_a_creation_wake_goes_through_the_reapers_dispatcher(
         queued = await reaper.notify(
             endpoint_id="ep-1", queue="lane-l", todo=todo, reason=stall_nudge.CREATED
         )
-        await reaper.drain()
+        await reaper.settle()
 
     assert 1 == queued
     assert [("l-0", "created")] == receiver.reasons()

@@ -164,7 +164,7 @@ async def test_debug_says_why_each_other_pair_was_not_nudged(
     caplog.set_level(logging.DEBUG, logger="stall_nudge")
     async with stall_nudge.open_reaper(pg_pool) as reaper:
         report = await reaper.tick()
-        await reaper.drain()
+        await reaper.settle()
 
     why = dict(m.split(" not nudged: ", 1) for m in messages(caplog) if " not nudged: " in m)
     assert 4 == len(report.charged)

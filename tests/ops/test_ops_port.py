@@ -106,6 +106,22 @@ async def test_readiness_lapses_after_three_intervals_without_a_successful_tick(
     assert "no successful tick within 3 intervals" in stale.reason
 
 
+async def test_readiness_writes_its_durations_as_status_does(
+    reaper: stall_nudge.Reaper,
+) -> None:
+    """The reason's age is whole seconds and its bound reads as format_duration writes it."""
+    await reaper.tick()
+
+    fresh = reaper.health(interval=3600)
+    stale = reaper.health(interval=1e-6)
+
+    assert re.fullmatch(r"tick 1 swept, (\d+m)?\d+s ago", fresh.reason), fresh.reason
+    assert re.fullmatch(
+        r"no successful tick within 3 intervals \(0ms\): tick 1 swept, (\d+m)?\d+s ago",
+        stale.reason,
+    ), stale.reason
+
+
 async def sidecar_with_port(dsn: str) -> tuple[asyncio.subprocess.Process, str]:
     """Start `stall-nudge sweep --metrics 127.0.0.1:0`; return it and the URL its log names."""
     proc = await asyncio.create_subprocess_exec(

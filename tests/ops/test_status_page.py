@@ -103,7 +103,7 @@ def test_hidden_characters_in_a_name_are_shown_as_escapes() -> None:
 
 
 def test_the_count_columns_say_what_they_count_and_ages_are_whole_seconds() -> None:
-    """Verified and Unverified head the pending counts; ages and waits drop their fractions."""
+    """Sendable and Held by gate head the pending counts; ages and waits drop their fractions."""
     status = attrs.evolve(
         pair("lane", Verdict.BACKING_OFF, age_min=1.151),
         effective_nudges=1,
@@ -115,7 +115,7 @@ def test_the_count_columns_say_what_they_count_and_ages_are_whole_seconds() -> N
     heads = re.findall(r"<th[^>]*>(.*?)</th>", page)
     [row] = [line for line in page.splitlines() if "data-queue=" in line]
 
-    assert ["Verified", "Unverified"] == heads[4:6]
+    assert ["Sendable", "Held by gate"] == heads[4:6]
     assert [] == [h for h in heads if "gated" in h.lower()]
     assert ["1m9s", "9s ago", "in 4m50s"] == re.findall(r"<td>([^<]*)</td>", row)[-3:]
 
@@ -136,10 +136,12 @@ def test_the_most_urgent_pairs_come_first() -> None:
 
     page = render_page(NOW, pairs, policy=POLICY, refresh_s=15)
 
+    # The failing hook's old work needs a person too (as status --check says), and comes
+    # first of those by its verdict.
     assert [
+        "failing-hook",
         "capped",
         "no-receiver-stuck",
-        "failing-hook",
         "due-old",
         "due-young",
         "backing-off",

@@ -184,7 +184,7 @@ async def test_a_black_holed_database_fails_the_tick_by_the_ledgers_own_timeout(
                 after = await backend_pid(pool)
         finally:
             pool.terminate()
-    assert "charging due pairs failed: timed out after 1 s" == str(failure.value)
+    assert "charging due pairs failed: timed out after 1s" == str(failure.value)
     assert False is recovered.skipped
     assert before != after
 
@@ -257,7 +257,7 @@ async def test_a_refund_is_bounded_too(pg_dsn: str) -> None:
             async with asyncio.timeout(60):
                 refund = asyncio.create_task(ledger.refund(_a_nudge()))
                 await proxy.withheld(b"BEGIN")
-                with pytest.raises(LedgerError, match=r"timed out after 0\.5 s"):
+                with pytest.raises(LedgerError, match=r"timed out after 500ms"):
                     await refund
         finally:
             pool.terminate()

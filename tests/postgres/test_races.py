@@ -1,9 +1,10 @@
 """Two instances, one wake: two switchboard processes race for every charge.
 
-Each race runs 200 trials, 100 in each footprint, between two instances on
-two independent asyncpg pools. A current build takes the fleet's tick lock before it charges; a
-build from before the lock (during a rolling deploy) runs the charging
-statement alone, and only the statement's ON CONFLICT re-check stands
+Each race runs 200 trials between two instances on two independent asyncpg
+pools, each a fresh ledger whose first tick is a full pass. A ledger takes
+the fleet's tick lock before it charges; a sweeper without it runs its
+full pass under a lock key of its own (as a sweeper outside the fleet's lock),
+and only the statement's compare-and-set and ON CONFLICT re-check stand
 between it and a second wake. In "gated" trials a third connection holds
 the contested ledger key (an uncommitted insert of the row, or a row lock)
 until pg_stat_activity shows BOTH sweep statements blocked on it, so every
@@ -17,70 +18,50 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import timedelta
 
 import asyncpg
 import pytest
 
-from adapters.postgres import (
-    PostgresLedger,
-    charge_due_parameters,
-    charge_outcome,
-    ledger_statements,
-)
-from stall_core import (
-    ChargeOutcome,
-    LedgerPort,
-    LedgerRow,
-    Nudge,
-    PacingPolicy,
-    Progress,
-    Sweeper,
-    TickReport,
-)
+from adapters.postgres import TICK_LOCK_KEY, PostgresLedger
+from stall_core import LedgerPort, LedgerRow, PacingPolicy, Sweeper, TickReport
 from stall_testing import PostgresDriver, RecordingWake
 from stall_testing.contract import stalled_queue
 from tests.support import T0, FakeClock, minutes
 
-_SQL = ledger_statements()
-
 pytestmark = pytest.mark.postgres
 
-#: Per footprint: each race class gets 200 trials across the two.
-TRIALS = 100
+TRIALS = 200
 NOW = T0 + minutes(30)
 #: Nudge 1 was six minutes ago: nudge 2 (after the 5-minute backoff) is due at NOW.
 LAST = NOW - minutes(6)
 KEY = ("ep-1", "lane-l")
+#: The stalled queue's one todo: every nudge names it.
+WORK = "todo-ep-1-lane-l-0"
 
 #: Commits need not wait for the disk here: visibility and locking are unchanged.
 FAST = {"synchronous_commit": "off"}
 
 RESET_ROW = """
-    INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)
-    VALUES ($1, $2, $3, $4)
+    INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at, named_todo)
+    VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO UPDATE
-       SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at
+       SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at,
+           named_todo = EXCLUDED.named_todo, progressed_at = NULL
 """
 
 
 async def reset_no_row(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM queue_stall_nudges; DELETE FROM stall_nudge.claims")
+    await conn.execute("DELETE FROM queue_stall_nudges")
 
 
 async def reset_due_row(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM stall_nudge.claims")
-    await conn.execute(RESET_ROW, *KEY, 1, LAST)
+    await conn.execute(RESET_ROW, *KEY, 1, LAST, WORK)
 
 
 async def reset_progressed_row(conn: asyncpg.Connection) -> None:
-    # Count 4 waits 6 h for nudge 5; only a claim after nudge 4, not yet absorbed by a
-    # charge, makes the pair due (at 1): the claim a consumer made, as its trigger logs it.
-    await conn.execute(RESET_ROW, *KEY, 4, LAST)
-    await conn.execute("DELETE FROM stall_nudge.claims")
-    await conn.execute(
-        "INSERT INTO stall_nudge.claims VALUES ($1, $2, $3)", *KEY, LAST + minutes(1)
-    )
+    # Count 4 waits 6 h for nudge 5; only the claim after nudge 4 (the test's "taken"
+    # todo, claimed a minute after it) makes the pair due again, at 1.
+    await conn.execute(RESET_ROW, *KEY, 4, LAST, WORK)
 
 
 #: race name -> (reset before each trial, the number the one wake must carry)
@@ -91,31 +72,8 @@ RACES: dict[str, tuple[Callable[[asyncpg.Connection], Awaitable[None]], int]] = 
 }
 
 
-class WithoutTickLock:
-    """A build from before the tick lock: the full pass statement alone, on its own clock."""
-
-    def __init__(self, pool: asyncpg.Pool, clock: FakeClock, footprint: str) -> None:
-        self._pool = pool
-        self._clock = clock
-        self._statement = _SQL["tick_lean" if footprint == "lean" else "tick_full"]
-
-    @property
-    def progress(self) -> Progress:
-        raise AssertionError("a build from before declares no progress reading")
-
-    async def charge_due(
-        self, *, policy: PacingPolicy, every: timedelta | None = None
-    ) -> ChargeOutcome:
-        now = self._clock()
-        rows = await self._pool.fetch(self._statement, *charge_due_parameters(now, policy))
-        return charge_outcome(rows, now)
-
-    async def refund(self, nudge: Nudge) -> bool:
-        raise AssertionError("a build from before refunds never refunds")
-
-
-#: Who races: a current build against an older one, or two current builds.
-PAIRINGS = ("current+older", "current+current")
+#: The unlocked sweeper's lock key: a lock no other instance takes.
+UNLOCKED = TICK_LOCK_KEY + 1
 
 
 @asynccontextmanager
@@ -152,20 +110,6 @@ async def until_both_blocked(admin: asyncpg.Connection, pids: list[int]) -> None
             await asyncio.sleep(0.001)  # leave the two cores to the statements waited on
 
 
-@pytest.fixture(name="footprint", params=["lean", "incremental"])
-def _footprint(request: pytest.FixtureRequest) -> str:
-    """Each race runs on each footprint."""
-    param: str = request.param
-    return param
-
-
-@pytest.fixture(name="pg_dsn")
-def _pg_dsn(request: pytest.FixtureRequest, footprint: str) -> str:
-    """The test's database, in the footprint under test."""
-    dsn: str = request.getfixturevalue("pg_dsn" if footprint == "lean" else "pg_dsn_incremental")
-    return dsn
-
-
 @pytest.fixture(name="instances")
 async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
     """Two independent one-connection pools: two switchboard processes on one database."""
@@ -189,8 +133,8 @@ async def _admin(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("pairing", "gated"),
-    [("current+older", True), ("current+older", False), ("current+current", False)],
-    ids=["older-gated", "older-free", "current-free"],
+    [("locked+unlocked", True), ("locked+unlocked", False), ("locked+locked", False)],
+    ids=["unlocked-gated", "unlocked-free", "locked-free"],
 )
 @pytest.mark.parametrize("race", list(RACES))
 async def test_two_instances_one_wake(
@@ -200,7 +144,6 @@ async def test_two_instances_one_wake(
     instances: list[asyncpg.Pool],
     admin: asyncpg.Connection,
     pg_dsn: str,
-    footprint: str,
 ) -> None:
     """Two instances, one wake: every concurrent trial of each race charges exactly once."""
     reset, number = RACES[race]
@@ -211,12 +154,6 @@ async def test_two_instances_one_wake(
         # A claim after the last nudge (and before NOW): progress since nudge 4.
         await driver.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
         await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
-    ledgers: list[LedgerPort] = [
-        PostgresLedger(instances[0], clock=clock),
-        WithoutTickLock(instances[1], clock, footprint)
-        if pairing == "current+older"
-        else PostgresLedger(instances[1], clock=clock),
-    ]
     pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
     gate = await asyncpg.connect(pg_dsn, server_settings=FAST)
     policy = PacingPolicy()
@@ -225,6 +162,14 @@ async def test_two_instances_one_wake(
         for trial in range(TRIALS):
             await reset(admin)
             wakes = [RecordingWake(), RecordingWake()]
+            ledgers: list[LedgerPort] = [
+                PostgresLedger(instances[0], clock=clock),
+                PostgresLedger(
+                    instances[1],
+                    clock=clock,
+                    lock_key=UNLOCKED if pairing == "locked+unlocked" else TICK_LOCK_KEY,
+                ),
+            ]
             sweepers = [
                 Sweeper(ledger=ledger, wake=wake, policy=policy)
                 for ledger, wake in zip(ledgers, wakes, strict=True)
@@ -244,7 +189,13 @@ async def test_two_instances_one_wake(
             assert 1 == sum(len(r.charged) for r in reports), f"trial {trial}"
             rows = await driver.ledger_rows()
             assert {
-                KEY: LedgerRow(endpoint_id=KEY[0], queue=KEY[1], nudges=number, last_nudged_at=NOW)
+                KEY: LedgerRow(
+                    endpoint_id=KEY[0],
+                    queue=KEY[1],
+                    nudges=number,
+                    last_nudged_at=NOW,
+                    named_todo=WORK,
+                )
             } == rows, f"trial {trial}"
     finally:
         await gate.close()

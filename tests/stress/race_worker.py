@@ -11,28 +11,32 @@ JSON command a line on stdin and answers each with one JSON line on stdout:
   one ``Sweeper.tick()`` then ``settle()``. Pairs not named are reached; a
   ``lost`` pair's wake is accepted and reaches nobody, a ``refuse`` pair's
   is refused outright (``RecordingWake(reach=False)`` and ``refuse=True``).
-  The answer lists what the tick decided (``skipped``, ``now``, the charges
-  and deletions, in the ledger's own words) and every refund the settle
+  The answer lists what the tick decided (``skipped``, ``now``, ``kind``, the
+  charges and deletions, in the ledger's own words), a database-clock read
+  taken once the tick had committed (``done``), and every refund the settle
   made, with its result and database-clock reads before it began and after
   it committed (a refund races other instances' ticks).
 
 End of input (or ``{"cmd": "exit"}``) closes the pool and exits 0.
 
-``--fault`` swaps in a deliberately broken ledger, the judge's positive
-controls (``races.py --fault``): each must make its count non-zero on either
-footprint. The SQL faults edit every tick statement (they share the judging
-part), and the broken ledger runs the lean tick, or the incremental full pass
-or usual tick, as the real one would, so each is under test.
+``--fault`` runs a deliberately broken ledger: a correct ``PostgresLedger``
+wrapped in Python that breaks what it returns or writes (no statement of the
+library is edited). Each is a positive control of the judge (``races.py
+--fault``) and must make its count non-zero:
 
-- ``no-lock``: a build with neither the fleet's tick lock nor the compare-and-set
-  on the row as locked (duplicates);
-- ``double-count``: a charge never consumes the progress it counts: a reset keeps
-  the row's stamp and no logged claim is deleted, so one claim resets the pair
-  again at the next sweep (double_resets);
-- ``ignore-claims``: the charge reads no progress, neither the claim log nor the
-  todos' ``claimed_at`` (lost);
-- ``no-refund``: a nudge that reached nobody is never refunded (stranded);
+- ``double-hand``: every charged nudge is handed to the sweeper twice, so it
+  is woken twice (duplicates);
+- ``rewind``: after each charge the row's ``last_nudged_at`` is moved back to
+  just before the pair's latest claim, which that charge consumed, so the
+  claim counts as progress again (double_resets);
+- ``skip-refund``: a nudge that reached nobody is never refunded (stranded);
 - ``hide-charge``: charges commit but are never returned, so never woken (lost).
+
+``outside-lock`` is the negative control: worker 0 sweeps beside the fleet
+under a lock key of its own (``PostgresLedger(lock_key=...)``, as an older
+build without the tick lock would during a deploy), every one of its ticks a
+full pass; only the compare-and-set of each write keeps a wake from being
+charged twice, and the judge must find nothing.
 """
 
 from __future__ import annotations
@@ -42,141 +46,78 @@ import asyncio
 import json
 import logging
 import os
-import re
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import attrs
 
-from adapters.postgres import (
-    TICK_LOCK_KEY,
-    PostgresLedger,
-    charge_due_parameters,
-    charge_outcome,
-    ledger_statements,
-)
+from adapters.postgres import TICK_LOCK_KEY, PostgresLedger
 from stall_core import (
     ChargeOutcome,
     LedgerPort,
     Nudge,
     PacingPolicy,
-    Progress,
     Sweeper,
     WakeReceipt,
-    full_pass_due,
 )
 from stall_testing import RecordingWake
 
-_SQL = ledger_statements()
-
 #: The sweepers' connections carry this name (pg_stat_activity, logs).
 SWEEPER_APP = "stall-races-sweeper"
+#: The broken ledgers (positive controls) and the instance beside the fleet's lock.
+BROKEN = ("double-hand", "rewind", "skip-refund", "hide-charge")
+OUTSIDE = "outside-lock"
+FAULTS = ("none", *BROKEN, OUTSIDE)
+#: The worker that sweeps beside the fleet in ``outside-lock``, and its lock key.
+OUTSIDER = 0
+OUTSIDE_LOCK_KEY = TICK_LOCK_KEY + 1
+#: How often the fleet's ledgers run a full pass: often, so the races run both full
+#: passes and deltas. The outsider's every tick is one (a microsecond's interval).
+FULL_PASS_INTERVAL = timedelta(milliseconds=400)
+OUTSIDER_FULL_PASS_INTERVAL = timedelta(microseconds=1)
+
+#: ``rewind``: the row a charge wrote, its stamp moved to just before the pair's latest
+#: claim when that claim is at or before the stamp (consumed by the charge). Test SQL of
+#: this harness, on the ledger's own table; no statement of the library is changed.
+REWIND = """
+UPDATE queue_stall_nudges r
+   SET last_nudged_at = c.latest - interval '1 millisecond'
+  FROM (SELECT max(t.claimed_at) AS latest FROM todos t
+         WHERE t.endpoint_id = $1 AND t.queue = $2) c
+ WHERE r.endpoint_id = $1 AND r.queue = $2 AND r.nudges = $3 AND r.last_nudged_at = $4
+   AND c.latest IS NOT NULL AND c.latest <= r.last_nudged_at
+"""
 
 
-def _edit(sql: str, pattern: str, replacement: str, *, count: int = 1) -> str:
-    """``sql`` with ``pattern`` replaced exactly ``count`` times (else the fault is stale)."""
-    edited, made = re.subn(pattern, replacement, sql, flags=re.DOTALL)
-    if made != count:
-        raise RuntimeError(f"fault no longer applies to tick.sql: {pattern!r} matched {made}")
-    return edited
+class BrokenLedger:
+    """A correct PostgresLedger, its results or writes broken from Python: a positive control."""
 
-
-def _no_lock(sql: str) -> str:
-    """No compare-and-set on the row as locked (neither on its columns nor on its ctid)."""
-    sql = _edit(
-        sql, r"\n\s*AND d\.row_nudges = n\.nudges AND d\.last_nudged_at = n\.last_nudged_at", ""
-    )
-    return _edit(
-        sql,
-        r"n\.ctid = ANY \(ARRAY\(SELECT k\.row_ctid FROM due k WHERE k\.row_ctid IS NOT NULL\)\)"
-        r"\n\s*AND ",
-        "",
-    )
-
-
-def _double_count(sql: str) -> str:
-    """A charge never consumes the progress it counts: a reset keeps the row's stamp (so the
-    same claimed_at is after it again) and no logged claim is ever deleted."""
-    sql = _edit(
-        sql,
-        r"SET nudges = d\.spent \+ 1, last_nudged_at = d\.stamp",
-        "SET nudges = d.spent + 1,"
-        " last_nudged_at = CASE WHEN d.progress_at IS NULL THEN d.stamp ELSE n.last_nudged_at END",
-    )
-    return _edit(sql, r"absorbed AS \(\n.*?\n\)(?=,?\n)", "absorbed AS (SELECT 1)")
-
-
-def _ignore_claims(sql: str) -> str:
-    """The charge reads no progress, logged or by timestamp: the stamp is ``now`` alone."""
-    return _edit(
-        sql,
-        r"SELECT GREATEST\(\(SELECT max\(logged_c\.claimed_at\).*?END\) AS progress_at",
-        "SELECT NULL::timestamptz AS progress_at",
-    )
-
-
-#: The tick statements a ledger runs: lean, and the incremental full pass and usual tick.
-TICK_STATEMENTS = ("tick_lean", "tick_full", "tick_changed")
-#: fault name -> how it edits every tick statement (they share the judging part)
-FAULT_SQL: dict[str, Callable[[str], str]] = {
-    "no-lock": _no_lock,
-    "double-count": _double_count,
-    "ignore-claims": _ignore_claims,
-}
-FAULTS = ("none", *FAULT_SQL, "no-refund", "hide-charge")
-#: How often the incremental footprint's ledgers run a full pass here: often, so both
-#: the full pass and the usual tick are under test.
-FULL_PASS_INTERVAL = timedelta(seconds=1)
-
-
-class FaultyLedger:
-    """A deliberately broken PostgresLedger: the positive controls of the judge.
-
-    It picks its statement as PostgresLedger does (the lean tick, or the
-    incremental full pass or usual tick), so a fault in any of them is one the
-    judge must catch. ``no-lock`` takes a lock key of its own, so no other
-    instance ever waits for it or skips.
-    """
-
-    def __init__(self, pool: asyncpg.Pool, fault: str) -> None:
+    def __init__(self, inner: PostgresLedger, pool: asyncpg.Pool, fault: str) -> None:
+        if fault not in BROKEN:
+            raise ValueError(f"unknown fault {fault!r}")
+        self._inner = inner
         self._pool = pool
         self._fault = fault
-        self._inner = PostgresLedger(pool, timeout=20.0)
-        edit = FAULT_SQL.get(fault, lambda sql: sql)
-        self._sql = {name: edit(_SQL[name]) for name in TICK_STATEMENTS}
-        self._lock_key = os.getpid() if fault == "no-lock" else TICK_LOCK_KEY
-        self._footprint: str | None = None
-
-    @property
-    def progress(self) -> Progress:
-        return Progress.COMMIT_ORDER if self._footprint == "incremental" else Progress.TIMESTAMPS
 
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
-        async with self._pool.acquire() as conn, conn.transaction():
-            lock = await conn.fetchrow(_SQL["tick_lock"], self._lock_key, "20000")
-            now: datetime = lock["now"]
-            self._footprint = lock["footprint"]
-            if not lock["got"]:
-                return ChargeOutcome(now=now, skipped=True)
-            full = full_pass_due(lock["full_pass_at"], now, FULL_PASS_INTERVAL)
-            if lock["footprint"] == "lean":
-                statement = "tick_lean"
-            else:
-                statement = "tick_full" if full else "tick_changed"
-            rows = await conn.fetch(self._sql[statement], *charge_due_parameters(now, policy))
-            full_at = now if statement != "tick_changed" else None
-            await conn.execute(_SQL["record_sweep"], now, None, full_at, None)
-        outcome = charge_outcome(rows, now)
+        outcome = await self._inner.charge_due(policy=policy, every=every)
+        if self._fault == "double-hand":
+            return attrs.evolve(
+                outcome, charged=tuple(n for n in outcome.charged for _ in range(2))
+            )
         if self._fault == "hide-charge":
-            return ChargeOutcome(now=outcome.now, drained=outcome.drained)
+            return attrs.evolve(outcome, charged=())
+        if self._fault == "rewind":
+            for n in outcome.charged:
+                await self._pool.execute(REWIND, n.endpoint_id, n.queue, n.number, n.charged_at)
         return outcome
 
     async def refund(self, nudge: Nudge) -> bool:
-        if self._fault == "no-refund":
+        if self._fault == "skip-refund":
             return False
         return await self._inner.refund(nudge)
 
@@ -185,27 +126,27 @@ class FaultyLedger:
 RefundRecord = tuple[Nudge, bool | str, datetime, datetime]
 
 
-class RefundRecorder:
-    """The ledger as the sweep's LedgerPort, recording every refund, its result and its timing.
+class Recorder:
+    """The ledger as the sweep's LedgerPort, recording what the coordinator's judge needs.
 
-    A refund writes the ledger row without the tick lock, so it races other
-    instances' ticks: the coordinator needs its database-clock bounds to
-    judge which sweeps may have seen it (and which it may have overtaken).
+    After each tick, a database-clock read taken once it committed (``done``):
+    the tick's snapshot and writes lie between its ``now`` and that. Every
+    refund, with its result and database-clock reads before it began and
+    after it committed: a refund races other instances' ticks.
     """
 
     def __init__(self, inner: LedgerPort, pool: asyncpg.Pool) -> None:
         self._inner = inner
         self._pool = pool
+        self.done: datetime | None = None
         self.refunds: list[RefundRecord] = []
-
-    @property
-    def progress(self) -> Progress:
-        return self._inner.progress
 
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
-        return await self._inner.charge_due(policy=policy, every=every)
+        outcome = await self._inner.charge_due(policy=policy, every=every)
+        self.done = await self._pool.fetchval("SELECT clock_timestamp()")
+        return outcome
 
     async def refund(self, nudge: Nudge) -> bool:
         lb: datetime = await self._pool.fetchval("SELECT clock_timestamp()")
@@ -248,10 +189,11 @@ def _nudge(n: Nudge) -> list[Any]:
 
 
 async def _tick(
-    sweeper: Sweeper, ledger: RefundRecorder, wake: RoutedWake, command: dict[str, Any]
+    sweeper: Sweeper, ledger: Recorder, wake: RoutedWake, command: dict[str, Any]
 ) -> dict[str, Any]:
     wake.modes = dict(command.get("wake", {}))
     ledger.refunds.clear()
+    ledger.done = None
     try:
         report = await sweeper.tick()
         await sweeper.settle()
@@ -259,9 +201,12 @@ async def _tick(
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
         wake.forget()
+    assert ledger.done is not None  # set by every tick that did not raise
     return {
         "skipped": report.skipped,
         "now": report.now.isoformat(),
+        "done": ledger.done.isoformat(),
+        "kind": report.kind,
         "duration_s": report.duration_s,
         "charged": [_nudge(n) for n in report.charged],
         "drained": [list(key) for key in report.drained],
@@ -270,6 +215,20 @@ async def _tick(
             for n, result, lb, ub in ledger.refunds
         ],
     }
+
+
+def build_ledger(pool: asyncpg.Pool, worker: int, fault: str) -> tuple[LedgerPort, bool]:
+    """The ledger this worker sweeps with, and whether it sweeps beside the fleet's lock."""
+    outside = fault == OUTSIDE and worker == OUTSIDER
+    ledger = PostgresLedger(
+        pool,
+        timeout=20.0,
+        full_pass_interval=OUTSIDER_FULL_PASS_INTERVAL if outside else FULL_PASS_INTERVAL,
+        lock_key=OUTSIDE_LOCK_KEY if outside else TICK_LOCK_KEY,
+    )
+    if fault in BROKEN:
+        return BrokenLedger(ledger, pool, fault), outside
+    return ledger, outside
 
 
 async def main_async(dsn: str, worker: int, fault: str) -> int:
@@ -284,12 +243,8 @@ async def main_async(dsn: str, worker: int, fault: str) -> int:
         server_settings={"application_name": SWEEPER_APP},
     )
     try:
-        ledger = RefundRecorder(
-            PostgresLedger(pool, timeout=20.0, full_pass_interval=FULL_PASS_INTERVAL)
-            if fault == "none"
-            else FaultyLedger(pool, fault),
-            pool,
-        )
+        inner, outside = build_ledger(pool, worker, fault)
+        ledger = Recorder(inner, pool)
         wake = RoutedWake()
         sweeper = Sweeper(ledger=ledger, wake=wake, policy=PacingPolicy())
         while line := await reader.readline():
@@ -301,6 +256,7 @@ async def main_async(dsn: str, worker: int, fault: str) -> int:
             else:
                 answer = await _tick(sweeper, ledger, wake, command)
             answer["w"] = worker
+            answer["outside"] = outside
             sys.stdout.write(json.dumps(answer) + "\n")
             sys.stdout.flush()
     finally:

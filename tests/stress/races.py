@@ -1,135 +1,124 @@
 """Races: real sweeper processes on skewed wall clocks against one database, judged exactly.
 
     .venv/bin/python -m tests.stress.races                  # 10,000 trials: 4 and 8 instances
-    .venv/bin/python -m tests.stress.races --trials 32      # a short run (the test suite's)
-    .venv/bin/python -m tests.stress.races --footprint incremental
+    .venv/bin/python -m tests.stress.races --trials 48      # a short run (the test suite's)
+    .venv/bin/python -m tests.stress.races --fault rewind   # a positive control: it must fail
 
 Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an
-embedded one) holding a throwaway database this script creates and drops,
-migrated in ``--footprint`` (lean, the default, or incremental);
-4 and then 8 sweeper processes (``tests.stress.race_worker``), each under
-libfaketime (``stall_testing.skewed_env``) with its wall clock shifted by
-0, +2 s, -2 s, +30 s or -30 s,
-each with its own asyncpg pool and ``PostgresLedger(pool)`` deciding at the
-database's clock; consumers claiming, completing and requeueing through
-``PostgresHost`` on their own connections while the sweepers tick. The
-policy is the spec's default ``PacingPolicy()``: nothing waits five minutes,
-because every timestamp is planted relative to the database's ``now()``.
+embedded one) holding a throwaway database this script creates, migrates and
+drops; 4 and then 8 sweeper processes (``tests.stress.race_worker``), each
+under libfaketime (``stall_testing.skewed_env``) with its wall clock shifted
+by 0, +2 s, -2 s, +30 s or -30 s, each with its own asyncpg pool and
+``PostgresLedger(pool)`` deciding at the database's clock, a full pass every
+``race_worker.FULL_PASS_INTERVAL`` and deltas between; consumers claiming,
+completing, requeueing and deleting through ``PostgresHost`` on their own
+connections while the sweepers tick. The policy is the spec's default
+``PacingPolicy()``: nothing waits five minutes, because every timestamp is
+planted relative to the database's ``now()``.
 
 Theory of operation
 -------------------
 Trials run four at a time (``tick_limit`` of them, so the tick limit never
 holds a due pair back), each on its own fresh pair ``(r<N>t<trial>, q)``,
 in four rounds. A round writes one ``tick`` command to every worker at once
-and runs each trial's host action (claim, complete, requeue, create a todo,
-pause or resume the endpoint, disable, enable or re-scope the hook) on its
-own connection, starting at a random instant within 3 ms either side of the
-commands, so sweeps see it, miss it or race it; then it reads
-every worker's answer: whether it skipped (missed the tick lock), the
-instant it decided at, its charges, deletions and refunds. Each host
-statement is bracketed by database clock reads (``lb`` before it, ``ub``
-after its commit). After the round the coordinator reads the trial's ledger
-row, todos and claim log (``stall_nudge.claims``, empty when lean). Round 1 is the race;
+and runs each trial's host action (a claim, stamped by the database, 60 s
+behind it or 2 min ahead of it, or inside a transaction held open across
+the tick; a completion, that may clear ``claimed_at`` or delete the todo; a
+requeue; a new todo; the endpoint paused or resumed; the hook disabled,
+enabled or re-scoped) on its own connection, starting at a random instant
+within 3 ms either side of the commands, so sweeps see it, miss it or race
+it; then it reads every worker's answer: whether it skipped (missed the tick
+lock), the instant it decided at (``now``), whether it judged every pair or
+only what changed (``kind``), a database-clock read once it committed
+(``done``), its charges, deletions and refunds. Each host statement is
+bracketed by database clock reads (``lb`` before it, ``ub`` after its
+commit). After the round the coordinator reads the trial's ledger row (with
+the todo it names and the progress it keeps) and todos. Round 1 is the race;
 round 2 settles; round 3 is a second action (the consumer woken claims, the
 change is reverted, the backlog returns, or the receiver heals); round 4
 settles again.
 
-Race classes (the races that broke): ``new-pair`` (first-nudge insert, some
-at the exact threshold instant), ``due-row`` (the backoff expires during the
-rounds), ``progress`` (a claim at tick, up to the cap), ``drain`` (the last
-todo claimed at tick), ``endpoint-change`` and ``hook-change`` (at tick),
-``receiver-heal`` (wakes reach nobody or are refused, are refunded, then the
-pair is moved one backoff step on and the receiver answers). Some
-``endpoint-change`` trials (``paused-claimed``, ``disabled-claimed``) claim
-while no nudge may go out: the row is reset (deleted, unreported). In the
-incremental footprint some ``progress`` trials (``late-claim``) start with a
-claim in the log stamped before the row's last nudge: one whose transaction
-committed after that charge looked, so no charge absorbed it and it is
-progress still.
-
-Planting writes todos that are already claimed, which fires the claim log's
-trigger; those claims stand for work absorbed before the trial, so their log
-rows are removed in the planting transaction and only the planted log is
-inserted. The ``receiver-heal`` shift rewrites ``claimed_at`` (the trigger
-fires again): in the same transaction the pair's log rows are kept, shifted
-like everything else, and the rows the shift added are removed.
+Race classes: ``new-pair`` (first-nudge insert, some at the exact threshold
+instant), ``due-row`` (the backoff expires during the rounds), ``progress``
+(a claim at tick, up to the cap; some rows keep progress a reset left),
+``drain`` (the last todo claimed at tick), ``endpoint-change`` and
+``hook-change`` (at tick; some claim while no nudge may go out, so the row is
+reset), ``receiver-heal`` (wakes reach nobody or are refused, are refunded,
+then the pair is moved one backoff step on and the receiver answers), and
+what the rule reads departures for: ``claim-behind`` (a claim stamped 60 s
+behind the database, often before the row's last nudge), ``claim-ahead``
+(stamped 2 min ahead), ``delete-done`` (the host deletes a todo when it
+completes it), ``unstamp-done`` (the host clears ``claimed_at`` when it
+completes it) and ``spanning-claim`` (the claim's transaction is held open
+across the tick, so it is stamped before sweeps that cannot see it). A
+tenth of planted rows name no todo, as an older build's do.
 
 Judging, exactly (no slack window, no retries)
 ----------------------------------------------
-The judge replays every trial with its own statement of the ledger rule
-(``expect``, written from SPEC-0038 and the design notes, not from the
-library), in database time. Sweeps of one round are ordered by their
-decision instant ``now``: the tick lock serialises them, so that is commit
-order, and each sees its predecessors' commits. A host statement is visible
-to a sweep if ``ub < now`` (committed before the sweep read the clock, so
-before its statement's snapshot); it may be visible if ``lb`` is before the
-next sweep's ``now`` (or the round's end); statements of one action become
-visible in order, and never become invisible again.
+The judge decides with the core itself: for each sweep it builds the pair's
+``PairState`` (its work, ``latest_claim`` and whether the named todo
+``has_departed``) and ``LedgerRow`` from the trial's facts and runs
+``stall_core.plan_tick`` on them at the sweep's ``now``: a charge (number,
+``charge_stamp``, named todo), a drain, a reset (``reset_row``; the row is
+kept, unreported) or nothing. A delta judges only what it finds: the judge
+states ``tick.sql``'s ``find_changed`` on the pair's facts
+(``delta_finds``) with the watermark and last full pass the fleet's record
+held when the tick read it (the previous judging tick's ``now`` and the
+last full pass's, known from every answer), and a delta that does not find
+a pair does nothing to it (``deferred``); the next full pass judges it.
 
-Progress follows the footprint (``progress_at``). Lean: a todo of the pair
-claimed after the row's stamp, by ``claimed_at`` (the spec's timestamps).
-Incremental: that, or a claim in the pair's claim log, modelled as a log: a
-claim enters it when its statement becomes visible, and stays until a sweep
-that sees it charges, drains or resets the pair, or finds no ledger row for
-it (that sweep absorbs every claim it sees of the pair, and none it does
-not); any other sweep keeps only the pair's latest. A pair with a row and
-progress is due nudge 1 at once or, if it is no candidate now, has its row
-deleted (a reset, which no sweeper reports); a charge's stamp is its
-``now``, or the progress if later. So in the incremental footprint a claim
-stamped before a charge read the time but committed after its snapshot is
-progress at the next sweep, and never twice. The judge keeps every
-hypothesis the observations leave open (how many statements each sweep saw,
-so which claims it absorbed, and whether it reset the row); each sweep's
-outcome for the pair (one charge with its number, stamp and named todo, a
-deletion, or nothing) must be ``expect``'s under at least one, and those it
-matches go on. After the round the row and the log in the database must be
-ones a surviving hypothesis leaves, which fixes what the next round starts
-from. Refunds (a worker's, after its own tick) wait for the tick lock, so no
-sweep's snapshot and compare-and-set straddle one. Whether a sweep
-saw a refund otherwise changes no outcome (the refunded charge is of the
-same round: no backoff from it has run), so the judge applies refunds at the
-round's end. A trial's ``receiver-heal`` move is a shift of all its timestamps
-(todos, log and ledger row) by one backoff step; the judge adds it back, so
-it judges in the pair's own time. The counts:
+What each sweep saw is modelled, not guessed. A sweep's snapshot lies
+between its ``now`` and its commit (a delta's finding statement has one of
+its own, no later than its judging one's), which comes before ``done`` and, for a
+fleet sweep, before the next fleet sweep's ``now`` (the tick lock); a host
+statement is in it if it committed before (``ub < now``: surely; ``lb``
+before the snapshot's upper bound: maybe), statements of one trial in
+order, and a later snapshot never sees less. A sweep's writes land at its
+commit, compare-and-set: a charge, reset or drain applies only if no write
+to the row came between the snapshot and the commit (a first nudge only if
+no row exists), else the sweep reports nothing for the pair. The judge
+explores every interleaving the clocks allow of the fleet's sweeps (in
+``now`` order, serialised by the lock), an instance beside the lock
+(``--fault outside-lock``: its snapshot and commit float free) and every
+refund (a refund takes the lock of its instance), with every visibility each
+snapshot may have had. A round is clean when one interleaving explains
+every sweep's report, every refund's result and the ledger row after the
+round; otherwise the interleaving that explains the most is reported,
+mismatch by mismatch, and the next round starts from the rows it leaves
+(the replay's, not the database's). The counts:
 
-- ``duplicates``: charges the rule does not allow, i.e. a second charge for
-  the same pair and due time with no claim, drain or refund between that
-  would justify it (or a charge with no due time at all);
-- ``double_resets``: a nudge-1 reset of an existing row not explained by a
-  distinct claim, not yet used by an earlier reset, that the resetting sweep
-  may have seen and the pair's previous charge cannot have seen for certain
-  (newly visible since: that charge would have absorbed it). Its timestamp
-  does not matter;
-- ``lost``: a sweep that should have charged (the rule allows nothing else)
-  and did not: a due pair no round charged, a healed receiver never woken;
-- ``stranded``: progress or budget the ledger dropped while gated work is
-  left, so the pair climbs to the cap (then silence) while its work is being
-  claimed: a claim ignored (an increment, nudge n+1 over a row, while a
-  claim that must have been visible to that sweep was still in the log, i.e.
-  no earlier absorbing sweep may have seen it; ``ignored_drained`` counts,
-  apart, those charged when the round ends with no gated work left, which
-  the next sweep's deletion makes harmless), or a nudge that reached nobody
-  whose refund failed though nothing else changed its row;
+- ``duplicates``: a charge where the rule allows none (a second charge of
+  one due time), and every further wake of one charge;
+- ``double_resets``: a nudge 1 over a live row where the rule allows no
+  charge: a reset no progress explains (one claim or departure used twice);
+- ``lost``: no charge where the rule allows only a charge;
+- ``stranded``: a step (nudge n+1) where the rule demands nudge 1 (progress
+  ignored), or a nudge that reached nobody and was not refunded though its
+  row was unchanged;
 - ``other`` (per configuration; any makes the run fail): a charge with the
-  wrong number, stamp or todo, a wrong or missed deletion, a ledger row or
-  claim log that does not match the replay, a todo a sweep changed, a
-  worker error.
+  wrong number, stamp or todo, a wrong or missed deletion, a ledger row that
+  does not match the replay, a todo a sweep changed, a worker error.
 
 ``db_sweeps_per_tick`` is the non-skipped ``charge_due`` calls over rounds.
-Per class it also prints how often the race was real: ``contested`` trials
-had a sweep for which the rule allowed more than one outcome (a host
-statement may or may not have been visible to it), ``seen`` / ``unseen``
-how that fell, ``turned_due`` trials whose threshold or backoff ran out
-between two sweeps, ``late`` resets owed to a claim of the trial stamped at
-or before the previous nudge (in flight while it was charged: the race a
-timestamp comparison gets wrong), ``unreported_resets`` sweeps that must
-have deleted a row with progress they did not charge.
+Per class it also prints what the races exercised: ``contested`` trials had a
+sweep for which the rule allowed more than one outcome (a host statement may
+or may not have been visible to it), ``seen`` / ``unseen`` how that fell,
+``turned_due`` trials whose threshold or backoff ran out between two sweeps;
+``resets`` charges that answered progress (nudge 1 over a live row), and what showed it
+(``by_claim`` a claim stamped after the last nudge, ``by_departure`` only the
+named todo's departure, ``by_kept`` progress a reset kept);
+``unreported_resets`` rows reset and kept by a sweep that reported nothing;
+``full`` / ``delta`` the sweeps by kind; ``deferred`` deltas that did not
+find a pair whose decision had changed (the full pass did); ``overlapped``
+rounds in which the instance beside the lock and a fleet sweep ran at once,
+and ``cas`` writes the compare-and-set surely refused (on every explanation).
 
 Positive controls: ``--fault`` runs every worker on a deliberately broken
-ledger (``tests.stress.race_worker``), each of which must make its count
-non-zero; ``--claim-hold-ms`` has consumers hold their claiming transaction
-open (the host's claim statement, then other work), which widens the
-progress-at-tick window.
+ledger (``tests.stress.race_worker``: a correct ledger broken from Python),
+each of which must make its count non-zero; ``--fault outside-lock`` runs
+worker 0 beside the fleet's lock and must find nothing. ``--claim-hold-ms``
+has every consumer claim inside a transaction held open that long after the
+claim, which widens the progress-at-tick window.
 The last line is exactly (one line)::
 
     races: trials=<int> instances=<int> duplicates=<int> double_resets=<int> lost=<int>
@@ -162,8 +151,21 @@ from typing import Any
 import asyncpg
 import attrs
 
-from adapters.postgres import migrate
-from stall_core import PacingPolicy
+from adapters.postgres import LOOKBACK, migrate
+from stall_core import (
+    LedgerRow,
+    Nudge,
+    PacingPolicy,
+    PairState,
+    TodoRef,
+    charge_row,
+    has_departed,
+    latest_claim,
+    made_progress,
+    plan_tick,
+    refunded_row,
+    reset_row,
+)
 from stall_testing import (
     HOST_SQL,
     PostgresHost,
@@ -175,15 +177,15 @@ from stall_testing import (
     with_database,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as `python tests/stress/races.py`: the repository is the root
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(ROOT))
 
 # Needs the path set above when run as a script.
-from tests.stress.race_worker import FAULTS
+from tests.stress.race_worker import FAULTS  # noqa: E402
 
-__all__ = ["ConfigResult", "expect", "main", "run_races"]
+__all__ = ["ConfigResult", "decide_intents", "delta_finds", "judge", "main", "run_races"]
 
-ROOT = Path(__file__).resolve().parents[2]
 POLICY = PacingPolicy()
 #: Wall-clock shifts of the sweeper processes, cycled over the workers.
 OFFSETS = ("+0s", "+2s", "-2s", "+30s", "-30s")
@@ -199,17 +201,32 @@ KINDS = (
     "endpoint-change",
     "hook-change",
     "receiver-heal",
+    "claim-behind",
+    "claim-ahead",
+    "delete-done",
+    "unstamp-done",
+    "spanning-claim",
 )
 #: A host action starts this long after the tick commands are written (uniformly; negative:
 #: before them), so that sweeps see it, miss it, or race it.
 HOST_WINDOW_S = (-0.003, 0.003)
+#: How far behind and ahead of the database the odd claims are stamped.
+BEHIND = timedelta(seconds=60)
+AHEAD = timedelta(minutes=2)
+#: A spanning claim's transaction stays open this long (seconds) before and after the claim.
+SPAN_S = (0.002, 0.030)
 #: Bounds only a hang reaches: one round's answers, and the workers' start-up.
 ROUND_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 600.0
 #: Where a boundary instant (threshold passed, backoff expired) is planted: this far after setup.
 BOUNDARY_S = (0.0, 0.040)
 CLOCK = "SELECT clock_timestamp()"
+#: A claimed todo's stamp, read by the claiming consumer before anything else can change it.
+STAMP = "SELECT claimed_at FROM todos WHERE id = $1"
 COUNTS = ("duplicates", "double_resets", "lost", "stranded", "other")
+#: An interleaving may explain this many fewer observations than the best one and still be
+#: followed (only a faulty ledger has one that explains fewer than all).
+SPARE_MISSES = 2
 
 
 def _ms(value: float) -> timedelta:
@@ -217,15 +234,7 @@ def _ms(value: float) -> timedelta:
     return timedelta(microseconds=round(value * 1000))
 
 
-# -- the rule, as the judge states it ----------------------------------------------------
-
-
-@attrs.frozen
-class Row:
-    """A ledger row in the pair's own time."""
-
-    nudges: int
-    stamp: datetime
+# -- one pair's facts, read by the core ----------------------------------------------------
 
 
 @attrs.frozen
@@ -249,131 +258,173 @@ class Facts:
     def receiver(self) -> bool:
         return self.hook_enabled and (self.hook_queues is None or QUEUE in self.hook_queues)
 
-
-@attrs.frozen(order=True)
-class Claim:
-    """One claim of the pair: an entry of its claim log from the commit of its statement.
-
-    ``at`` is its ``claimed_at`` (pair time). ``round`` is the round whose
-    host statement made it, with that statement's clock bounds ``lb`` and
-    ``ub``; -1 for a claim planted in the log before the trial (visible to
-    every sweep of the trial).
-    """
-
-    round: int
-    at: datetime
-    todo: str
-    lb: datetime | None = None
-    ub: datetime | None = None
+    @property
+    def pending(self) -> frozenset[str]:
+        return frozenset(i for i, t in self.todos.items() if t.state == "pending")
 
 
-#: The pair's claim log as one sweep sees it: the visible claims no sweep has absorbed.
-Log = frozenset[Claim]
-
-
-@attrs.frozen
-class SweepAt:
-    """When a sweep ran: its round, its decision instant, and before when its snapshot was taken."""
-
-    round: int
-    now: datetime
-    #: the next sweep's ``now`` (or the round's end): the snapshot is before it
-    upper: datetime
-
-
-def must_see(claim: Claim, sweep: SweepAt) -> bool:
-    """The claim committed before the sweep read the clock, so before its snapshot."""
-    if claim.round != sweep.round:
-        return claim.round < sweep.round
-    assert claim.ub is not None
-    return claim.ub < sweep.now
-
-
-def may_see(claim: Claim, sweep: SweepAt) -> bool:
-    """The claim's statement began before the sweep's snapshot, so it may be in it."""
-    if claim.round != sweep.round:
-        return claim.round < sweep.round
-    assert claim.lb is not None
-    return claim.lb < sweep.upper
-
-
-#: ("none",) | ("drain",) | ("reset",) | ("charge", number, stamp, todo_id)
-Outcome = tuple[Any, ...]
-NONE: Outcome = ("none",)
-DRAIN: Outcome = ("drain",)
-#: The row of a pair with progress the sweep does not charge is deleted (stall_core.Reset).
-#: A sweep does not report it: its sweeper sees NONE.
-RESET: Outcome = ("reset",)
-FOOTPRINTS = ("lean", "incremental")
-
-
-def delay_before(number: int, policy: PacingPolicy = POLICY) -> timedelta:
-    """The wait after the last attempt before nudge ``number``: the core's rule."""
-    return policy.delay_before(number)
-
-
-def progress_at(row: Row | None, facts: Facts, log: Log, footprint: str) -> datetime | None:
-    """The pair's progress as the sweep reads it, or None.
-
-    Lean: the latest ``claimed_at`` of the pair's todos after the row's stamp
-    (the spec's timestamps). Incremental: that, or the latest claim in the
-    claim log (commit order), whichever is later. With no row only the log
-    counts (the pair's next nudge is a first one anyway).
-    """
-    found: list[datetime] = []
-    if row is not None:
-        found += [
-            t.claimed_at
-            for t in facts.todos.values()
-            if t.claimed_at is not None and t.claimed_at > row.stamp
-        ]
-    if footprint == "incremental":
-        found += [c.at for c in log]
-    return max(found, default=None)
-
-
-def expect(
-    row: Row | None,
-    facts: Facts,
-    log: Log,
-    now: datetime,
-    footprint: str = "lean",
-    policy: PacingPolicy = POLICY,
-) -> Outcome:
-    """What one sweep at ``now`` must do to the pair, by SPEC-0038's ledger rule.
-
-    ``log`` is the pair's claim log as the sweep sees it (incremental: the
-    claims visible to it that no earlier sweep absorbed). No gated pending
-    work: delete the row. A candidate with no row, or with a row and
-    progress (``progress_at``), is charged nudge 1; otherwise nudge n+1 once
-    its backoff has passed, up to the cap. A charge stamps ``now``, or the
-    progress if later. A row with progress the sweep does not charge is
-    deleted (a reset).
-    """
-    pending = sorted(
+def pair_state(endpoint: str, facts: Facts, row: LedgerRow | None) -> PairState:
+    """The core's view of the pair, as the tick statement reads it from these rows."""
+    work = sorted(
         (t.created_at, todo_id)
         for todo_id, t in facts.todos.items()
         if t.state == "pending" and t.gated
     )
-    if not pending:
-        return DRAIN if row is not None else NONE
-    oldest_at, oldest_id = pending[0]
-    progress = progress_at(row, facts, log, footprint)
-    if not (
-        facts.endpoint_state == "active" and facts.receiver and oldest_at < now - policy.threshold
+    return PairState(
+        endpoint_id=endpoint,
+        queue=QUEUE,
+        oldest=TodoRef(id=work[0][1], created_at=work[0][0]) if work else None,
+        endpoint_active=facts.endpoint_state == "active",
+        has_receiver=facts.receiver,
+        latest_claim=latest_claim(t.claimed_at for t in facts.todos.values()),
+        named_departed=has_departed(row, facts.pending),
+    )
+
+
+#: ("none",) | ("drain",) | ("charge", number, stamp, todo_id): what a sweep reports of a pair.
+Outcome = tuple[Any, ...]
+NONE: Outcome = ("none",)
+DRAIN: Outcome = ("drain",)
+
+
+@attrs.frozen
+class Intent:
+    """What one sweep decided for the pair at its snapshot; it writes it at its commit.
+
+    ``kind`` is none, charge (``nudge``), drain or reset (``row``, the row it
+    keeps). ``deferred``: a delta that did not find the pair, whose decision
+    was not nothing. ``progress`` says what showed the pair's progress:
+    ``claim`` (a claim stamped after the last nudge), ``departure`` (only the
+    named todo's departure), ``kept`` (a reset's), or nothing.
+    """
+
+    kind: str
+    nudge: Nudge | None = None
+    row: LedgerRow | None = None
+    deferred: bool = False
+    progress: str = ""
+
+
+NOTHING = Intent("none")
+
+
+def _progress_shown(state: PairState, row: LedgerRow | None) -> str:
+    if row is None or not made_progress(state, row):
+        return ""
+    if row.progressed_at is not None:
+        return "kept"
+    if state.latest_claim is not None and state.latest_claim > row.last_nudged_at:
+        return "claim"
+    return "departure"
+
+
+def delta_finds(
+    facts: Facts,
+    row: LedgerRow | None,
+    now: datetime,
+    watermark: datetime,
+    full_mark: datetime,
+    policy: PacingPolicy = POLICY,
+) -> bool:
+    """Whether a delta finds the pair: ``tick.sql``'s ``find_changed``, clause by clause.
+
+    ``watermark`` is the fleet's last judging tick's ``now`` less the lookback,
+    ``full_mark`` its last full pass's, both in the pair's time. A pair the
+    delta does not find keeps its decision for the next full pass.
+    """
+    todos = list(facts.todos.values())
+    live = row is not None and row.progressed_at is None
+    # Claims stamped since the watermark that are progress to the row.
+    if live and any(
+        t.claimed_at is not None and t.claimed_at > watermark and t.claimed_at > row.last_nudged_at
+        for t in todos
+        if row is not None
     ):
-        return RESET if row is not None and progress is not None else NONE
-    stamp = now if progress is None or progress < now else progress
-    if row is None or progress is not None:
-        return ("charge", 1, stamp, oldest_id)
-    if row.nudges < policy.cap and now >= row.stamp + delay_before(row.nudges + 1, policy):
-        return ("charge", row.nudges + 1, stamp, oldest_id)
+        return True
+    # Todos given back since the last full pass (pending, still stamped).
+    if any(
+        t.state == "pending" and t.claimed_at is not None and t.claimed_at > full_mark
+        for t in todos
+    ):
+        return True
+    # Pending todos that crossed the threshold since the watermark, with no row or progress kept.
+    if not live and any(
+        t.state == "pending"
+        and t.created_at >= watermark - policy.threshold
+        and t.created_at < now - policy.threshold
+        for t in todos
+    ):
+        return True
+    if row is None:
+        return False
+    # The row's backoff step ended since the watermark.
+    step = policy.delay_before(row.nudges + 1)
+    if row.nudges < policy.cap and watermark - step < row.last_nudged_at <= now - step:
+        return True
+    # Nudged since the last full pass, and its named todo departed.
+    return (
+        row.nudges <= policy.cap
+        and row.last_nudged_at >= full_mark
+        and row.progressed_at is None
+        and row.named_todo is not None
+        and row.named_todo not in facts.pending
+    )
+
+
+def decide_intents(
+    endpoint: str,
+    facts: Facts,
+    row: LedgerRow | None,
+    now: datetime,
+    kind: str = "full",
+    marks: tuple[tuple[datetime, datetime], tuple[datetime, datetime]] | None = None,
+    policy: PacingPolicy = POLICY,
+    found: Facts | None = None,
+) -> list[Intent]:
+    """What a sweep at ``now`` may decide for the pair on these facts: the core's plan.
+
+    A full pass decides ``plan_tick``'s one outcome. A delta decides it if it
+    finds the pair (``delta_finds``) on ``found``, the facts its finding
+    statement saw (an earlier snapshot, or the same), else nothing; ``marks``
+    are the least and the most (watermark, full-pass mark) the fleet's record
+    may have held, so where they disagree either may happen (only beside the
+    fleet's lock).
+    """
+    key = (endpoint, QUEUE)
+    state = pair_state(endpoint, facts, row)
+    plan = plan_tick([state], {} if row is None else {key: row}, now, policy)
+    shown = _progress_shown(state, row)
+    full = NOTHING
+    if plan.charges:
+        full = Intent("charge", nudge=plan.charges[0], progress=shown)
+    elif plan.drained:
+        full = Intent("drain")
+    elif plan.reset:
+        assert row is not None  # only a row is reset
+        kept = reset_row(row, now)
+        full = Intent("reset", row=kept, progress=shown) if kept != row else NOTHING
+    if kind != "delta" or full == NOTHING:
+        return [full]
+    assert marks is not None  # every delta carries its marks
+    (w_least, f_least), (w_most, f_most) = marks
+    seen = facts if found is None else found
+    options = []
+    if delta_finds(seen, row, now, w_least, f_least, policy):
+        options.append(full)
+    if not delta_finds(seen, row, now, w_most, f_most, policy):
+        options.append(Intent("none", deferred=True))
+    return options
+
+
+def reported(intent: Intent) -> Outcome:
+    """What a sweeper reports of an intent its compare-and-set let through."""
+    if intent.kind == "charge":
+        assert intent.nudge is not None
+        n = intent.nudge
+        return ("charge", n.number, n.charged_at, n.todo.id)
+    if intent.kind == "drain":
+        return DRAIN
     return NONE
-
-
-def observed_as(outcome: Outcome) -> Outcome:
-    """What the sweeper reports of ``outcome``: a reset is not reported."""
-    return NONE if outcome == RESET else outcome
 
 
 def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
@@ -383,9 +434,13 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
     if kind == "claim":
         todos[effect[1]] = attrs.evolve(todos[effect[1]], state="claimed", claimed_at=effect[2])
     elif kind == "complete":
-        todos[effect[1]] = attrs.evolve(todos[effect[1]], state="done")
+        unstamp = len(effect) > 2 and effect[2]
+        claimed = None if unstamp else todos[effect[1]].claimed_at
+        todos[effect[1]] = attrs.evolve(todos[effect[1]], state="done", claimed_at=claimed)
     elif kind == "requeue":
         todos[effect[1]] = attrs.evolve(todos[effect[1]], state="pending")
+    elif kind == "delete":
+        del todos[effect[1]]
     elif kind == "create":
         todos[effect[1]] = Todo(created_at=effect[2], gated=effect[3])
     elif kind == "endpoint":
@@ -397,27 +452,6 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
     else:
         raise ValueError(f"unknown effect {effect!r}")
     return attrs.evolve(facts, todos=todos)
-
-
-def after_outcome(row: Row | None, outcome: Outcome) -> Row | None:
-    if outcome[0] == "charge":
-        return Row(outcome[1], outcome[2])
-    if outcome[0] in ("drain", "reset"):
-        return None
-    return row
-
-
-def log_after(row: Row | None, log: Log, outcome: Outcome) -> Log:
-    """What stays in the claim log after a sweep that saw ``row`` and ``log`` and did ``outcome``.
-
-    A sweep absorbs every claim it sees of a pair it charged, drained or
-    reset, or of a pair with no ledger row; of the others' it keeps only the
-    latest (``claim_superseded``). Claims it did not see are not in ``log``.
-    """
-    if row is None or outcome[0] in ("charge", "drain", "reset") or not log:
-        return frozenset()
-    latest = max(c.at for c in log)
-    return frozenset(c for c in log if c.at == latest)
 
 
 # -- one trial: its plan, and what happened ------------------------------------------------
@@ -432,11 +466,25 @@ class Stmt:
     ub: datetime
 
 
+#: (least, most): the (watermark, full-pass mark) pairs the fleet's record may have held.
+Marks = tuple[tuple[datetime, datetime], tuple[datetime, datetime]]
+
+
 @attrs.frozen
 class Sweep:
+    """One non-skipped tick, as it concerns one pair (pair time)."""
+
     worker: int
     now: datetime
+    #: a database-clock read once the tick committed
+    done: datetime
+    kind: str
+    #: swept beside the fleet's lock (``--fault outside-lock``)
+    outside: bool
     outcome: Outcome
+    #: further wakes of the same charge handed over in this one tick
+    extra: int = 0
+    marks: Marks | None = None
 
 
 @attrs.frozen
@@ -446,6 +494,7 @@ class Refund:
     worker: int
     number: int
     charged_at: datetime
+    todo: str
     result: bool | str
     lb: datetime
     ub: datetime
@@ -459,9 +508,7 @@ class RoundLog:
     sweeps: list[Sweep] = attrs.Factory(list)
     refunds: list[Refund] = attrs.Factory(list)
     end: datetime | None = None
-    row_after: Row | None = None
-    #: the pair's claim log after the round: its claimed_at instants, sorted (pair time)
-    log_after: tuple[datetime, ...] = ()
+    row_after: LedgerRow | None = None
     bad: list[str] = attrs.Factory(list)
 
 
@@ -474,13 +521,11 @@ class Lane:
     variant: str
     endpoint: str
     facts: Facts
-    row: Row | None
+    row: LedgerRow | None
     #: round -> host operations, run in order on the trial's own connection
     scripts: dict[int, list[tuple[Any, ...]]]
     #: round -> how the wake treats this pair ("reach", "lost", "refuse")
     modes: dict[int, str]
-    #: the planted claim log: claims no charge absorbed before the trial
-    log: Log = frozenset()
     #: the instant the pair turns due by time alone (boundary variants), pair time
     boundary: datetime | None = None
     heal: bool = False
@@ -497,13 +542,8 @@ class Lane:
         return f"{self.endpoint}-n{self.created}"
 
 
-def _plant(
-    lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int, footprint: str = "lean"
-) -> Lane:
-    """Plan one trial of ``kind`` with every timestamp relative to the database's ``d``.
-
-    The claim log is planted only where it is kept (the incremental footprint).
-    """
+def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int) -> Lane:
+    """Plan one trial of ``kind`` with every timestamp relative to the database's ``d``."""
     todos: dict[str, Todo] = {}
 
     def add(n: int, *, gated: bool = True, created_at: datetime | None = None) -> None:
@@ -512,9 +552,8 @@ def _plant(
             at = d - timedelta(minutes=10, seconds=i) - _ms(i) if created_at is None else created_at
             todos[f"{lane_id}-{i:02d}"] = Todo(created_at=at, gated=gated)
 
-    def absorbed(before: datetime) -> None:
-        # A claim from earlier work, already absorbed by the charge that wrote the row (or by
-        # a drain): its todo is planted, its log entry is not.
+    def consumed(before: datetime) -> None:
+        # A claim from earlier work, consumed by the charge that wrote the row (or a drain).
         i = len(todos)
         todos[f"{lane_id}-{i:02d}"] = Todo(
             created_at=before - timedelta(minutes=30),
@@ -523,25 +562,29 @@ def _plant(
             claimed_at=before - timedelta(seconds=1),
         )
 
-    def late(stamp: datetime) -> Claim:
-        # A claim stamped before the row's charge read the time, whose transaction committed
-        # after that charge's snapshot: no charge has absorbed it, so it is progress still.
-        i = len(todos)
-        todo_id = f"{lane_id}-{i:02d}"
-        at = stamp - _ms(rng.uniform(0.001, 500))
-        todos[todo_id] = Todo(
-            created_at=stamp - timedelta(minutes=20), gated=True, state="done", claimed_at=at
+    def live(n: int, stamp: datetime, progressed_at: datetime | None = None) -> LedgerRow:
+        # The row a charge left: it names the pair's oldest work, as the charge did, or
+        # nothing (an older build's row).
+        work = sorted(
+            (t.created_at, i) for i, t in todos.items() if t.state == "pending" and t.gated
         )
-        return Claim(round=-1, at=at, todo=todo_id)
+        named = work[0][1] if work and rng.random() >= 0.1 else None
+        return LedgerRow(
+            endpoint_id=lane_id,
+            queue=QUEUE,
+            nudges=n,
+            last_nudged_at=stamp,
+            named_todo=named,
+            progressed_at=progressed_at,
+        )
 
-    def due_row(n: int) -> Row:
-        return Row(n, d - delay_before(n + 1) - _ms(rng.uniform(1, 1000)))
+    def due_stamp(n: int) -> datetime:
+        return d - POLICY.delay_before(n + 1) - _ms(rng.uniform(1, 1000))
 
-    def not_due_row(n: int) -> Row:
-        return Row(n, d - _ms(rng.uniform(1000, 240_000)))
+    def waiting_stamp() -> datetime:
+        return d - _ms(rng.uniform(1000, 240_000))
 
-    row: Row | None = None
-    log: set[Claim] = set()
+    row: LedgerRow | None = None
     facts_kw: dict[str, Any] = {}
     scripts: dict[int, list[tuple[Any, ...]]] = {}
     modes = dict.fromkeys(range(ROUNDS), "reach")
@@ -560,7 +603,7 @@ def _plant(
         else:
             add(rng.randint(1, 3))
         if rng.random() < 0.3:
-            absorbed(d - timedelta(minutes=40))
+            consumed(d - timedelta(minutes=40))
         actions: list[tuple[str, list[tuple[Any, ...]]]] = [
             ("quiet", []),
             ("claim", consume),
@@ -573,25 +616,27 @@ def _plant(
     elif kind == "due-row":
         n = rng.randint(1, 4)
         boundary = d + _ms(rng.uniform(*BOUNDARY_S) * 1000)
-        row = Row(n, boundary - delay_before(n + 1))
         add(rng.randint(1, 3))
+        row = live(n, boundary - POLICY.delay_before(n + 1))
         if rng.random() < 0.5:
-            absorbed(row.stamp)
+            consumed(row.last_nudged_at)
         variant = f"n={n}"
         scripts[0] = rng.choice([[], [("create", True)]])
         scripts[2] = [("claim_next",)]
     elif kind == "progress":
         n = rng.randint(1, 5)
         due = n < POLICY.cap and rng.random() < 0.6
-        row = due_row(n) if due else not_due_row(n)
         add(rng.randint(2, 3))
+        if rng.random() < 0.1:
+            # A reset kept progress (it was held back, or not a candidate): nudge 1 at once.
+            stamp = waiting_stamp()
+            row = live(0, stamp, progressed_at=stamp + _ms(rng.uniform(1, 900)))
+            variant = "kept "
+        else:
+            row = live(n, due_stamp(n) if due else waiting_stamp())
+            variant = f"n={n} {'due' if due else 'waiting'} "
         if rng.random() < 0.5:
-            absorbed(row.stamp)
-        if rng.random() < 0.25:
-            claim = late(row.stamp)
-            if footprint == "incremental":
-                log.add(claim)
-                variant = "late-claim "
+            consumed(row.last_nudged_at)
         then, scripts[0] = rng.choice(
             [
                 ("complete", consume),
@@ -599,29 +644,37 @@ def _plant(
                 ("held", [("claim_next",)]),
             ]
         )
-        variant += f"n={n} {'due' if due else 'waiting'} {then}"
+        variant += then
         scripts[2] = consume
     elif kind == "drain":
         if rng.random() < 0.2:
             variant = "no-row"
+            add(1)
         else:
             n = rng.randint(1, 5)
             due = n < POLICY.cap and rng.random() < 0.5
-            row = due_row(n) if due else not_due_row(n)
+            add(1)
+            row = live(n, due_stamp(n) if due else waiting_stamp())
             variant = f"n={n} {'due' if due else 'waiting'}"
-        add(1)
         if rng.random() < 0.4:
             add(1, gated=False, created_at=d - timedelta(minutes=9))  # ungated work stays
         scripts[0] = rng.choice([consume, [("claim_next",)]])
         scripts[2] = [("create", True)]  # the backlog returns: the first backoff again
     elif kind in ("endpoint-change", "hook-change", "receiver-heal"):
-        if rng.random() < 0.4:
+        no_row = rng.random() < 0.4
+        if no_row and kind == "receiver-heal":
+            # Just past the threshold, so a delta finds the pair too: its first nudge goes
+            # out (and reaches nobody) in the first round, whichever tick runs.
+            for _ in range(rng.randint(2, 3)):
+                add(1, created_at=d - POLICY.threshold - _ms(rng.uniform(1, 1000) + len(todos)))
+        else:
+            add(rng.randint(2, 3))
+        if no_row:
             variant = "no-row"
         else:
             n = rng.randint(1, 4)
-            row = due_row(n)
+            row = live(n, due_stamp(n))
             variant = f"n={n}"
-        add(rng.randint(2, 3))
         if kind == "endpoint-change":
             roll = rng.random()
             if roll < 0.4:
@@ -630,7 +683,7 @@ def _plant(
                 scripts[2] = [("endpoint", "active")]
                 variant += f" {state}"
             elif roll < 0.6:
-                # Progress while no nudge may go out: the row is reset, not charged.
+                # Progress while no nudge may go out: the row is reset (kept), not charged.
                 state = rng.choice(["paused", "disabled"])
                 scripts[0] = [("endpoint", state), ("claim_next",)]
                 scripts[2] = [("endpoint", "active")]
@@ -662,6 +715,35 @@ def _plant(
             heal = True
             scripts[0] = rng.choice([[], consume])
             variant += f" {failing}"
+    elif kind in ("claim-behind", "claim-ahead", "delete-done", "unstamp-done", "spanning-claim"):
+        n = rng.randint(1, 4)
+        add(rng.randint(2, 3))
+        if kind == "claim-behind":
+            # A recent nudge, so a claim 60 s behind the database is often stamped before it.
+            row = live(n, d - _ms(rng.uniform(1000, 120_000)))
+            claim: tuple[Any, ...] = ("claim_next", -BEHIND)
+            variant = f"n={n} recent"
+        else:
+            due = rng.random() < 0.5
+            row = live(n, due_stamp(n) if due else waiting_stamp())
+            variant = f"n={n} {'due' if due else 'waiting'}"
+            claim = ("claim_next",)
+            if kind == "claim-ahead":
+                claim = ("claim_next", AHEAD)
+            elif kind == "spanning-claim":
+                claim = ("claim_held", rng.uniform(*SPAN_S), rng.uniform(*SPAN_S))
+        if row.named_todo is None:
+            variant += " unnamed"
+        finish: list[tuple[Any, ...]] = [("complete",)]
+        if kind == "delete-done":
+            finish = [("delete",)]
+        elif kind == "unstamp-done":
+            finish = [("complete", True)]
+        if rng.random() < 0.25 and kind in ("claim-behind", "claim-ahead", "spanning-claim"):
+            finish = []
+            variant += " held"
+        scripts[0] = [claim, *finish]
+        scripts[2] = [("claim_next",), *(finish or [("complete",)])]
     else:
         raise ValueError(f"unknown race class {kind!r}")
     return Lane(
@@ -673,7 +755,6 @@ def _plant(
         row=row,
         scripts=scripts,
         modes=modes,
-        log=frozenset(log),
         boundary=boundary,
         heal=heal,
     )
@@ -693,34 +774,26 @@ class Verdict:
     trace: str | None = None
 
 
-def _claims_of(r: int, statements: Sequence[Stmt]) -> list[Claim | None]:
-    """Per host statement of round ``r``: the claim it logs, or None."""
-    return [
-        Claim(round=r, at=s.effect[2], todo=s.effect[1], lb=s.lb, ub=s.ub)
-        if s.effect[0] == "claim"
-        else None
-        for s in statements
-    ]
-
-
-def _newly(made: Sequence[Claim | None], start: int, stop: int) -> Log:
-    """The claims of statements ``start`` to ``stop`` (exclusive)."""
-    return frozenset(c for c in made[start:stop] if c is not None)
-
-
-def _show(instants: Iterable[datetime]) -> str:
-    return "[" + ", ".join(at.isoformat() for at in sorted(instants)) + "]"
+def _show_row(row: LedgerRow | None) -> str:
+    if row is None:
+        return "no row"
+    kept = "" if row.progressed_at is None else f", progress kept {row.progressed_at}"
+    return f"({row.nudges}, {row.last_nudged_at}, names {row.named_todo}{kept})"
 
 
 def _trace(lane: Lane) -> str:
     """A failing trial, round by round, in pair time: what to read first when a count is not 0."""
-    out = [f"  trace of trial {lane.trial} ({lane.kind} {lane.variant}): row {lane.row}"]
-    out.append(f"    planted log {_show(c.at for c in lane.log)}")
+    out = [f"  trace of trial {lane.trial} ({lane.kind} {lane.variant}): row {_show_row(lane.row)}"]
+    for todo_id, t in sorted(lane.facts.todos.items()):
+        out.append(f"    todo {todo_id} {t}")
     for r, rnd in enumerate(lane.rounds):
         out.append(f"    round {r + 1} ({rnd.mode}, shift {rnd.shift}), ends {rnd.end}:")
         out.extend(f"      host {s.effect} lb={s.lb} ub={s.ub}" for s in rnd.statements)
         out.extend(
-            f"      sweep w{s.worker} now={s.now} {s.outcome}"
+            f"      sweep w{s.worker}{' (outside)' if s.outside else ''} {s.kind}"
+            f" now={s.now} done={s.done} {s.outcome}"
+            + (f" marks={s.marks}" if s.marks else "")
+            + (f" +{s.extra} wakes" if s.extra else "")
             for s in sorted(rnd.sweeps, key=lambda s: s.now)
         )
         out.extend(
@@ -728,41 +801,289 @@ def _trace(lane: Lane) -> str:
             f" lb={f.lb} ub={f.ub}"
             for f in rnd.refunds
         )
-        out.append(f"      after: row {rnd.row_after}, log {_show(rnd.log_after)}")
+        out.append(f"      after: row {_show_row(rnd.row_after)}")
     return "\n".join(out)
 
 
-#: One open hypothesis: host statements seen so far, the claim log left, the ledger row.
-Hyp = tuple[int, Log, Row | None]
+@attrs.frozen
+class Point:
+    """One instant an interleaving orders: a snapshot (S), a commit (C) or a refund (R).
+
+    Its true instant lies in [lo, hi]; ``of`` is the sweep's (or refund's) index.
+    """
+
+    kind: str
+    of: int
+    lo: datetime
+    hi: datetime
 
 
-def judge(lane: Lane, footprint: str = "lean") -> Verdict:
-    """Replay one trial under ``expect`` and count every departure from the rule.
+@attrs.frozen
+class Pend:
+    """A sweep between its snapshot and its commit: what it saw and decided."""
 
-    The judge follows every hypothesis the observations leave open: how many
-    of the round's host statements each sweep saw (a prefix, growing from
-    sweep to sweep), and so which claims it could read and absorb, and
-    whether it reset the row (a reset is not reported). A sweep's outcome
-    must be what ``expect`` says under at least one hypothesis; those it
-    matches go on. After the round, the ledger row and the claim log the
-    database holds must be ones a surviving hypothesis leaves (every claim of
-    the round is visible by then), which pins the state the next round
-    starts from.
+    k: int
+    version: int
+    row: LedgerRow | None
+    intent: Intent
+
+
+#: One observation an interleaving does not explain: what was observed, what it gives.
+Miss = tuple[str, Any, Any, LedgerRow | None]
+
+
+@attrs.frozen
+class St:
+    """One interleaving so far: statements seen, the ledger row and its write count, ..."""
+
+    k: int
+    version: int
+    row: LedgerRow | None
+    #: the latest lower bound of the points placed so far
+    floor: datetime
+    fired: frozenset[int] = frozenset()
+    pending: tuple[tuple[int, Pend], ...] = ()
+    misses: tuple[Miss, ...] = ()
+    #: writes the compare-and-set refused on this interleaving
+    cas: int = 0
+
+
+def _classify(miss: Miss) -> str:
+    """Which count an unexplained observation is."""
+    what, observed, expected, seen = miss
+    if what == "refund":
+        return "stranded" if observed is False and expected is True else "other"
+    if what == "row":
+        return "other"
+    if observed[0] == "charge":
+        if expected[0] != "charge":
+            live = seen is not None and seen.nudges >= 1
+            return "double_resets" if observed[1] == 1 and live else "duplicates"
+        if expected[1] == 1 and observed[1] > 1:
+            return "stranded"
+        return "other"
+    if observed == NONE and expected[0] == "charge":
+        return "lost"
+    return "other"
+
+
+class _Round:
+    """One round of one trial, replayed over every interleaving the clocks allow."""
+
+    def __init__(self, lane: Lane, rnd: RoundLog, stages: Sequence[Facts]) -> None:
+        self.lane = lane
+        self.rnd = rnd
+        self.stages = stages
+        assert rnd.end is not None
+        end = rnd.end
+        self.sweeps = rnd.sweeps
+        fleet = sorted(
+            (i for i, s in enumerate(rnd.sweeps) if not s.outside), key=lambda i: rnd.sweeps[i].now
+        )
+        self.chain: list[Point] = []
+        for n, i in enumerate(fleet):
+            s = rnd.sweeps[i]
+            after = rnd.sweeps[fleet[n + 1]].now if n + 1 < len(fleet) else end
+            hi = min(s.done, after, end)
+            self.chain += [Point("S", i, s.now, hi), Point("C", i, s.now, hi)]
+        self.floats: list[Point] = []
+        for i, s in enumerate(rnd.sweeps):
+            if s.outside:
+                hi = min(s.done, end)
+                self.floats += [Point("S", i, s.now, hi), Point("C", i, s.now, hi)]
+        swept = {s.worker: i for i, s in enumerate(rnd.sweeps)}
+        self.refund_sweep: dict[int, int] = {}
+        for j, f in enumerate(rnd.refunds):
+            if f.worker in swept:
+                self.refund_sweep[j] = swept[f.worker]
+                self.floats.append(Point("R", j, f.lb, f.ub))
+        #: per sweep: (k bounds of its snapshot)
+        self.k_bounds = {}
+        for i, s in enumerate(rnd.sweeps):
+            hi = next(p.hi for p in (*self.chain, *self.floats) if p.kind == "S" and p.of == i)
+            self.k_bounds[i] = (
+                sum(1 for st in rnd.statements if st.ub < s.now),
+                sum(1 for st in rnd.statements if st.lb < hi),
+            )
+        #: per sweep, what the interleavings reaching its commit said (for the statistics)
+        self.at_commit: dict[int, list[tuple[Pend, Outcome, bool]]] = {}
+        #: the fleet sweeps whose commit the replay has passed
+        self._chain_committed: set[int] = set()
+
+    # -- placing points --
+
+    def _snapshot(self, st: St, i: int) -> list[St]:
+        s = self.sweeps[i]
+        k_min, k_max = self.k_bounds[i]
+        low = max(st.k, k_min)
+        out = []
+        for k in range(low, max(k_max, low) + 1):
+            # A delta finds its pairs in a statement of its own: a snapshot no later.
+            for found in range(low, k + 1) if s.kind == "delta" else (k,):
+                for intent in decide_intents(
+                    self.lane.endpoint,
+                    self.stages[k],
+                    st.row,
+                    s.now,
+                    s.kind,
+                    s.marks,
+                    found=self.stages[found],
+                ):
+                    pend = Pend(k=k, version=st.version, row=st.row, intent=intent)
+                    nxt = attrs.evolve(st, k=k, pending=(*st.pending, (i, pend)))
+                    if nxt not in out:
+                        out.append(nxt)
+        return out
+
+    def _commit(self, st: St, i: int) -> St:
+        s = self.sweeps[i]
+        pend = next(p for j, p in st.pending if j == i)
+        pending = tuple((j, p) for j, p in st.pending if j != i)
+        intent = pend.intent
+        if intent.kind == "charge" and pend.row is None:
+            ok = st.row is None  # INSERT ... ON CONFLICT DO NOTHING
+        else:
+            ok = st.version == pend.version  # compare-and-set on the row as locked
+        said, row, version = NONE, st.row, st.version
+        if intent.kind != "none" and ok:
+            said, version = reported(intent), st.version + 1
+            if intent.kind == "charge":
+                assert intent.nudge is not None
+                row = charge_row(intent.nudge)
+            else:
+                row = None if intent.kind == "drain" else intent.row
+        cas = st.cas + (intent.kind != "none" and not ok)
+        self.at_commit.setdefault(i, []).append((pend, said, said == s.outcome))
+        if said == s.outcome:
+            return attrs.evolve(st, row=row, version=version, pending=pending, cas=cas)
+        # Unexplained: go on from what the sweep did.
+        misses = (*st.misses, ("sweep", s.outcome, said, pend.row))
+        row, version = st.row, st.version
+        if s.outcome[0] == "charge":
+            _, number, stamp, todo = s.outcome
+            nudge = Nudge(
+                endpoint_id=self.lane.endpoint,
+                queue=QUEUE,
+                todo=TodoRef(id=todo, created_at=stamp),
+                number=number,
+                charged_at=stamp,
+            )
+            row, version = charge_row(nudge), version + 1
+        elif s.outcome == DRAIN:
+            row, version = None, version + 1
+        return attrs.evolve(st, row=row, version=version, pending=pending, misses=misses, cas=cas)
+
+    def _refund(self, st: St, j: int) -> St:
+        f = self.rnd.refunds[j]
+        nudge = Nudge(
+            endpoint_id=self.lane.endpoint,
+            queue=QUEUE,
+            todo=TodoRef(id=f.todo, created_at=f.charged_at),
+            number=f.number,
+            charged_at=f.charged_at,
+        )
+        refunded = refunded_row(st.row, nudge)
+        if refunded is not None and f.result is True:
+            return attrs.evolve(st, row=refunded, version=st.version + 1)
+        if refunded is None and f.result is False:
+            return st
+        miss: Miss = ("refund", f.result, refunded is not None, st.row)
+        return attrs.evolve(st, misses=(*st.misses, miss))
+
+    def _place(self, st: St, p: Point) -> list[St]:
+        if p.hi < st.floor:
+            return []
+        st = attrs.evolve(st, floor=max(st.floor, p.lo))
+        if p.kind == "S":
+            return self._snapshot(st, p.of)
+        if p.kind == "C":
+            return [self._commit(st, p.of)]
+        return [self._refund(st, p.of)]
+
+    def _may_fire(self, st: St, x: int) -> bool:
+        p = self.floats[x]
+        if x in st.fired or p.hi < st.floor:
+            return False
+        if p.kind == "C":
+            return any(j == p.of for j, _ in st.pending)
+        if p.kind == "R":
+            sweep = self.refund_sweep[p.of]
+            if sweep not in self._committed(st):
+                return False
+            if not self.sweeps[sweep].outside:
+                # A fleet refund waits for the fleet's tick lock: never inside a fleet tick.
+                return not any(not self.sweeps[j].outside for j, _ in st.pending)
+        return True
+
+    def _committed(self, st: St) -> set[int]:
+        """The sweeps whose commit this interleaving has placed."""
+        fired = {q.of for n, q in enumerate(self.floats) if q.kind == "C" and n in st.fired}
+        return self._chain_committed | fired
+
+    def _gap(self, states: set[St]) -> set[St]:
+        """Every way of firing the floating points before the next chain point."""
+        seen = set(states)
+        todo = list(states)
+        while todo:
+            st = todo.pop()
+            for x in range(len(self.floats)):
+                if not self._may_fire(st, x):
+                    continue
+                for nxt in self._place(st, self.floats[x]):
+                    nxt = attrs.evolve(nxt, fired=nxt.fired | {x})
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+        return seen
+
+    def replay(self, starts: Iterable[LedgerRow | None]) -> tuple[set[St], bool]:
+        """The interleavings that explain the most of the round; whether any is complete."""
+        floor = datetime.min.replace(tzinfo=UTC)
+        states = {St(k=0, version=0, row=row, floor=floor) for row in starts}
+        for p in self.chain:
+            states = self._gap(states)
+            after: set[St] = set()
+            for st in states:
+                # Every float not fired yet must still fit after this point.
+                if any(
+                    x not in st.fired and self.floats[x].hi < p.lo for x in range(len(self.floats))
+                ):
+                    continue
+                after.update(self._place(st, p))
+            if not after:
+                return states, False
+            if p.kind == "C":
+                self._chain_committed.add(p.of)
+            states = _prune(after)
+        states = self._gap(states)
+        ends = {st for st in states if len(st.fired) == len(self.floats) and not st.pending}
+        if not ends:
+            return states, False
+        finals = set()
+        for st in ends:
+            misses = st.misses
+            if st.row != self.rnd.row_after:
+                misses = (*misses, ("row", self.rnd.row_after, st.row, None))
+            finals.add(attrs.evolve(st, misses=misses))
+        fewest = min(len(st.misses) for st in finals)
+        return {st for st in finals if len(st.misses) == fewest}, True
+
+
+def _prune(states: set[St]) -> set[St]:
+    fewest = min(len(st.misses) for st in states)
+    return {st for st in states if len(st.misses) <= fewest + SPARE_MISSES}
+
+
+def judge(lane: Lane) -> Verdict:
+    """Replay one trial with the core's rule and count every departure from it.
+
+    See the module's docstring: the judge follows every interleaving and
+    visibility the clocks allow; a round is clean when one of them explains
+    every report, every refund result and the row after it.
     """
     v = Verdict()
-    logged = footprint == "incremental"
     facts = lane.facts
-    #: the (log, row) the round may start from (more than one log only if they hold the
-    #: same instants; one row, the one the database held)
-    starts: set[tuple[Log, Row | None]] = {(lane.log if logged else frozenset(), lane.row)}
-    #: every claim of the trial so far, in the order they were made
-    claims: list[Claim] = sorted(lane.log)
-    #: claims that explained a reset: each explains one
-    used: set[Claim] = set()
-    #: sweeps that may have absorbed the claims they saw (charged, drained, reset, or saw
-    #: no row)
-    absorbers: list[SweepAt] = []
-    last_charge: SweepAt | None = None
+    starts: set[LedgerRow | None] = {lane.row}
     contested = turned_due = seen = unseen = False
 
     def note(kind: str, r: int, text: str) -> None:
@@ -777,189 +1098,60 @@ def judge(lane: Lane, footprint: str = "lean") -> Verdict:
         stages = [facts]
         for stmt in rnd.statements:
             stages.append(apply_effect(stages[-1], stmt.effect))
-        made = _claims_of(r, rnd.statements)
-        claims.extend(c for c in made if c is not None)
-        sweeps = sorted(rnd.sweeps, key=lambda s: s.now)
-        hyps: set[Hyp] = {(0, log, row) for log, row in starts}
-        ignored: list[str] = []
-        assert rnd.end is not None
-        changed_after: list[bool] = []
-        for i, sweep in enumerate(sweeps):
-            at = SweepAt(
-                round=r,
-                now=sweep.now,
-                upper=sweeps[i + 1].now if i + 1 < len(sweeps) else rnd.end,
-            )
-            k_min = sum(1 for s in rnd.statements if s.ub < at.now)
-            k_max = sum(1 for s in rnd.statements if s.lb < at.upper)
-            options: dict[Hyp, Outcome] = {}
-            for k0, log0, row0 in hyps:
-                low = max(k0, k_min)
-                for k in range(low, max(k_max, low) + 1):
-                    log = log0 | _newly(made, k0, k) if logged else frozenset()
-                    options[(k, log, row0)] = expect(row0, stages[k], log, at.now, footprint)
-            distinct = {observed_as(o) for o in options.values()}
-            contested |= len(distinct) > 1
-            fewest = min(k for k, _, _ in options)
-            most = max(k for k, _, _ in options)
-            first = {observed_as(o) for (k, _, _), o in options.items() if k == fewest}
-            last = {observed_as(o) for (k, _, _), o in options.items() if k == most}
-            observed = sweep.outcome
+        for s in rnd.sweeps:
+            v.stats[s.kind] += 1
+            for _ in range(s.extra):
+                note("duplicates", r, f"w{s.worker} handed over {s.outcome} more than once")
+        _check_refunds(rnd, r, note)
+        replay = _Round(lane, rnd, stages)
+        best, complete = replay.replay(starts)
+        if not complete:
+            note("other", r, "no interleaving the clocks allow reaches the round's end")
+        chosen = min(best, key=lambda st: repr(st.misses))
+        for what, observed, expected, row in chosen.misses:
+            kind = _classify((what, observed, expected, row))
+            if what == "row":
+                said = f"ledger row {_show_row(observed)} after the round"
+                note(kind, r, f"{said}, the replay says {_show_row(expected)}")
+            elif what == "refund":
+                said = f"a refund answered {observed}"
+                note(kind, r, f"{said}, the replay says {expected} on {_show_row(row)}")
+            else:
+                said = f"a sweep did {observed} over {_show_row(row)}"
+                note(kind, r, f"{said}, the rule says {expected}")
+        v.stats["cas"] += min(st.cas for st in best)
+        beside = [s for s in rnd.sweeps if s.outside]
+        v.stats["overlapped"] += any(
+            f.now < o.done and o.now < f.done for o in beside for f in rnd.sweeps if not f.outside
+        )
+        for i, commits in replay.at_commit.items():
+            s = rnd.sweeps[i]
+            outcomes = {o for _, o, _ in commits}
+            contested |= len(outcomes) > 1
+            fewest = min(p.k for p, _, _ in commits)
+            most = max(p.k for p, _, _ in commits)
+            first = {o for p, o, _ in commits if p.k == fewest}
+            last = {o for p, o, _ in commits if p.k == most}
             if first != last:
-                # Which interleaving happened: the sweep saw the host action, or not yet.
-                seen |= observed in last
-                unseen |= observed in first
-            matched = {key: o for key, o in options.items() if observed_as(o) == observed}
-            #: the rows this sweep may have found (several only after an unreported reset)
-            rows = {h[2] for h in matched or options}
-            flagged = False
-            # A reset is nudge 1 where the row's count would have gone on (a refunded
-            # nudge 1, count 0, is tried again as nudge 1: that is no reset).
-            if (
-                observed[0] == "charge"
-                and observed[1] == 1
-                and all(row is not None and row.nudges for row in rows)
-            ):
-                # It needs a claim that no earlier reset used, that this sweep may have seen,
-                # and that the previous charge cannot have seen (it would have absorbed it).
-                fresh = [
-                    c
-                    for c in claims
-                    if c not in used
-                    and may_see(c, at)
-                    and (last_charge is None or not must_see(c, last_charge))
-                ]
-                if fresh:
-                    used.add(fresh[0])
-                    # A claim of the trial stamped at or before the last nudge, yet progress
-                    # (it was in flight then): the race timestamps got wrong.
-                    v.stats["late"] += fresh[0].round >= 0 and any(
-                        row is not None and fresh[0].at <= row.stamp for row in rows
-                    )
-                else:
-                    flagged = True
-                    note(
-                        "double_resets",
-                        r,
-                        f"w{sweep.worker} reset {sorted(rows, key=str)} to 1 at {at.now}"
-                        f" (stamp {observed[2]}) with no claim newly visible since the previous"
-                        " charge",
-                    )
-            elif observed[0] == "charge" and observed[1] >= 2 and None not in rows:
-                # An increment while the pair must have had progress: a claim committed before
-                # this sweep read the clock that no absorbing sweep can have seen.
-                missed = [
-                    c
-                    for c in claims
-                    if must_see(c, at) and not any(may_see(c, a) for a in absorbers)
-                ]
-                if missed:
-                    flagged = True
-                    ignored.append(
-                        f"w{sweep.worker} charged nudge {observed[1]} at {at.now} over"
-                        f" {sorted(rows, key=str)}, ignoring the claim of {missed[0].todo}"
-                        f" at {missed[0].at}"
-                    )
-            if not matched and not flagged:
-                allowed = sorted(distinct, key=str)
-                said = f"w{sweep.worker} at {at.now} did {observed}, the rule allows {allowed}"
-                if observed[0] == "charge":
-                    kinds = {o[0] for o in distinct}
-                    note("duplicates" if "charge" not in kinds else "other", r, said)
-                elif observed == NONE and all(o[0] == "charge" for o in distinct):
-                    note("lost", r, said)
-                else:
-                    note("other", r, said)
-            if observed[0] == "charge":
-                v.stats["charges"] += 1
-                if observed[1] == 1 and all(row is not None and row.nudges for row in rows):
-                    v.stats["resets"] += 1
-                last_charge = at
-            if matched and all(o == RESET for o in matched.values()):
-                v.stats["unreported_resets"] += 1
-            if (
-                any(row is None for row in rows)
-                or observed[0] != "none"
-                or (any(o == RESET for o in matched.values()))
-            ):
-                absorbers.append(at)
-            if matched:
-                hyps = {
-                    (k, log_after(row, log, o) if logged else log, after_outcome(row, o))
-                    for (k, log, row), o in matched.items()
-                }
-            else:
-                hyps = {
-                    (
-                        k,
-                        log_after(row, log, observed) if logged else log,
-                        after_outcome(row, observed),
-                    )
-                    for k, log, row in options
-                }
-            changed_after.append(observed != NONE)
-        # An ignored claim strands the pair when work is left: the count it carries is too
-        # high, so the pair reaches the cap (silence) early. When the claim took the last
-        # work, the next sweep deletes the row and nothing carries on.
-        work_left = any(t.state == "pending" and t.gated for t in stages[-1].todos.values())
-        for text in ignored:
-            if work_left:
-                note("stranded", r, text)
-            else:
-                v.stats["ignored_drained"] += 1
-        # Each charge that reached nobody is refunded, unless a later sweep changed its row.
-        charges = [(i, s) for i, s in enumerate(sweeps) if s.outcome[0] == "charge"]
-        for i, sweep in charges:
-            number, stamp = sweep.outcome[1], sweep.outcome[2]
-            mine = [
-                f
-                for f in rnd.refunds
-                if f.worker == sweep.worker and (f.number, f.charged_at) == (number, stamp)
-            ]
-            later_change = any(changed_after[i + 1 :])
-            if rnd.mode == "reach":
-                if mine:
-                    note("other", r, f"a nudge that reached its receiver was refunded: {mine}")
+                seen |= s.outcome in last
+                unseen |= s.outcome in first
+            matched = [p for p, _, ok in commits if ok]
+            if not matched:
                 continue
-            v.stats["refunds"] += 1
-            if len(mine) != 1:
-                note("stranded", r, f"nudge {number} ({stamp}) reached nobody; refunds: {mine}")
-            elif isinstance(mine[0].result, str):
-                note("other", r, f"refund of nudge {number} failed: {mine[0].result}")
-            elif mine[0].result is False and not later_change:
-                note("stranded", r, f"refund of nudge {number} ({stamp}) missed its unchanged row")
-            elif mine[0].result is True:
-                hyps = {
-                    (k, log, Row(number - 1, stamp) if row == Row(number, stamp) else row)
-                    for k, log, row in hyps
-                }
-        charged = {(s.worker, s.outcome[1], s.outcome[2]) for _, s in charges}
-        for f in rnd.refunds:
-            if (f.worker, f.number, f.charged_at) not in charged:
-                note("other", r, f"w{f.worker} refunded a nudge it did not charge: {f}")
+            if all(p.intent.deferred for p in matched):
+                v.stats["deferred"] += 1
+            if all(p.intent.kind == "reset" for p in matched):
+                v.stats["unreported_resets"] += 1
+            if s.outcome[0] == "charge":
+                v.stats["charges"] += 1
+                shown = {p.intent.progress for p in matched}
+                if "" not in shown:
+                    v.stats["resets"] += 1
+                    if len(shown) == 1:
+                        v.stats[f"by_{shown.pop()}"] += 1
+        v.stats["refunds"] += len(rnd.refunds)
         facts = stages[-1]
-        kept = {h for h in hyps if h[2] == rnd.row_after}
-        if not kept:
-            said = " or ".join(sorted({str(h[2]) for h in hyps}))
-            note("other", r, f"ledger row {rnd.row_after} after the round, the replay says {said}")
-            kept = {(k, log, rnd.row_after) for k, log, _ in hyps}
-        # Every claim of the round is visible now: the log holds what no sweep absorbed.
-        finals = {
-            (log | _newly(made, k, len(made)) if logged else log, row) for k, log, row in kept
-        }
-        starts = {f for f in finals if sorted(c.at for c in f[0]) == list(rnd.log_after)}
-        if not starts:
-            said = " or ".join(sorted(_show(c.at for c in f) for f, _ in finals))
-            note("other", r, f"claim log {_show(rnd.log_after)} after the round, replay: {said}")
-            known = {c.at: c for c in claims}
-            starts = {
-                (
-                    frozenset(
-                        known.get(at, Claim(round=r, at=at, todo="?")) for at in rnd.log_after
-                    ),
-                    rnd.row_after,
-                )
-            }
+        starts = {st.row for st in best}
     if lane.boundary is not None:
         before = [s for r in lane.rounds for s in r.sweeps if s.now <= lane.boundary]
         after = [s for r in lane.rounds for s in r.sweeps if s.now > lane.boundary]
@@ -972,6 +1164,29 @@ def judge(lane: Lane, footprint: str = "lean") -> Verdict:
     v.stats["unseen"] += unseen
     v.stats["turned_due"] += turned_due
     return v
+
+
+def _check_refunds(rnd: RoundLog, r: int, note: Any) -> None:
+    """Each charge that reached nobody has one refund by its sweeper; no other is refunded."""
+    charges = {
+        (s.worker, s.outcome[1], s.outcome[2]) for s in rnd.sweeps if s.outcome[0] == "charge"
+    }
+    for worker, number, stamp in sorted(charges):
+        mine = [
+            f
+            for f in rnd.refunds
+            if f.worker == worker and (f.number, f.charged_at) == (number, stamp)
+        ]
+        if rnd.mode == "reach":
+            if mine:
+                note("other", r, f"a nudge that reached its receiver was refunded: {mine}")
+        elif not mine:
+            note("stranded", r, f"nudge {number} ({stamp}) reached nobody and was not refunded")
+        elif isinstance(mine[0].result, str):
+            note("other", r, f"refund of nudge {number} failed: {mine[0].result}")
+    for f in rnd.refunds:
+        if (f.worker, f.number, f.charged_at) not in charges:
+            note("other", r, f"w{f.worker} refunded a nudge it did not charge: {f}")
 
 
 # -- worker processes ----------------------------------------------------------------------
@@ -1077,6 +1292,62 @@ async def _workers(count: int, dsn: str, workdir: Path, fault: str) -> AsyncIter
             await w.stop()
 
 
+# -- the fleet's record --------------------------------------------------------------------
+
+
+@attrs.frozen
+class Tick:
+    """One non-skipped tick, as the fleet's record keeps it (database time)."""
+
+    worker: int
+    now: datetime
+    done: datetime
+    kind: str
+    outside: bool
+
+
+def _in_turn(a: Tick, b: Tick) -> bool:
+    """``a`` and ``b`` took the same lock (both the fleet's, or one instance's) and ``a`` first."""
+    return a.now < b.now and (a.worker == b.worker or not (a.outside or b.outside))
+
+
+def _committed_first(a: Tick, b: Tick) -> bool:
+    """``a``'s record surely committed before ``b``'s: in turn, or ``a`` done before ``b`` began."""
+    return _in_turn(a, b) or a.done < b.now
+
+
+def record_marks(x: Tick, ticks: Sequence[Tick], initial: Tick | None, full: Tick | None) -> Marks:
+    """The least and the most (watermark, full-pass mark) ``x``'s delta may have read.
+
+    The record holds the ``now`` of the last tick to commit before ``x`` read
+    it, and of the last full pass to: behind the fleet's lock that is one tick
+    each, the one before ``x``; a tick beside the lock may or may not have come
+    between. ``initial`` and ``full`` are the record as the run found it.
+    """
+    earlier = [t for t in ticks if t.now < x.now]
+
+    def last(candidates: list[Tick], start: Tick | None) -> list[datetime]:
+        # A record is the last one x read unless a later one surely committed after it and
+        # before x read: one x took its lock after.
+        later = [u for u in candidates if _in_turn(u, x)]
+        found = [
+            t.now
+            for t in candidates
+            if not any(u is not t and _committed_first(t, u) for u in later)
+        ]
+        if start is not None and not later:
+            found.append(start.now)
+        assert found, "a delta follows a recorded sweep"
+        return found
+
+    judged = last(earlier, initial)
+    fulls = last([t for t in earlier if t.kind == "full"], full)
+    return (
+        (min(judged) - LOOKBACK, min(fulls) - LOOKBACK),
+        (max(judged) - LOOKBACK, max(fulls) - LOOKBACK),
+    )
+
+
 # -- one configuration ------------------------------------------------------------------------
 
 
@@ -1089,12 +1360,10 @@ class Options:
     instances: tuple[int, ...]
     seed: int
     workdir: Path
-    #: a deliberately broken ledger in every worker (race_worker.FAULTS), for positive controls
+    #: a deliberately broken ledger in every worker (race_worker.FAULTS), for controls
     fault: str = "none"
     #: consumers hold their claiming transaction open this long (widens progress at tick)
     claim_hold_s: float = 0.0
-    #: the footprint the database is migrated in (FOOTPRINTS)
-    footprint: str = "lean"
 
 
 @attrs.define
@@ -1111,6 +1380,8 @@ class ConfigResult:
     traces: list[str] = attrs.Factory(list)
     #: rounds by how many sweeps ran in them
     sweeps_in_round: Counter[int] = attrs.Factory(Counter)
+    #: sweeps by what they judged (full pass, delta)
+    kinds: Counter[str] = attrs.Factory(Counter)
     #: per round, first to last try-lock instant (database clock), seconds
     lock_spreads: list[float] = attrs.Factory(list)
     #: each non-skipped tick's duration as its sweeper measured it, seconds
@@ -1135,16 +1406,30 @@ TODO_ROWS = """
 INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at, claimed_at)
 VALUES ($1, $2, $3, $4, $5, $1, $6, $7)
 """
+LEDGER_ROWS = """
+INSERT INTO queue_stall_nudges
+       (endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+"""
 CLEANUP = (
     "DELETE FROM queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
-    "DELETE FROM stall_nudge.claims WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM todos WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM notify_hooks WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM deliveries WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM endpoints WHERE id = ANY($1::text[])",
-    "DELETE FROM stall_nudge.changes WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM stall_nudge.held WHERE endpoint_id = ANY($1::text[])",
 )
+
+
+def _ledger_row(rec: Any, shift: timedelta) -> LedgerRow:
+    return LedgerRow(
+        endpoint_id=rec["endpoint_id"],
+        queue=rec["queue"],
+        nudges=rec["nudges"],
+        last_nudged_at=rec["last_nudged_at"] + shift,
+        named_todo=rec["named_todo"],
+        progressed_at=None if rec["progressed_at"] is None else rec["progressed_at"] + shift,
+    )
 
 
 class Coordinator:
@@ -1158,15 +1443,17 @@ class Coordinator:
         rng: random.Random,
         result: ConfigResult,
         claim_hold_s: float,
-        footprint: str,
+        record: tuple[Tick | None, Tick | None],
     ) -> None:
-        self.footprint = footprint
         self.admin = admin
         self.hosts = hosts
         self.workers = workers
         self.rng = rng
         self.result = result
         self.claim_hold_s = claim_hold_s
+        #: every non-skipped tick so far (the fleet's record follows them)
+        self.ticks: list[Tick] = []
+        self.initial, self.initial_full = record
 
     async def batch(self, first_trial: int, size: int) -> None:
         lanes = await self._setup(first_trial, size)
@@ -1175,7 +1462,7 @@ class Coordinator:
                 await self._heal(lanes)
             await self._round(lanes, r)
         for lane in lanes:
-            self.result.add(lane, judge(lane, self.footprint))
+            self.result.add(lane, judge(lane))
         endpoints = [lane.endpoint for lane in lanes]
         async with self.admin.transaction():
             for sql in CLEANUP:
@@ -1189,7 +1476,7 @@ class Coordinator:
                 trial = first_trial + j
                 kind = KINDS[trial % len(KINDS)]
                 endpoint = f"r{self.result.instances}t{trial}"
-                lanes.append(_plant(endpoint, d, self.rng, kind, trial, self.footprint))
+                lanes.append(_plant(endpoint, d, self.rng, kind, trial))
             await self.admin.executemany(
                 "INSERT INTO endpoints (id, state) VALUES ($1, $2)",
                 [(lane.endpoint, lane.facts.endpoint_state) for lane in lanes],
@@ -1232,22 +1519,17 @@ class Coordinator:
                     for todo_id, t in lane.facts.todos.items()
                 ],
             )
-            # Planting claimed todos fired the claim log's trigger: those claims were absorbed
-            # before the trial; only the planted log (claims not yet absorbed) stays.
-            await self.admin.execute(
-                "DELETE FROM stall_nudge.claims WHERE endpoint_id = ANY($1::text[])",
-                [lane.endpoint for lane in lanes],
-            )
             await self.admin.executemany(
-                "INSERT INTO stall_nudge.claims (endpoint_id, queue, claimed_at)"
-                " VALUES ($1, $2, $3)",
-                [(lane.endpoint, QUEUE, claim.at) for lane in lanes for claim in lane.log],
-            )
-            await self.admin.executemany(
-                "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)"
-                " VALUES ($1, $2, $3, $4)",
+                LEDGER_ROWS,
                 [
-                    (lane.endpoint, QUEUE, lane.row.nudges, lane.row.stamp)
+                    (
+                        lane.endpoint,
+                        QUEUE,
+                        lane.row.nudges,
+                        lane.row.last_nudged_at,
+                        lane.row.named_todo,
+                        lane.row.progressed_at,
+                    )
                     for lane in lanes
                     if lane.row is not None
                 ],
@@ -1268,15 +1550,8 @@ class Coordinator:
             row = lane.rounds[-1].row_after
             if row is None or row.nudges >= POLICY.cap:
                 continue
-            step = delay_before(row.nudges + 1)
+            step = POLICY.delay_before(row.nudges + 1)
             async with self.admin.transaction():
-                # Shifting claimed_at fires the claim log's trigger: keep the pair's log as it
-                # was (shifted like everything else), not the rows the shift itself adds.
-                kept = await self.admin.fetch(
-                    "DELETE FROM stall_nudge.claims WHERE endpoint_id = $1"
-                    " RETURNING queue, claimed_at",
-                    lane.endpoint,
-                )
                 await self.admin.execute(
                     "UPDATE todos SET created_at = created_at - $2::interval,"
                     " claimed_at = claimed_at - $2::interval WHERE endpoint_id = $1",
@@ -1284,16 +1559,8 @@ class Coordinator:
                     step,
                 )
                 await self.admin.execute(
-                    "DELETE FROM stall_nudge.claims WHERE endpoint_id = $1", lane.endpoint
-                )
-                await self.admin.executemany(
-                    "INSERT INTO stall_nudge.claims (endpoint_id, queue, claimed_at)"
-                    " VALUES ($1, $2, $3)",
-                    [(lane.endpoint, k["queue"], k["claimed_at"] - step) for k in kept],
-                )
-                await self.admin.execute(
-                    "UPDATE queue_stall_nudges SET last_nudged_at = last_nudged_at - $2::interval"
-                    " WHERE endpoint_id = $1",
+                    "UPDATE queue_stall_nudges SET last_nudged_at = last_nudged_at - $2::interval,"
+                    " progressed_at = progressed_at - $2::interval WHERE endpoint_id = $1",
                     lane.endpoint,
                     step,
                 )
@@ -1314,26 +1581,41 @@ class Coordinator:
         claimed: str | None = None
         for op in ops:
             effect: tuple[Any, ...] | None = None
-            if op[0] == "claim_next" and self.claim_hold_s > 0:
-                # The host's claim verb inside a transaction that does other work first.
+            if op[0] == "claim_held" or (op[0] == "claim_next" and self.claim_hold_s > 0):
+                # The host's claim verb in a transaction held open around it: stamped at the
+                # transaction's start, seen only at its commit.
+                before, after = op[1:] if op[0] == "claim_held" else (0.0, self.claim_hold_s)
+                at = lb + op[1] if op[0] == "claim_next" and len(op) > 1 else None
                 async with pool.acquire() as conn, conn.transaction():
+                    await asyncio.sleep(before)
                     claimed = await conn.fetchval(
                         HOST_SQL["claim_next"],
                         lane.endpoint,
                         QUEUE,
                         "consumer",
-                        None,
+                        at,
                         timedelta(minutes=5),
                     )
-                    await asyncio.sleep(self.claim_hold_s)
-                effect = None if claimed is None else ("claim", claimed)
+                    stamp = await conn.fetchval(STAMP, claimed)
+                    await asyncio.sleep(after)
+                effect = None if claimed is None else ("claim", claimed, stamp)
             elif op[0] == "claim_next":
-                claimed = await host.claim_next(lane.endpoint, QUEUE, owner="consumer")
-                effect = None if claimed is None else ("claim", claimed)
-            elif op[0] in ("complete", "requeue"):
+                at = lb + op[1] if len(op) > 1 else None
+                claimed = await host.claim_next(lane.endpoint, QUEUE, owner="consumer", at=at)
+                stamp = await pool.fetchval(STAMP, claimed)
+                effect = None if claimed is None else ("claim", claimed, stamp)
+            elif op[0] in ("complete", "requeue", "delete"):
                 if claimed is not None:
-                    await (host.complete if op[0] == "complete" else host.requeue)(claimed)
-                    effect = (op[0], claimed)
+                    if op[0] == "complete":
+                        unstamp = len(op) > 1 and op[1]
+                        await host.complete(claimed, unstamp=unstamp)
+                        effect = ("complete", claimed, unstamp)
+                    elif op[0] == "requeue":
+                        await host.requeue(claimed)
+                        effect = ("requeue", claimed)
+                    else:
+                        await host.delete_todo(claimed)
+                        effect = ("delete", claimed)
             elif op[0] == "create":
                 todo_id = lane.new_todo_id()
                 created_at = lb - timedelta(minutes=10)
@@ -1399,8 +1681,8 @@ class Coordinator:
         rows = {
             rec["endpoint_id"]: rec
             for rec in await self.admin.fetch(
-                "SELECT endpoint_id, queue, nudges, last_nudged_at FROM queue_stall_nudges"
-                " WHERE endpoint_id = ANY($1::text[])",
+                "SELECT endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at"
+                " FROM queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
                 endpoints,
             )
         }
@@ -1412,18 +1694,30 @@ class Coordinator:
                 endpoints,
             )
         }
-        logged = await self.admin.fetch(
-            "SELECT endpoint_id, queue, claimed_at FROM stall_nudge.claims"
-            " WHERE endpoint_id = ANY($1::text[])",
-            endpoints,
-        )
         self.result.rounds += 1
         ok = [a for a in answers if "error" not in a]
         instants = [datetime.fromisoformat(a["now"]) for a in ok]
         if instants:
             self.result.lock_spreads.append((max(instants) - min(instants)).total_seconds())
-        self.result.sweeps_in_round[sum(1 for a in ok if not a["skipped"])] += 1
-        self.result.sweep_durations.extend(a["duration_s"] for a in ok if not a["skipped"])
+        swept = [a for a in ok if not a["skipped"]]
+        self.result.sweeps_in_round[len(swept)] += 1
+        self.result.sweep_durations.extend(a["duration_s"] for a in swept)
+        ticks = {
+            a["w"]: Tick(
+                worker=a["w"],
+                now=datetime.fromisoformat(a["now"]),
+                done=datetime.fromisoformat(a["done"]),
+                kind=a["kind"],
+                outside=a["outside"],
+            )
+            for a in swept
+        }
+        self.ticks = [*self.ticks[-64:], *ticks.values()]
+        marks = {
+            w: record_marks(t, self.ticks, self.initial, self.initial_full)
+            for w, t in ticks.items()
+            if t.kind == "delta"
+        }
         logs = {lane.endpoint: RoundLog(mode=lane.modes[r], shift=lane.shift) for lane in lanes}
         acted_by = dict(
             zip([lane.endpoint for lane in lanes if lane.scripts.get(r)], acted, strict=True)
@@ -1432,27 +1726,27 @@ class Coordinator:
             log = logs[lane.endpoint]
             for effect, lb, ub in acted_by.get(lane.endpoint, []):
                 if effect[0] == "claim":
-                    effect = ("claim", effect[1], todos[effect[1]]["claimed_at"] + lane.shift)
+                    effect = ("claim", effect[1], effect[2] + lane.shift)
                 log.statements.append(Stmt(effect=effect, lb=lb + lane.shift, ub=ub + lane.shift))
             log.end = end + lane.shift
         for answer in answers:
-            self._record(answer, logs, lanes)
+            self._record(answer, logs, lanes, marks)
         for lane in lanes:
             log = logs[lane.endpoint]
             rec = rows.get(lane.endpoint)
-            log.row_after = (
-                None if rec is None else Row(rec["nudges"], rec["last_nudged_at"] + lane.shift)
-            )
+            log.row_after = None if rec is None else _ledger_row(rec, lane.shift)
             if rec is not None and rec["queue"] != QUEUE:
                 log.bad.append(f"a ledger row for queue {rec['queue']!r}")
-            mine = [c for c in logged if c["endpoint_id"] == lane.endpoint]
-            log.log_after = tuple(sorted(c["claimed_at"] + lane.shift for c in mine))
-            if any(c["queue"] != QUEUE for c in mine):
-                log.bad.append(f"claims logged for another queue: {[dict(c) for c in mine]}")
             _check_todos(lane, log, todos)
             lane.rounds.append(log)
 
-    def _record(self, answer: dict[str, Any], logs: dict[str, RoundLog], lanes: list[Lane]) -> None:
+    def _record(
+        self,
+        answer: dict[str, Any],
+        logs: dict[str, RoundLog],
+        lanes: list[Lane],
+        marks: Mapping[int, Marks],
+    ) -> None:
         w = answer["w"]
         if "error" in answer:
             for log in logs.values():
@@ -1464,7 +1758,9 @@ class Coordinator:
                     log.bad.append(f"worker {w} skipped yet reported {answer}")
             return
         self.result.sweeps += 1
+        self.result.kinds[answer["kind"]] += 1
         now = datetime.fromisoformat(answer["now"])
+        done = datetime.fromisoformat(answer["done"])
         outcomes: dict[str, list[Outcome]] = {lane.endpoint: [] for lane in lanes}
         shift = {lane.endpoint: lane.shift for lane in lanes}
         for endpoint, queue, number, todo_id, charged_at in answer["charged"]:
@@ -1480,13 +1776,14 @@ class Coordinator:
                     log.bad.append(f"worker {w} deleted a row of no trial: {endpoint}/{queue}")
                 continue
             outcomes[endpoint].append(DRAIN)
-        for endpoint, queue, number, _todo, charged_at, result, lb, ub in answer["refunds"]:
+        for endpoint, queue, number, todo, charged_at, result, lb, ub in answer["refunds"]:
             if endpoint in logs and queue == QUEUE:
                 logs[endpoint].refunds.append(
                     Refund(
                         worker=w,
                         number=number,
                         charged_at=datetime.fromisoformat(charged_at) + shift[endpoint],
+                        todo=todo,
                         result=result,
                         lb=datetime.fromisoformat(lb) + shift[endpoint],
                         ub=datetime.fromisoformat(ub) + shift[endpoint],
@@ -1494,11 +1791,27 @@ class Coordinator:
                 )
         for endpoint, got in outcomes.items():
             log = logs[endpoint]
-            if len(got) > 1:
+            if len(set(got)) > 1:
                 log.bad.append(f"worker {w} did {got} to one pair in one sweep")
+            mark = marks.get(w)
             log.sweeps.append(
-                Sweep(worker=w, now=now + shift[endpoint], outcome=got[0] if got else NONE)
+                Sweep(
+                    worker=w,
+                    now=now + shift[endpoint],
+                    done=done + shift[endpoint],
+                    kind=answer["kind"],
+                    outside=answer["outside"],
+                    outcome=got[0] if got else NONE,
+                    extra=max(0, len(got) - 1),
+                    marks=None if mark is None else _shifted(mark, shift[endpoint]),
+                )
             )
+
+
+def _shifted(marks: Marks, shift: timedelta) -> Marks:
+    """``marks`` in a pair's own time."""
+    (w_least, f_least), (w_most, f_most) = marks
+    return (w_least + shift, f_least + shift), (w_most + shift, f_most + shift)
 
 
 def _check_todos(lane: Lane, log: RoundLog, todos: Mapping[str, Any]) -> None:
@@ -1527,6 +1840,21 @@ def lane_facts_after(lane: Lane) -> Facts:
     return facts
 
 
+async def _record_now(admin: asyncpg.Connection) -> tuple[Tick | None, Tick | None]:
+    """The fleet's record as a configuration finds it: its last sweep and last full pass."""
+    rec = await admin.fetchrow("SELECT judged_to, full_pass_at FROM stall_nudge.sweeps")
+    if rec is None:
+        return None, None
+    at = datetime.min.replace(tzinfo=UTC)
+
+    def tick(now: datetime | None, kind: str) -> Tick | None:
+        if now is None:
+            return None
+        return Tick(worker=-1, now=now, done=at, kind=kind, outside=False)
+
+    return tick(rec["judged_to"], "any"), tick(rec["full_pass_at"], "full")
+
+
 async def run_config(
     dsn: str, instances: int, trials: int, first_trial: int, rng: random.Random, opts: Options
 ) -> ConfigResult:
@@ -1547,7 +1875,7 @@ async def run_config(
         hosts = [(pool, PostgresHost(pool)) for pool in pools]
         async with _workers(instances, dsn, opts.workdir, opts.fault) as workers:
             coordinator = Coordinator(
-                admin, hosts, workers, rng, result, opts.claim_hold_s, opts.footprint
+                admin, hosts, workers, rng, result, opts.claim_hold_s, await _record_now(admin)
             )
             # Progress every tenth of a long run; a short one prints only its result.
             step = (trials // 10) // LANES * LANES if trials >= 1000 else 0
@@ -1594,7 +1922,7 @@ async def _races(server: str, opts: Options) -> list[ConfigResult]:
         dsn = with_database(server, name)
         conn = await asyncpg.connect(dsn)
         try:
-            await migrate(conn, host_schema=True, footprint=opts.footprint)
+            await migrate(conn, host_schema=True)
         finally:
             await conn.close()
         rng = random.Random(opts.seed)
@@ -1620,6 +1948,7 @@ def _line(r: ConfigResult) -> str:
     counts = " ".join(f"{k}={r.counts[k]}" for k in COUNTS)
     return (
         f"races[{r.instances} instances]: trials={r.trials} rounds={r.rounds} sweeps={r.sweeps}"
+        f" (full={r.kinds['full']} delta={r.kinds['delta']})"
         f" db_sweeps_per_tick={r.sweeps_per_tick:.3f} {counts} seconds={r.seconds:.1f}"
     )
 
@@ -1641,17 +1970,30 @@ def _ms_of(values: Sequence[float], q: float) -> str:
     return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000:.2f}ms"
 
 
+STATS = (
+    "contested",
+    "seen",
+    "unseen",
+    "turned_due",
+    "charges",
+    "resets",
+    "by_claim",
+    "by_departure",
+    "by_kept",
+    "unreported_resets",
+    "refunds",
+    "full",
+    "delta",
+    "deferred",
+    "overlapped",
+    "cas",
+)
+
+
 def _kind_line(kind: str, v: Verdict) -> str:
-    s = v.stats
+    stats = " ".join(f"{k}={v.stats[k]}" for k in STATS)
     counts = " ".join(f"{k}={v.counts[k]}" for k in COUNTS)
-    return (
-        f"  {kind}: trials={s['trials']} contested={s['contested']}"
-        f" (seen={s['seen']} unseen={s['unseen']}) turned_due={s['turned_due']}"
-        f" charges={s['charges']} resets={s['resets']} refunds={s['refunds']}"
-        f" late={s['late']} unreported_resets={s['unreported_resets']}"
-        f" ignored_drained={s['ignored_drained']}"
-        f" {counts}"
-    )
+    return f"  {kind}: trials={v.stats['trials']} {stats} {counts}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1669,13 +2011,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fault",
         choices=FAULTS,
         default="none",
-        help="positive control: run every worker on a deliberately broken ledger",
-    )
-    parser.add_argument(
-        "--footprint",
-        choices=FOOTPRINTS,
-        default="lean",
-        help="the footprint to migrate the database in (default lean)",
+        help="a control: every worker on a deliberately broken ledger, or one beside the lock",
     )
     parser.add_argument(
         "--claim-hold-ms",
@@ -1705,11 +2041,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir=workdir,
         fault=args.fault,
         claim_hold_s=args.claim_hold_ms / 1000,
-        footprint=args.footprint,
     )
     print(
-        f"races: worker logs in {workdir}; footprint {opts.footprint};"
-        f" offsets {', '.join(OFFSETS)}; fault={opts.fault};"
+        f"races: worker logs in {workdir}; offsets {', '.join(OFFSETS)}; fault={opts.fault};"
         f" claim hold {args.claim_hold_ms:g} ms; seed {opts.seed}",
         flush=True,
     )
@@ -1733,9 +2067,9 @@ def main(argv: list[str] | None = None) -> int:
     largest = max(args.instances)
     figure = next((r for r in results if r.instances == 4), min(results, key=lambda r: r.instances))
     print(
-        f"# summary ({opts.footprint} footprint): instances is the largest count run"
-        f" ({largest});"
-        f" db_sweeps_per_tick is the {figure.instances}-instance figure"
+        f"# summary: instances is the largest count run ({largest});"
+        f" db_sweeps_per_tick is the {figure.instances}-instance figure;"
+        f" other={total['other']}"
     )
     print(
         f"races: trials={sum(r.trials for r in results)} instances={largest}"

@@ -1,7 +1,7 @@
 """The soak: four sweeper processes, one PostgreSQL, a loopback receiver, faults, invariants.
 
-    .venv/bin/python tests/stress/soak.py --minutes 10   # or: python -m tests.stress.soak
-    .venv/bin/python -m tests.stress.soak --footprint lean
+    .venv/bin/python -m tests.stress.soak --minutes 10
+    .venv/bin/python tests/stress/soak.py --minutes 2 --full-pass-s 1
 
 Real parts only, on a compressed clock (policy in seconds, not minutes):
 
@@ -15,7 +15,8 @@ Real parts only, on a compressed clock (policy in seconds, not minutes):
   consumer that claims ONE todo (``PostgresHost.claim_next``, stamped with the
   database's clock), records the claim, and completes it (during the load, one
   in twenty hands it back with ``requeue`` instead, so a later claim
-  overwrites its ``claimed_at``: the soak keeps every claim it made; one in
+  overwrites its ``claimed_at``: the soak keeps every claim and requeue it
+  made, each with database-clock reads before it and after its commit; one in
   ten claims inside a transaction held open around the claim, so its claim
   commits after sweeps that read a later time; one in ten claims two todos);
 - a workload generator: inbound webhooks of 1-3 todos on 2,000 pairs over
@@ -32,19 +33,12 @@ dropped and restored by ``migrate``, one sweeper SIGKILLed and restarted.
 Every instant the checks compare is on the database's clock, the ledger's
 time authority: charges, drains, claims and fault windows. Beside the
 workers' journals, a trigger records every write to the ledger table
-(``soak_ledger_audit``), so a charge whose tick died after its commit
-(journaled by nobody, woken by nobody) is judged too; the two must agree.
-Another records every row inserted into and deleted from the claim log
-(``soak_claim_audit``, each row of ``stall_nudge.claims`` with an identity
-this database alone adds),
-both with the writing transaction's id and one sequence's number, so the
-checker knows exactly which claims each tick absorbed or compacted, in
-commit order, with no timestamp in the judgement; the ledger's drops draw a
-number from that sequence too.
-
-The database is migrated in ``--footprint``: incremental (the default; the
-claim log is audited row by row) or lean (no claim log: resets are judged
-by the host's claims' timestamps).
+(``soak_ledger_audit``: the row before and after, its named todo and kept
+progress included, the writing transaction's id and start, the instant of
+the write and one sequence's number, which the ledger's drops draw from
+too), so a charge whose tick died after its commit (journaled by nobody,
+woken by nobody) is judged too; the two must agree. The sweepers run full
+passes every ``--full-pass-s`` seconds and deltas between.
 
 Nothing the soak concludes depends on how fast the machine runs. The load
 lasts ``--minutes``, and then on until every fault class was injected and
@@ -91,43 +85,37 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from adapters.http import HookDispatcher
-from adapters.postgres import (
-    COMPACT_AT,
-    DATABASE_ERRORS,
-    PostgresHooks,
-    PostgresLedger,
-    migrate,
-)
-from stall_core import Nudge, TodoRef, WakeError
+from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, migrate
+from stall_core import LedgerRow, Nudge, TodoRef, WakeError
 from stall_testing import PostgresHost
 
+ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as `python tests/stress/soak.py`: the repository is the root
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(ROOT))
 
 # The two imports below need the path set above when run as a script.
-from tests.stress.soak_check import (
+from tests.stress.soak_check import (  # noqa: E402
     ChargeRecord,
-    ClaimRecord,
-    ClaimWrite,
     Findings,
+    HostWrite,
     LedgerWrite,
     MessageRecord,
     RefundRecord,
     check,
 )
-from tests.stress.soak_worker import FULL_PASS_S, SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
+from tests.stress.soak_worker import (  # noqa: E402
+    FULL_PASS_S,
+    SOAK_DELIVERY,
+    SOAK_POLICY,
+    SWEEPER_APP,
+)
 
 __all__ = ["SoakResult", "main", "run_soak"]
-
-ROOT = Path(__file__).resolve().parents[2]
 SECRET = "whsec_" + base64.b64encode(b"stall-nudge soak key, 32 bytes!!").decode()
 QUEUES = ("q0", "q1", "q2", "q3")
 WORKERS = 4
 SMALL_QUEUE_WORKER = 0
 KILLED_WORKER = 1
-#: Workers whose ledger compacts its logs first whenever one holds this many rows: nearly
-#: every tick, between the others' ticks that judge them whole.
-COMPACTING_WORKERS = {2: 4, 3: 4}
 #: A hanging receiver answers after this long: well past the 0.5 s attempt timeout.
 HANG_S = 1.5
 #: A fault's survivors must tick successfully again within this many seconds (the script's
@@ -147,8 +135,8 @@ REQUEUE_ODDS = 0.05
 #: a longer transaction would. The claim is progress at the first charge after its commit.
 HOLD_ODDS = 0.10
 HOLD_S = (0.1, 1.0)
-#: During the load, a consumer claims two todos of its pair, not one: a pair that is not
-#: charged meanwhile then holds two claims, and the tick compacts them.
+#: During the load, a consumer claims two todos of its pair, not one: the next charge
+#: reads the later claim, and the todo the last nudge named departs with the first.
 BATCH_ODDS = 0.10
 DB_ERRORS = DATABASE_ERRORS
 
@@ -183,9 +171,9 @@ class SoakResult:
     wakes: int
     charges: int
     #: extra messages per charge plus every violation of the checker's rules (the
-    #: charges the ledger's rule did not allow, and the claim log's disagreements)
+    #: writes the ledger's rule did not allow, and the history's disagreements)
     duplicates: int
-    #: claims absorbed a second time (part of duplicates)
+    #: resets no progress explains over a row a reset wrote (part of duplicates)
     double_resets: int
     lost_todos: int
     faults: int
@@ -227,8 +215,6 @@ class SoakResult:
             f"lost_todos={self.lost_todos} faults={self.faults}"
         )
 
-
-FOOTPRINTS = ("incremental", "lean")
 
 #: Every fault class the issue names; the soak fails unless each was injected.
 FAULT_CLASSES = (
@@ -281,7 +267,10 @@ def _with_database(dsn: str, name: str) -> str:
 AUDIT_SQL = f"""
 CREATE TABLE soak_todo_audit (
     at timestamptz NOT NULL DEFAULT clock_timestamp(), op text, app text, todo_id text);
-CREATE FUNCTION soak_audit_todos() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The audit functions name their own search_path: the sweepers' transactions resolve
+-- names in pg_catalog alone (a guest's, D21), and these triggers fire in them.
+CREATE FUNCTION soak_audit_todos() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = public, pg_catalog AS $$
 BEGIN
     IF current_setting('application_name', true) = '{SWEEPER_APP}' THEN
         INSERT INTO soak_todo_audit (op, app, todo_id)
@@ -291,45 +280,30 @@ BEGIN
 END $$;
 CREATE TRIGGER soak_audit_todos AFTER INSERT OR UPDATE OR DELETE ON todos
     FOR EACH ROW EXECUTE FUNCTION soak_audit_todos();
--- One sequence orders both histories below (and the ledger's drops): every ledger write
--- and every claim deletion happens behind the tick lock, so their order is commit order.
+-- One sequence orders the ledger's history and its drops: every ledger write happens
+-- behind the tick lock, so their order is commit order.
 CREATE SEQUENCE soak_audit_seq;
 CREATE TABLE soak_ledger_audit (
     seq bigint PRIMARY KEY DEFAULT nextval('soak_audit_seq'), op text NOT NULL,
     endpoint_id text NOT NULL, queue text NOT NULL,
-    old_nudges int, old_last_nudged_at timestamptz, new_nudges int, new_last_nudged_at timestamptz,
+    old_nudges int, old_last_nudged_at timestamptz, old_named_todo text,
+    old_progressed_at timestamptz,
+    new_nudges int, new_last_nudged_at timestamptz, new_named_todo text,
+    new_progressed_at timestamptz,
     xid bigint NOT NULL DEFAULT txid_current(),
     xact_start timestamptz NOT NULL DEFAULT now(),
     at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE FUNCTION soak_audit_ledger() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION soak_audit_ledger() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = public, pg_catalog AS $$
 BEGIN
     INSERT INTO soak_ledger_audit (op, endpoint_id, queue, old_nudges, old_last_nudged_at,
-                                   new_nudges, new_last_nudged_at)
+                                   old_named_todo, old_progressed_at, new_nudges,
+                                   new_last_nudged_at, new_named_todo, new_progressed_at)
     VALUES (TG_OP, COALESCE(NEW.endpoint_id, OLD.endpoint_id), COALESCE(NEW.queue, OLD.queue),
-            OLD.nudges, OLD.last_nudged_at, NEW.nudges, NEW.last_nudged_at);
+            OLD.nudges, OLD.last_nudged_at, OLD.named_todo, OLD.progressed_at,
+            NEW.nudges, NEW.last_nudged_at, NEW.named_todo, NEW.progressed_at);
     RETURN NULL;
 END $$;
--- The claim log's own history: each row gets an identity (a column only the soak's
--- database has; the library names its columns), and every write is recorded in the
--- writer's transaction with its id, so the checker knows which tick absorbed which claim.
-CREATE SEQUENCE soak_claim_id;
-ALTER TABLE stall_nudge.claims
-    ADD COLUMN soak_id bigint NOT NULL DEFAULT nextval('soak_claim_id');
-CREATE TABLE soak_claim_audit (
-    seq bigint PRIMARY KEY DEFAULT nextval('soak_audit_seq'), op text NOT NULL,
-    claim_id bigint NOT NULL, endpoint_id text NOT NULL, queue text NOT NULL,
-    claimed_at timestamptz NOT NULL,
-    xid bigint NOT NULL DEFAULT txid_current(),
-    at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE FUNCTION soak_audit_claims() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO soak_claim_audit (op, claim_id, endpoint_id, queue, claimed_at)
-    VALUES (TG_OP, COALESCE(NEW.soak_id, OLD.soak_id), COALESCE(NEW.endpoint_id, OLD.endpoint_id),
-            COALESCE(NEW.queue, OLD.queue), COALESCE(NEW.claimed_at, OLD.claimed_at));
-    RETURN NULL;
-END $$;
-CREATE TRIGGER soak_audit_claims AFTER INSERT OR UPDATE OR DELETE ON stall_nudge.claims
-    FOR EACH ROW EXECUTE FUNCTION soak_audit_claims();
 """
 #: The ledger's own history: every row write, in the writer's transaction. Installed on
 #: the ledger table at setup and again whenever ``migrate`` re-creates it, so a charge
@@ -450,12 +424,14 @@ class _GaveUp(Exception):
 class Consumers:
     """One-shot consumers: each wake claims ONE todo of its pair, records the claim, completes it.
 
-    Claims are stamped by the database (``at`` omitted). While ``requeue_odds``
-    is above 0 some consumers hand their todo back instead; its next claim
-    overwrites ``todos.claimed_at``, so ``claims`` keeps every one of them: the
-    claim log must have logged each (``unlogged_claim`` otherwise). While
-    ``hold_odds`` is above 0 some claim in a transaction held open around the
-    claim (a late commit); while ``batch_odds`` is, some claim two todos.
+    Claims are stamped by the database (``at`` omitted). Every claim and
+    requeue is recorded in ``writes`` with database-clock reads before it
+    began and after it committed: the checker's record of what each tick may
+    have seen. While ``requeue_odds`` is above 0 some consumers hand their todo
+    back instead of completing it (its next claim overwrites
+    ``todos.claimed_at``). While ``hold_odds`` is above 0 some claim in a
+    transaction held open around the claim (a late commit); while
+    ``batch_odds`` is, some claim two todos.
     """
 
     def __init__(self, host: PostgresHost, pool: asyncpg.Pool, rng: random.Random) -> None:
@@ -468,7 +444,7 @@ class Consumers:
         self.batch_odds = 0.0
         self.held = 0
         self.batched = 0
-        self.claims: list[ClaimRecord] = []
+        self.writes: list[HostWrite] = []
         self.claimed_ids: set[tuple[str, datetime]] = set()
         self.claimed = 0
         self.requeued = 0
@@ -483,48 +459,68 @@ class Consumers:
     async def _run(self, endpoint_id: str, queue: str) -> None:
         hold = self._rng.random() < self.hold_odds
         batch = 2 if self._rng.random() < self.batch_odds else 1
-        todos: list[str] = []
+        todos: list[tuple[str, datetime | None]] = []
         for _ in range(batch):
             try:
-                claimed = await self._claim(endpoint_id, queue, hold=hold)
+                claimed, lb = await self._claim(endpoint_id, queue, hold=hold)
             except _GaveUp:
                 self.gave_up += 1
                 break
             if claimed is None:
                 self.empty += not todos
                 break
-            todos.append(claimed)
+            todos.append((claimed, lb))
         self.held += hold and bool(todos)
         self.batched += len(todos) > 1
-        for claimed in todos:
-            await self._finish(claimed, endpoint_id, queue)
+        for claimed, lb in todos:
+            await self._finish(claimed, endpoint_id, queue, lb)
 
-    async def _claim(self, endpoint_id: str, queue: str, *, hold: bool) -> str | None:
-        """Claim the pair's oldest pending todo; None when none. Rides out a short outage."""
+    async def _clock(self) -> datetime | None:
+        """The database's clock; None when it cannot be read through an outage."""
+        for _ in range(240):
+            try:
+                value: datetime = await self._pool.fetchval("SELECT clock_timestamp()")
+                return value
+            except DB_ERRORS:
+                await asyncio.sleep(0.25)
+        return None
+
+    async def _claim(
+        self, endpoint_id: str, queue: str, *, hold: bool
+    ) -> tuple[str | None, datetime | None]:
+        """Claim the pair's oldest pending todo (None when none), and a clock read before it.
+
+        Rides out a short outage.
+        """
         for _ in range(20):
             try:
+                lb: datetime = await self._pool.fetchval("SELECT clock_timestamp()")
                 if not hold:
-                    return await self._host.claim_next(endpoint_id, queue, owner="soak-consumer")
+                    claimed = await self._host.claim_next(endpoint_id, queue, owner="soak-consumer")
+                    return claimed, lb
                 async with self._pool.acquire() as conn, conn.transaction():
-                    # now(), which stamps the claim, is this transaction's start; its log
-                    # row becomes visible at the commit, after the second pause.
+                    # now(), which stamps the claim, is this transaction's start; the claim
+                    # becomes visible at the commit, after the second pause.
                     await asyncio.sleep(self._rng.uniform(*HOLD_S))
                     claimed = await PostgresHost(conn).claim_next(
                         endpoint_id, queue, owner="soak-consumer"
                     )
                     await asyncio.sleep(self._rng.uniform(*HOLD_S))
-                    return claimed
+                return claimed, lb
             except DB_ERRORS:
                 await asyncio.sleep(0.5)
         raise _GaveUp
 
-    async def _finish(self, claimed: str, endpoint_id: str, queue: str) -> None:
+    async def _finish(
+        self, claimed: str, endpoint_id: str, queue: str, lb: datetime | None
+    ) -> None:
         """Record the claim, then complete the todo (or, at ``requeue_odds``, hand it back)."""
         self.claimed += 1
-        recorded = await self._record(claimed, endpoint_id, queue)
+        stamp = await self._record(claimed, endpoint_id, queue, lb)
         # An unrecorded claim must stay the todo's claimed_at (the final table is its only
         # record), so its todo is completed, never handed back to be claimed over.
-        requeue = recorded and self._rng.random() < self.requeue_odds
+        requeue = stamp is not None and self._rng.random() < self.requeue_odds
+        before = await self._clock() if requeue else None
         for _ in range(120):
             try:
                 if requeue:
@@ -532,26 +528,56 @@ class Consumers:
                     self.requeued += 1
                 else:
                     await self._host.complete(claimed)
-                return
+                break
             except DB_ERRORS:
                 await asyncio.sleep(0.5)
+        else:
+            return
+        if requeue:
+            assert stamp is not None  # only a recorded claim is handed back
+            self.writes.append(
+                HostWrite(
+                    op="requeue",
+                    endpoint_id=endpoint_id,
+                    queue=queue,
+                    todo_id=claimed,
+                    claimed_at=stamp,
+                    lb=before,
+                    ub=await self._clock(),
+                )
+            )
 
-    async def _record(self, todo_id: str, endpoint_id: str, queue: str) -> bool:
-        """Record the claim's stamp; the todo is ours until we complete or requeue it."""
+    async def _record(
+        self, todo_id: str, endpoint_id: str, queue: str, lb: datetime | None
+    ) -> datetime | None:
+        """Record the claim's stamp (None if it could not be read); the todo is ours until we
+        complete or requeue it, and the read after the claim committed bounds it."""
         for _ in range(240):
             try:
-                claimed_at = await self._pool.fetchval(
-                    "SELECT claimed_at FROM todos WHERE id = $1", todo_id
+                row = await self._pool.fetchrow(
+                    "SELECT claimed_at, clock_timestamp() AS ub FROM todos WHERE id = $1", todo_id
                 )
                 break
             except DB_ERRORS:
                 await asyncio.sleep(0.25)
         else:
-            return False  # unrecorded: the final todos table still holds this claim
-        assert claimed_at is not None  # the claim is ours, the todo exists
+            return None  # unrecorded: the final todos table still holds this claim
+        assert row is not None  # the claim is ours: the todo exists ...
+        assert row["claimed_at"] is not None  # ... and is stamped
+        claimed_at: datetime = row["claimed_at"]
         self.claimed_ids.add((todo_id, claimed_at))
-        self.claims.append(ClaimRecord(endpoint_id=endpoint_id, queue=queue, claimed_at=claimed_at))
-        return True
+        self.writes.append(
+            HostWrite(
+                op="claim",
+                endpoint_id=endpoint_id,
+                queue=queue,
+                todo_id=todo_id,
+                claimed_at=claimed_at,
+                lb=lb,
+                ub=row["ub"],
+            )
+        )
+        return claimed_at
 
     async def settle(self) -> None:
         for _ in range(200):
@@ -572,11 +598,9 @@ class Soak:
         seed: int,
         workdir: Path,
         say: Any,
-        footprint: str = "incremental",
         full_pass_s: float = FULL_PASS_S,
     ) -> None:
         self.seconds = seconds
-        self.footprint = footprint
         self.full_pass_s = full_pass_s
         #: set once the load phase is over (it may run longer than ``seconds``)
         self.load_over = asyncio.Event()
@@ -623,8 +647,6 @@ class Soak:
                 str(self.journal(worker)),
                 "--queue-size",
                 str(queue_size),
-                "--compact-at",
-                str(COMPACTING_WORKERS.get(worker, COMPACT_AT)),
                 "--full-pass-s",
                 str(self.full_pass_s),
                 cwd=ROOT,
@@ -656,7 +678,7 @@ class Soak:
     async def setup(self, pool: asyncpg.Pool, receiver: Receiver) -> None:
         self.pool = pool
         async with pool.acquire() as conn:
-            await migrate(conn, host_schema=True, footprint=self.footprint)
+            await migrate(conn, host_schema=True)
             await conn.execute(AUDIT_SQL)
             await conn.execute(LEDGER_AUDIT_TRIGGER)
             at = await self.now()
@@ -845,7 +867,7 @@ class Soak:
             async with ledger.hold_tick():
                 report = await migrate(conn)
                 await conn.execute(LEDGER_AUDIT_TRIGGER)
-            self.say(f"fault: ledger restored by migrate (created {', '.join(report.created)})")
+            self.say(f"fault: ledger restored by migrate ({', '.join(report.repaired)})")
         finally:
             await conn.close()
         self.fault_counts["ledger_drop"] += 1
@@ -1072,7 +1094,6 @@ async def _soak(
     recovery: float | None,
     workdir: Path,
     say: Any,
-    footprint: str,
     full_pass_s: float,
 ) -> SoakResult:
     soak = Soak(
@@ -1081,7 +1102,6 @@ async def _soak(
         seed=seed,
         workdir=workdir,
         say=say,
-        footprint=footprint,
         full_pass_s=full_pass_s,
     )
     started = time.monotonic()
@@ -1109,8 +1129,8 @@ async def _soak(
                 consumers.batch_odds = BATCH_ODDS
                 say(
                     f"soak: {len(soak.endpoints) * len(QUEUES)} pairs, {WORKERS} sweeper "
-                    f"processes, {footprint} footprint, load for {seconds:.0f}s or until every "
-                    f"fault was seen, database {soak.dsn}"
+                    f"processes, full pass every {full_pass_s:g}s, load for {seconds:.0f}s or "
+                    f"until every fault was seen, database {soak.dsn}"
                 )
                 for worker in range(WORKERS):
                     await soak.spawn(worker)
@@ -1129,7 +1149,7 @@ async def _soak(
                     await soak.heal(host_pool)
                     say("load over: settling with healthy receivers, every endpoint active")
                     pending = await _settle(soak, host_pool, settle)
-                    await creation.drain()
+                    await creation.settle()
                     progress.cancel()
 
                 async def recovered() -> bool:
@@ -1231,28 +1251,37 @@ def _refunds(events: list[dict[str, Any]]) -> list[RefundRecord]:
 
 def _keep_records(
     workdir: Path,
-    claims: list[ClaimRecord],
+    host: list[HostWrite],
     messages: list[MessageRecord],
     ledger_resets: list[int],
     history: list[LedgerWrite],
-    claim_log: list[ClaimWrite],
-    claims_left: list[int],
 ) -> None:
     """What only this process saw, beside the workers' journals, so a run can be re-checked."""
     with (workdir / "soak-records.jsonl").open("w", encoding="utf-8") as stream:
         named: tuple[tuple[str, list[Any]], ...] = (
-            ("claim", claims),
+            ("host", host),
             ("message", messages),
             ("write", history),
-            ("claim_write", claim_log),
         )
         for name, records in named:
             for record in records:
                 stream.write(json.dumps({"e": name, **attrs.asdict(record)}, default=str) + "\n")
         for seq in ledger_resets:
             stream.write(json.dumps({"e": "ledger_reset", "seq": seq}) + "\n")
-        for claim_id in claims_left:
-            stream.write(json.dumps({"e": "claim_left", "claim_id": claim_id}) + "\n")
+
+
+def _row(r: asyncpg.Record, side: str) -> LedgerRow | None:
+    """The ledger row an audit record holds before (``old``) or after (``new``) its write."""
+    if r[f"{side}_nudges"] is None:
+        return None
+    return LedgerRow(
+        endpoint_id=r["endpoint_id"],
+        queue=r["queue"],
+        nudges=r[f"{side}_nudges"],
+        last_nudged_at=r[f"{side}_last_nudged_at"],
+        named_todo=r[f"{side}_named_todo"],
+        progressed_at=r[f"{side}_progressed_at"],
+    )
 
 
 async def _collect(
@@ -1269,6 +1298,7 @@ async def _collect(
     drains: dict[tuple[str, str], list[datetime]] = defaultdict(list)
     ticks = ok_ticks = skipped = raw_errors = 0
     raw_kinds: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
     dropped: dict[tuple[int, int], int] = {}
     for e in events:
         if e["e"] == "stats":
@@ -1283,23 +1313,29 @@ async def _collect(
             continue
         ok_ticks += 1
         skipped += e["skipped"]
+        kinds[e.get("tick_kind") or "skipped"] += 1
         at = datetime.fromisoformat(e["at"])
         charges += [ChargeRecord(worker=e["w"], now=at, nudge=_nudge(n)) for n in e["charged"]]
         for endpoint_id, queue in e["drained"]:
             drains[endpoint_id, queue].append(at)
-    # Every claim the consumers recorded, and any the final table holds that they could
-    # not (the answer to a claim lost to a dropped connection): never overwritten, since
-    # only a consumer that knows its claim requeues it.
-    claims = list(consumers.claims)
+    # Every claim and requeue the consumers recorded, and any claim the final table holds
+    # that they could not (the answer to a claim lost to a dropped connection): never
+    # overwritten, since only a consumer that recorded its claim requeues it. Those bound
+    # nothing: any tick may have seen them, none surely.
+    host = list(consumers.writes)
     unrecorded = 0
     for r in await pool.fetch(
         "SELECT id, endpoint_id, queue, claimed_at FROM todos WHERE claimed_at IS NOT NULL"
     ):
         if (r["id"], r["claimed_at"]) not in consumers.claimed_ids:
             unrecorded += 1
-            claims.append(
-                ClaimRecord(
-                    endpoint_id=r["endpoint_id"], queue=r["queue"], claimed_at=r["claimed_at"]
+            host.append(
+                HostWrite(
+                    op="claim",
+                    endpoint_id=r["endpoint_id"],
+                    queue=r["queue"],
+                    todo_id=r["id"],
+                    claimed_at=r["claimed_at"],
                 )
             )
     refunds = _refunds(events)
@@ -1309,49 +1345,24 @@ async def _collect(
             op=r["op"],
             endpoint_id=r["endpoint_id"],
             queue=r["queue"],
-            old=None if r["old_nudges"] is None else (r["old_nudges"], r["old_last_nudged_at"]),
-            new=None if r["new_nudges"] is None else (r["new_nudges"], r["new_last_nudged_at"]),
+            old=_row(r, "old"),
+            new=_row(r, "new"),
             xid=r["xid"],
             xact_start=r["xact_start"],
             at=r["at"],
         )
         for r in await pool.fetch("SELECT * FROM soak_ledger_audit ORDER BY seq")
     ]
-    claim_log = [
-        ClaimWrite(
-            seq=r["seq"],
-            op=r["op"],
-            claim_id=r["claim_id"],
-            endpoint_id=r["endpoint_id"],
-            queue=r["queue"],
-            claimed_at=r["claimed_at"],
-            xid=r["xid"],
-            at=r["at"],
-        )
-        for r in await pool.fetch("SELECT * FROM soak_claim_audit ORDER BY seq")
-    ]
-    claims_left = [r["soak_id"] for r in await pool.fetch("SELECT soak_id FROM stall_nudge.claims")]
-    _keep_records(
-        soak.workdir,
-        claims,
-        receiver.messages,
-        soak.ledger_resets,
-        history,
-        claim_log,
-        claims_left,
-    )
+    _keep_records(soak.workdir, host, receiver.messages, soak.ledger_resets, history)
     findings = check(
         ledger=history,
-        claim_log=claim_log,
-        claims_left=claims_left,
         charges=charges,
         refunds=refunds,
         messages=receiver.messages,
-        claims=claims,
+        host=host,
         drains=drains,
         ledger_resets=soak.ledger_resets,
         policy=SOAK_POLICY,
-        logged=soak.footprint == "incremental",
     )
     stalled_named = {m.webhook_id for m in receiver.messages if m.reason == "stalled"}
     ungated_named = await pool.fetchval(
@@ -1374,7 +1385,8 @@ async def _collect(
         "fault_windows": [attrs.asdict(f) for f in soak.faults],
         "worst_recovery_s": round(worst_recovery, 2),
         "killed_worker_pids": starts,
-        "footprint": soak.footprint,
+        "full_pass_s": soak.full_pass_s,
+        "tick_kinds": dict(kinds),
         "waited_s": dict(soak.waited),
         "skipped_ticks": skipped,
         "raw_tick_error_kinds": dict(raw_kinds),
@@ -1391,7 +1403,7 @@ async def _collect(
         "consumer_requeues": consumers.requeued,
         "consumer_held_claims": consumers.held,
         "consumer_batches": consumers.batched,
-        "claims_recorded": len(consumers.claims),
+        "claims_recorded": sum(1 for w in consumers.writes if w.op == "claim"),
         "claims_unrecorded": unrecorded,
         "consumer_empty_wakes": consumers.empty,
         "consumer_gave_up": consumers.gave_up,
@@ -1400,8 +1412,8 @@ async def _collect(
         "pacing_violations": findings.pacing_violations,
         "violations": dict(findings.violations),
         "double_resets": findings.double_resets,
-        "claim_log": dict(findings.claims),
         "judged": dict(findings.judged),
+        "progress": dict(findings.progress),
         "examples": list(findings.examples),
     }
     return SoakResult(
@@ -1439,7 +1451,6 @@ def run_soak(
     recovery: float | None = RECOVERY_S,
     workdir: Path | None = None,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
-    footprint: str = "incremental",
     full_pass_s: float = FULL_PASS_S,
 ) -> SoakResult:
     """Run the soak for ``minutes`` of load (plus setup and settling) and check its invariants.
@@ -1462,7 +1473,6 @@ def run_soak(
             recovery=recovery,
             workdir=workdir,
             say=say,
-            footprint=footprint,
             full_pass_s=full_pass_s,
         )
     )
@@ -1474,21 +1484,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=2000, help="(endpoint, queue) pairs")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
-        "--footprint",
-        choices=FOOTPRINTS,
-        default="incremental",
-        help="incremental (default: the claim log is audited too) or lean",
-    )
-    parser.add_argument(
         "--full-pass-s",
         type=float,
         default=FULL_PASS_S,
-        help=f"incremental: seconds between full passes (default {FULL_PASS_S:g})",
+        help=f"seconds between the sweepers' full passes (default {FULL_PASS_S:g})",
     )
     parser.add_argument("--workdir", type=Path, help="keep the journals and logs here")
     args = parser.parse_args(argv)
     if not args.minutes > 0:
         parser.error("--minutes must be positive")
+    if not args.full_pass_s > 0:
+        parser.error("--full-pass-s must be positive")
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="stall-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     # The expected failures the faults cause (dropped connections, a missing table,
@@ -1504,7 +1510,6 @@ def main(argv: list[str] | None = None) -> int:
         pairs=args.pairs,
         seed=args.seed,
         workdir=workdir,
-        footprint=args.footprint,
         full_pass_s=args.full_pass_s,
     )
     print(

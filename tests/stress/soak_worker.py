@@ -6,7 +6,8 @@ policy and journals, one JSON object a line (flushed as written):
 
 - ``tick``: every ``charge_due`` the sweeper made: failed, skipped (another
   instance held the tick) or ok, with the instant the ledger decided at (the
-  database's clock) and the charges it got back, each with its number and
+  database's clock), what it judged (``tick_kind``: a full pass or a delta) and
+  the charges it got back, each with its number and
   stamp (``charged_at``), written BEFORE any of them is woken, so a delivery
   can never reach the receiver without its charge on record (a tick that
   failed after its commit charged what only the soak's ledger history shows);
@@ -39,8 +40,8 @@ from typing import IO
 import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher
-from adapters.postgres import COMPACT_AT, DATABASE_ERRORS, PostgresHooks, PostgresLedger
-from stall_core import ChargeOutcome, Nudge, PacingPolicy, Progress, Sweeper, WakeReceipt
+from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger
+from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
 SWEEPER_APP = "stall-nudge-sweeper"
@@ -66,9 +67,14 @@ SOAK_DELIVERY = DeliveryPolicy(
     max_response_bytes=16 * 1024,
 )
 TICK_INTERVAL = 0.25
-#: The incremental footprint's full pass, every few seconds by default here: the soak runs
-#: both it and the usual tick (``--full-pass-s``).
+#: The full pass, every few seconds by default here (``--full-pass-s``): the soak runs both
+#: it and the delta between.
 FULL_PASS_S = 5.0
+#: How far back a delta reads the host's timestamps, on the soak's compressed scale (the
+#: library's minute would make nearly every busy tick count more changes than a full pass
+#: judges pairs, so a full pass): still well past the longest claim transaction here
+#: (``soak.HOLD_S`` each side of the claim).
+LOOKBACK = timedelta(seconds=5)
 
 _charged_at: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
     "charged_at", default=None
@@ -113,10 +119,6 @@ class JournalingLedger:
         self._inner = inner
         self._journal = journal
 
-    @property
-    def progress(self) -> Progress:
-        return self._inner.progress
-
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
@@ -136,6 +138,7 @@ class JournalingLedger:
             at=outcome.now.isoformat(),
             ok=True,
             skipped=outcome.skipped,
+            tick_kind=outcome.kind,
             charged=[nudge_record(n) for n in outcome.charged],
             drained=[list(key) for key in outcome.drained],
         )
@@ -204,7 +207,7 @@ async def _connect(dsn: str, stop: asyncio.Event) -> asyncpg.Pool | None:
 
 
 async def main_async(
-    dsn: str, worker: int, journal_path: str, queue_size: int, compact_at: int, full_pass_s: float
+    dsn: str, worker: int, journal_path: str, queue_size: int, full_pass_s: float
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -217,7 +220,7 @@ async def main_async(
             "start",
             wall=datetime.now(UTC).isoformat(),
             queue_size=queue_size,
-            compact_at=compact_at,
+            full_pass_s=full_pass_s,
         )
         pool = await _connect(dsn, stop)
         if pool is None:
@@ -234,8 +237,8 @@ async def main_async(
                     ledger=JournalingLedger(
                         PostgresLedger(
                             pool,
-                            compact_at=compact_at,
                             full_pass_interval=timedelta(seconds=full_pass_s),
+                            lookback=LOOKBACK,
                         ),
                         journal,
                     ),
@@ -263,7 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", type=int, required=True)
     parser.add_argument("--journal", required=True)
     parser.add_argument("--queue-size", type=int, default=1000)
-    parser.add_argument("--compact-at", type=int, default=COMPACT_AT)
     parser.add_argument("--full-pass-s", type=float, default=FULL_PASS_S)
     args = parser.parse_args(argv)
     # Expected failures (a dropped connection, a missing table) are logged by the
@@ -279,7 +281,6 @@ def main(argv: list[str] | None = None) -> int:
             args.worker,
             args.journal,
             args.queue_size,
-            args.compact_at,
             args.full_pass_s,
         )
     )

@@ -1,10 +1,10 @@
 """The soak's invariant checks, each fed a planted violation: a zero means it looked.
 
-A record is written as a script: each step is one transaction of one pair,
-in commit order (a claim logged, a tick charging, draining, compacting or
-absorbing, a refund, the ledger's drop). ``Record`` turns it into what the
-soak records: the journals, the ledger's history, the claim log's history
-and its rows left at the end, and the host's claims.
+A record is written as a script of one pair's events, in commit order: a
+claim or requeue by the host (with its clock reads), a tick charging,
+resetting or draining, a refund, the ledger's drop. ``Record`` turns it into
+what the soak records: the journals, the ledger's history (every row before
+and after each write) and the host's claims and requeues.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from stall_core import Nudge, TodoRef
+from stall_core import LedgerRow, Nudge, TodoRef, charge_row, reset_row
 from tests.stress.soak_check import (
     VIOLATIONS,
     ChargeRecord,
-    ClaimRecord,
-    ClaimWrite,
     Findings,
+    HostWrite,
     LedgerWrite,
     MessageRecord,
     RefundRecord,
@@ -46,9 +45,8 @@ def _at(seconds: float | datetime) -> datetime:
 
 @dataclass(frozen=True)
 class Charge:
-    """A tick charged nudge ``number`` stamped ``stamp``, deciding at ``now``.
+    """A tick charged nudge ``number`` stamped ``stamp``, naming ``named``, deciding at ``now``.
 
-    It absorbed the claims ``absorbs`` (deleted them in its transaction).
     ``worker`` None: the tick died after its commit (only the history knows
     it); ``written`` False: journaled, never written (a phantom).
     """
@@ -56,8 +54,8 @@ class Charge:
     number: int
     stamp: datetime
     now: datetime
+    named: str = "t1"
     worker: int | None = 0
-    absorbs: tuple[int, ...] = ()
     written: bool = True
     written_at: datetime | None = None
 
@@ -66,7 +64,7 @@ class Charge:
         return Nudge(
             endpoint_id=KEY[0],
             queue=KEY[1],
-            todo=TodoRef(id="t1", created_at=T0 - timedelta(minutes=1)),
+            todo=TodoRef(id=self.named, created_at=T0 - timedelta(minutes=1)),
             number=self.number,
             charged_at=self.stamp,
         )
@@ -77,27 +75,28 @@ class Charge:
 
 
 @dataclass(frozen=True)
-class Claim:
-    """The host claimed a todo of the pair at ``at``; the log logged it as row ``id``."""
+class Host:
+    """The host claimed (or requeued) ``todo``; its statement ran between ``lb`` and ``ub``."""
 
-    id: int
+    op: str
+    todo: str
     at: datetime
-    logged: bool = True
+    lb: datetime | None
+    ub: datetime | None
 
 
 @dataclass(frozen=True)
-class Tick:
-    """A tick that neither charged nor drained the pair deleted its claims ``absorbs``."""
+class Reset:
+    """A tick kept the pair's progress for a nudge to come (``reset_row``) at ``at``."""
 
-    absorbs: tuple[int, ...]
+    at: datetime
 
 
 @dataclass(frozen=True)
 class Drain:
-    """A tick deleted the pair's row (and absorbed ``absorbs``); ``journaled``, ``written``."""
+    """A tick deleted the pair's row; ``written``: in the history too."""
 
     at: datetime
-    absorbs: tuple[int, ...] = ()
     written: bool = True
 
 
@@ -123,7 +122,7 @@ class Write:
     new: tuple[int, float] | None
 
 
-Step = Charge | Claim | Tick | Drain | Refund | Drop | Write
+Step = Charge | Host | Reset | Drain | Refund | Drop | Write
 
 
 def _charge(
@@ -131,8 +130,8 @@ def _charge(
     at: float | datetime,
     *,
     now: float | datetime | None = None,
+    named: str = "t1",
     worker: int | None = 0,
-    absorbs: tuple[int, ...] = (),
     written: bool = True,
     written_at: float | None = None,
 ) -> Charge:
@@ -141,23 +140,38 @@ def _charge(
         number=number,
         stamp=_at(at),
         now=_at(at if now is None else now),
+        named=named,
         worker=worker,
-        absorbs=absorbs,
         written=written,
         written_at=None if written_at is None else _at(written_at),
     )
 
 
-def _claim(claim_id: int, at: float | datetime, *, logged: bool = True) -> Claim:
-    return Claim(id=claim_id, at=_at(at), logged=logged)
+def _claim(
+    todo: str, at: float, *, lb: float | None = None, ub: float | None = None, known: bool = True
+) -> Host:
+    """A claim stamped ``at``; it began at ``lb`` and committed by ``ub`` (both ``at`` unless told).
+
+    ``known`` False: the host could not record its clock reads (found in the final table).
+    """
+    if not known:
+        return Host("claim", todo, _at(at), None, None)
+    return Host(
+        "claim", todo, _at(at), _at(at if lb is None else lb), _at(at if ub is None else ub)
+    )
 
 
-def _tick(*absorbs: int) -> Tick:
-    return Tick(absorbs=absorbs)
+def _requeue(todo: str, at: float, stamp: float) -> Host:
+    """The host handed ``todo`` (claimed at ``stamp``) back, at ``at``."""
+    return Host("requeue", todo, _at(stamp), _at(at), _at(at))
 
 
-def _drain(at: float, *absorbs: int, written: bool = True) -> Drain:
-    return Drain(at=_at(at), absorbs=absorbs, written=written)
+def _reset(at: float) -> Reset:
+    return Reset(at=_at(at))
+
+
+def _drain(at: float, *, written: bool = True) -> Drain:
+    return Drain(at=_at(at), written=written)
 
 
 def _refund(charge: Charge, refunded: bool | None = True, *, written: bool | None = None) -> Refund:
@@ -175,126 +189,111 @@ def _message(webhook_id: str, charge: Charge, answered: int = 204) -> MessageRec
     )
 
 
+def _row(nudges: int, stamp: float) -> LedgerRow:
+    """The row a charge naming the default todo leaves."""
+    return LedgerRow(
+        endpoint_id=KEY[0], queue=KEY[1], nudges=nudges, last_nudged_at=_at(stamp), named_todo="t1"
+    )
+
+
 @dataclass
 class Record:
-    """What one soak recorded, for one pair, from a script of its transactions."""
+    """What one soak recorded, for one pair, from a script of its events."""
 
     steps: list[Step]
     messages: list[MessageRecord] = field(default_factory=list)
-    #: the host's claims (every claim step, by default)
-    made: list[ClaimRecord] | None = None
-    #: the claim log's rows at the end (every logged claim no step deleted, by default)
-    left: list[int] | None = None
-    #: whether a claim log is kept (the incremental footprint); False: lean
-    logged: bool = True
 
     def check(self) -> Findings:
         seq, xids = itertools.count(1), itertools.count(1000)
-        row: tuple[int, datetime] | None = None
+        row: LedgerRow | None = None
         charges: list[ChargeRecord] = []
         refunds: list[RefundRecord] = []
         drains: list[datetime] = []
         ledger: list[LedgerWrite] = []
-        log: list[ClaimWrite] = []
+        host: list[HostWrite] = []
         resets: list[int] = []
-        made: list[ClaimRecord] = []
-        logged: dict[int, datetime] = {}
-        deleted: set[int] = set()
 
         def write(
-            op: str,
-            old: tuple[int, datetime] | None,
-            new: tuple[int, datetime] | None,
-            xid: int,
-            start: datetime,
-            at: datetime,
+            op: str, new: LedgerRow | None, start: datetime, at: datetime | None = None
         ) -> None:
+            nonlocal row
             ledger.append(
                 LedgerWrite(
                     seq=next(seq),
                     op=op,
                     endpoint_id=KEY[0],
                     queue=KEY[1],
-                    old=old,
+                    old=row,
                     new=new,
-                    xid=xid,
+                    xid=next(xids),
                     xact_start=start,
-                    at=at,
+                    at=start if at is None else at,
                 )
             )
-
-        def delete(ids: tuple[int, ...], xid: int) -> None:
-            for claim_id in ids:
-                claimed_at = logged.get(claim_id, T0)
-                log.append(_claim_write("DELETE", claim_id, claimed_at, next(seq), xid))
-                deleted.add(claim_id)
+            row = new
 
         for step in self.steps:
-            xid = next(xids)
-            if isinstance(step, Claim):
-                made.append(ClaimRecord(endpoint_id=KEY[0], queue=KEY[1], claimed_at=step.at))
-                if step.logged:
-                    log.append(_claim_write("INSERT", step.id, step.at, next(seq), xid))
-                    logged[step.id] = step.at
+            if isinstance(step, Host):
+                host.append(
+                    HostWrite(
+                        op=step.op,
+                        endpoint_id=KEY[0],
+                        queue=KEY[1],
+                        todo_id=step.todo,
+                        claimed_at=step.at,
+                        lb=step.lb,
+                        ub=step.ub,
+                    )
+                )
             elif isinstance(step, Charge):
                 if step.worker is not None:
                     charges.append(step.record)
                 if step.written:
-                    delete(step.absorbs, xid)
-                    new = (step.number, step.stamp)
                     at = step.written_at or max(step.now, step.stamp)
-                    write("INSERT" if row is None else "UPDATE", row, new, xid, step.now, at)
-                    row = new
-            elif isinstance(step, Tick):
-                delete(step.absorbs, xid)
+                    write(
+                        "INSERT" if row is None else "UPDATE", charge_row(step.nudge), step.now, at
+                    )
+            elif isinstance(step, Reset):
+                assert row is not None  # a reset keeps a row
+                write("UPDATE", reset_row(row, step.at), step.at)
             elif isinstance(step, Drain):
                 drains.append(step.at)
                 if step.written:
-                    delete(step.absorbs, xid)
-                    write("DELETE", row, None, xid, step.at, step.at)
-                    row = None
+                    write("DELETE", None, step.at)
             elif isinstance(step, Refund):
                 c = step.charge
                 refunds.append(RefundRecord(worker=c.worker, nudge=c.nudge, refunded=step.refunded))
                 if step.refunded if step.written is None else step.written:
                     # The compare-and-set matched the row of the charge it names.
-                    new = (c.number - 1, c.stamp)
-                    write("UPDATE", (c.number, c.stamp), new, xid, c.stamp, c.stamp)
-                    row = new
+                    row = charge_row(c.nudge)
+                    write("UPDATE", _refunded(row), c.stamp)
             elif isinstance(step, Drop):
                 resets.append(next(seq))
                 row = None
             else:
-                old = None if step.old is None else (step.old[0], _at(step.old[1]))
-                raw = None if step.new is None else (step.new[0], _at(step.new[1]))
-                when = T0 if raw is None else raw[1]
-                write("UPDATE", old, raw, xid, when, when)
-                row = raw
+                row = None if step.old is None else _row(*step.old)
+                new = None if step.new is None else _row(*step.new)
+                write("UPDATE", new, T0 if new is None else new.last_nudged_at)
         return check(
             ledger=ledger,
-            claim_log=log,
-            claims_left=sorted(logged.keys() - deleted) if self.left is None else self.left,
             charges=charges,
             refunds=refunds,
             messages=self.messages,
-            claims=made if self.made is None else self.made,
+            host=host,
             drains={KEY: drains},
             ledger_resets=resets,
             policy=SOAK_POLICY,
-            logged=self.logged,
         )
 
 
-def _claim_write(op: str, claim_id: int, claimed_at: datetime, seq: int, xid: int) -> ClaimWrite:
-    return ClaimWrite(
-        seq=seq,
-        op=op,
-        claim_id=claim_id,
-        endpoint_id=KEY[0],
-        queue=KEY[1],
-        claimed_at=claimed_at,
-        xid=xid,
-        at=claimed_at,
+def _refunded(row: LedgerRow) -> LedgerRow:
+    return LedgerRow(
+        endpoint_id=row.endpoint_id,
+        queue=row.queue,
+        nudges=row.nudges - 1,
+        last_nudged_at=row.last_nudged_at,
+        named_todo=row.named_todo,
+        progressed_at=row.progressed_at,
     )
 
 
@@ -328,28 +327,27 @@ def test_a_clean_backoff_has_no_findings() -> None:
 
 
 def test_a_clean_life_with_every_kind_of_event_has_no_findings() -> None:
-    """Resets, a refund and its retry, a compaction, a drain, a drop, a row-less tick: clean."""
-    refunded = _charge(2, 3)
+    """Resets by claim and by departure, a refund and its retry, a kept reset, a drain, a drop."""
+    refunded = _charge(2, 3, named="t2")
     steps: list[Step] = [
         _charge(1, 0),
         _charge(2, 1),
-        _claim(1, 1.5),
-        _charge(1, 2, absorbs=(1,)),  # reset: it absorbed the claim
+        _claim("t5", 1.5),
+        _charge(1, 2, named="t2"),  # reset: a claim after the last nudge
         refunded,
         _refund(refunded),
-        _charge(2, 4),  # ... tried again one step later, at the same number
-        _charge(3, 6),
-        _claim(2, 20.5),
-        _charge(1, 20.5, now=20.4, absorbs=(2,)),  # absorbs a claim later than its tick
-        _claim(3, 22),
-        _claim(4, 23),
-        _tick(3),  # a compaction: the latest claim stays
-        _drain(25, 4),  # absorbs it
+        _charge(2, 4, named="t2"),  # ... tried again one step later, at the same number
+        _claim("t2", 3.9, ub=4.5),  # stamped before nudge 2, committed after it
+        _charge(1, 5, named="t3"),  # reset: the named todo departed
+        _claim("t6", 5.5),
+        _reset(6),  # kept: no nudge may go out now
+        _charge(1, 7, named="t3"),  # the kept progress: nudge 1 at once
+        _claim("t4", 20.5, lb=20.3),
+        _charge(1, 20.5, now=20.4, named="t3"),  # stamped at a claim later than its tick
+        _drain(25),
         _charge(1, 30),  # after the drain: a new row
         _charge(2, 31),
         Drop(),
-        _claim(5, 35),
-        _tick(5),  # a tick that finds no row absorbs the pair's claims
         _charge(1, 41),  # after the ledger drop: a new epoch
     ]
     record = Record(steps)
@@ -365,95 +363,89 @@ def test_a_clean_life_with_every_kind_of_event_has_no_findings() -> None:
         findings.unattributed,
         findings.refunds,
     )
-    assert {"first": 3, "reset": 2, "step": 4, "retry": 1} == findings.judged
-    assert {
-        "logged": 5,
-        "absorbed": 4,
-        "compacted": 1,
-        "left": 0,
-        "late": 0,
-        "late_resets": 0,
-    } == findings.claims
-
-
-# -- a claim that commits after a charge looked ---------------------------------------
-
-
-@pytest.mark.parametrize("logged_before", [True, False], ids=["logged-before", "logged-after"])
-def test_a_claim_stamped_before_the_last_nudge_is_progress_at_the_next_charge(
-    logged_before: bool,
-) -> None:
-    """Stamped 0.9, before nudge 2 at 1, committed after it looked: nudge 1 next is a reset.
-
-    Its log row may be written before nudge 2's (the claim's transaction was
-    still open) or after; either way nudge 2 did not absorb it, and the next
-    charge that does is a reset, due at once, stamped at its own instant.
-    """
-    claim = _claim(1, 0.9)
-    before: list[Step] = [_charge(1, 0), claim, _charge(2, 1)]
-    if not logged_before:
-        before = [_charge(1, 0), _charge(2, 1), claim]
-
-    reset = Record([*before, _charge(1, 1.5, absorbs=(1,))]).check()
-    no_claim = Record([*before, _charge(1, 1.5)]).check()
-    step = Record([*before, _charge(3, 3, absorbs=(1,))]).check()
-    drained = Record([*before, _drain(1.5, 1)]).check()
-
-    assert ({}, {"first": 1, "step": 1, "reset": 1}) == (_flagged(reset), reset.judged)
-    assert (1, 1) == (reset.claims["late"], reset.claims["late_resets"])
-    assert {"reset_without_claim": 1} == _flagged(no_claim)
-    assert {"missed_reset": 1} == _flagged(step)
-    assert ({}, 1, 0) == (
-        _flagged(drained),
-        drained.claims["late"],
-        drained.claims["late_resets"],
+    assert {"first": 3, "reset": 4, "step": 3, "retry": 1, "kept": 1, "drain": 1} == dict(
+        findings.judged
     )
+    assert {"by_claim": 2, "by_departure": 1, "by_kept": 1} == dict(findings.progress)
+
+
+# -- what a tick may have seen of the host ----------------------------------------------
+
+
+def test_a_claim_stamped_before_the_last_nudge_is_progress_by_departure_only() -> None:
+    """Stamped 0.9, before nudge 2 at 1, committed after it looked: its todo's departure counts.
+
+    A claim of the todo nudge 2 named explains a reset after it; a claim of
+    another todo, stamped as early, explains none; and once a tick surely saw
+    the departure, a step is a missed reset.
+    """
+    named: list[Step] = [_charge(1, 0), _claim("t1", 0.9, ub=1.2), _charge(2, 1)]
+    other: list[Step] = [_charge(1, 0), _claim("t7", 0.9, ub=1.2), _charge(2, 1)]
+
+    reset = Record([*named, _charge(1, 1.5, named="t2")]).check()
+    unexplained = Record([*other, _charge(1, 1.5, named="t2")]).check()
+    step = Record([*named, _charge(3, 3, named="t1")]).check()
+
+    assert ({}, {"by_departure": 1}) == (_flagged(reset), dict(reset.progress))
+    assert {"reset_without_progress": 1} == _flagged(unexplained)
+    assert {"missed_reset": 1} == _flagged(step)
+
+
+def test_a_claim_the_tick_may_not_have_seen_neither_explains_nor_demands() -> None:
+    """Committed after the tick wrote: a reset it explains may be one, a step over it is no miss."""
+    late: list[Step] = [_charge(1, 0), _claim("t7", 0.5, lb=0.5, ub=1.5)]
+
+    reset = Record([*late, _charge(1, 1, now=1, written_at=1.1)]).check()
+    step = Record([*late, _charge(2, 1, now=1, written_at=1.1)]).check()
+    unseen = Record([_charge(1, 0), _claim("t7", 1.2, lb=1.2), _charge(1, 1, written_at=1.1)])
+
+    assert ({}, {}) == (_flagged(reset), _flagged(step))
+    assert {"reset_without_progress": 1} == _flagged(unseen.check())
+
+
+def test_a_requeue_the_tick_saw_undoes_a_departure() -> None:
+    """The named todo claimed (stamped early) and handed back: pending again, no progress."""
+    steps: list[Step] = [
+        _charge(1, 0),
+        _claim("t1", -0.5, lb=-0.5, ub=0.5),
+        _requeue("t1", 0.6, -0.5),
+        _charge(1, 2),
+    ]
+
+    assert {"reset_without_progress": 1} == _flagged(Record(steps).check())
+    assert {} == _flagged(Record(steps[:2] + steps[3:]).check())
+
+
+def test_a_claim_the_host_could_not_record_may_explain_a_reset_and_demands_none() -> None:
+    """A claim found only in the final table: any tick may have seen it, none surely."""
+    claim = _claim("t7", 0.5, known=False)
+
+    assert {} == _flagged(Record([_charge(1, 0), claim, _charge(1, 1)]).check())
+    assert {} == _flagged(Record([_charge(1, 0), claim, _charge(2, 1)]).check())
 
 
 # -- every violation, planted --------------------------------------------------------
 
 
-def _reset_without_claim() -> tuple[Record, Record]:
+def _reset_without_progress() -> tuple[Record, Record]:
     return (
-        Record([_charge(1, 0), _claim(1, 2), _charge(1, 3, absorbs=(1,))]),
-        Record([_charge(1, 0), _claim(1, 2), _charge(1, 3)]),
+        Record([_charge(1, 0), _claim("t7", 2), _charge(1, 3)]),
+        Record([_charge(1, 0), _charge(1, 3)]),
     )
 
 
 def _double_reset() -> tuple[Record, Record]:
-    once: list[Step] = [_charge(1, 0), _claim(1, 2), _charge(1, 3, absorbs=(1,))]
+    once: list[Step] = [_charge(1, 0), _claim("t7", 2), _charge(1, 3, named="t1")]
     return (
-        Record([*once, _claim(2, 3.2), _charge(1, 3.5, absorbs=(2,))]),
-        Record([*once, _charge(1, 3.5, absorbs=(1,))]),
+        Record([*once, _claim("t8", 3.2), _charge(1, 3.5)]),
+        Record([*once, _charge(1, 3.5)]),
     )
 
 
 def _missed_reset() -> tuple[Record, Record]:
     return (
-        Record([_charge(1, 0), _claim(1, 0.5), _charge(1, 1, absorbs=(1,))]),
-        Record([_charge(1, 0), _claim(1, 0.5), _charge(2, 1, absorbs=(1,))]),
-    )
-
-
-def _compacted_last_claim() -> tuple[Record, Record]:
-    claims: list[Step] = [_charge(1, 0), _claim(1, 0.5), _claim(2, 0.7)]
-    return (
-        Record([*claims, _tick(1), _charge(1, 1, absorbs=(2,))]),
-        Record([*claims, _tick(1, 2), _charge(2, 1)]),
-    )
-
-
-def _lost_claim() -> tuple[Record, Record]:
-    return (
-        Record([_charge(1, 0), _claim(1, 0.5)]),
-        Record([_charge(1, 0), _claim(1, 0.5)], left=[]),
-    )
-
-
-def _unlogged_claim() -> tuple[Record, Record]:
-    return (
-        Record([_charge(1, 0), _claim(1, 0.5)]),
-        Record([_charge(1, 0), _claim(1, 0.5, logged=False)]),
+        Record([_charge(1, 0), _claim("t7", 0.5), _charge(1, 1)]),
+        Record([_charge(1, 0), _claim("t7", 0.5), _charge(2, 1)]),
     )
 
 
@@ -466,7 +458,7 @@ def _early() -> tuple[Record, Record]:
 
 def _over_cap() -> tuple[Record, Record]:
     return (
-        Record([*_backoff(), _claim(1, 30), _charge(1, 40, absorbs=(1,))]),
+        Record([*_backoff(), _claim("t7", 30), _charge(1, 40)]),
         Record([*_backoff(), _charge(6, 40)]),
     )
 
@@ -484,8 +476,8 @@ def _duplicate_charges() -> tuple[Record, Record]:
 
 def _bad_stamp() -> tuple[Record, Record]:
     return (
-        Record([_charge(1, 0), _claim(1, 3), _charge(1, 3, now=2.9, absorbs=(1,))]),
-        Record([_charge(1, 0), _claim(1, 2), _charge(1, 3, now=2.9, absorbs=(1,))]),
+        Record([_charge(1, 0), _claim("t7", 3, lb=2.8), _charge(1, 3, now=2.9)]),
+        Record([_charge(1, 0), _claim("t7", 2), _charge(1, 3, now=2.9)]),
     )
 
 
@@ -503,12 +495,9 @@ def _phantom_write() -> tuple[Record, Record]:
 
 PLANTED: dict[str, Callable[[], tuple[Record, Record]]] = {
     "duplicate_charges": _duplicate_charges,
-    "reset_without_claim": _reset_without_claim,
+    "reset_without_progress": _reset_without_progress,
     "double_reset": _double_reset,
     "missed_reset": _missed_reset,
-    "compacted_last_claim": _compacted_last_claim,
-    "lost_claim": _lost_claim,
-    "unlogged_claim": _unlogged_claim,
     "early": _early,
     "over_cap": _over_cap,
     "out_of_sequence": _out_of_sequence,
@@ -532,16 +521,11 @@ def test_a_planted_violation_is_flagged_and_its_clean_twin_is_not(kind: str) -> 
     assert ({kind: 1}, 1) == (_flagged(planted.check()), planted.check().duplicates)
 
 
-# -- the claim log, rule by rule ---------------------------------------------------------
-
-
-def test_a_reset_that_absorbed_no_claim_is_flagged() -> None:
-    """Nudge 1 again on a live row whose transaction absorbed nothing: a reset without claim."""
-    assert {"reset_without_claim": 1} == _flagged(Record([_charge(1, 0), _charge(1, 3)]).check())
+# -- resets, rule by rule ------------------------------------------------------------
 
 
 def test_two_resets_from_one_claim_are_a_double_reset() -> None:
-    """A claim is absorbed once; a second reset absorbing it again is a double reset."""
+    """A reset stamps at or after the claim it saw and names a pending todo: it explains no more."""
     _, planted = _double_reset()
 
     findings = planted.check()
@@ -549,119 +533,46 @@ def test_two_resets_from_one_claim_are_a_double_reset() -> None:
     assert ({"double_reset": 1}, 1) == (_flagged(findings), findings.double_resets)
 
 
-def test_a_claim_absorbed_twice_by_any_transaction_is_a_double_reset() -> None:
-    """A drain or a compaction deleting a row already absorbed is flagged the same way."""
-    absorbed: list[Step] = [_charge(1, 0), _claim(1, 0.5), _charge(1, 1, absorbs=(1,))]
+def test_a_kept_reset_needs_progress_and_keeps_the_row() -> None:
+    """A reset with no progress to see is flagged; one with it is judged kept, then nudge 1."""
+    claimed = Record([_charge(1, 0), _claim("t7", 0.5), _reset(1), _charge(1, 2)]).check()
+    unexplained = Record([_charge(1, 0), _reset(1)]).check()
 
-    assert {"double_reset": 1} == _flagged(Record([*absorbed, _drain(2, 1)]).check())
-    assert {"double_reset": 1} == _flagged(Record([*absorbed, _tick(1)]).check())
+    assert ({}, 1, 1) == (_flagged(claimed), claimed.judged["kept"], claimed.judged["reset"])
+    assert {"reset_without_progress": 1} == _flagged(unexplained)
 
 
-def test_the_stamp_is_the_latest_absorbed_claim_only_when_later_than_the_tick() -> None:
-    """charge_stamp: the tick's instant, or the latest claim it absorbed if later; nothing else."""
-    claims: list[Step] = [_charge(1, 0), _claim(1, 2.95), _claim(2, 2.97)]
+def test_a_step_after_kept_progress_is_a_missed_reset() -> None:
+    """Progress a reset kept is surely seen: the next charge is nudge 1, whatever the count."""
+    refunded = _charge(1, 0)
+    steps: list[Step] = [refunded, _refund(refunded), _claim("t7", 0.5), _reset(1)]
 
-    later = Record([*claims, _charge(1, 2.97, now=2.9, absorbs=(1, 2))]).check()
-    not_latest = Record([*claims, _charge(1, 2.95, now=2.9, absorbs=(1, 2))]).check()
-    earlier = Record([*claims, _charge(1, 3, absorbs=(1, 2))]).check()
-    on_claim = Record([*claims, _charge(1, 2.97, now=3, absorbs=(1, 2))]).check()
+    assert {} == _flagged(Record([*steps, _charge(1, 1.2)]).check())
+    assert {"missed_reset": 1} == _flagged(Record([*steps, _charge(2, 6)]).check())
 
-    assert ({}, {}) == (_flagged(later), _flagged(earlier))
-    assert ({"bad_stamp": 1}, {"bad_stamp": 1}) == (_flagged(not_latest), _flagged(on_claim))
+
+def test_the_stamp_is_the_latest_claim_only_when_later_than_the_tick() -> None:
+    """charge_stamp: the tick's instant, or a latest claim it may have read if later; no other."""
+    claims: list[Step] = [_charge(1, 0), _claim("t7", 2.95, lb=2.8), _claim("t8", 2.97, lb=2.8)]
+
+    later = Record([*claims, _charge(1, 2.97, now=2.9)]).check()
+    either = Record([*claims, _charge(1, 2.95, now=2.9)]).check()
+    earlier = Record([*claims, _charge(1, 3)]).check()
+    on_claim = Record([*claims, _charge(1, 2.97, now=3)]).check()
+
+    assert ({}, {}, {}) == (_flagged(later), _flagged(either), _flagged(earlier))
+    assert {"bad_stamp": 1} == _flagged(on_claim)
 
 
 def test_an_unacknowledged_charge_stamps_within_its_transaction() -> None:
     """A charge only the history knows read its instant between its start and its write."""
     in_window = _charge(1, 3, now=2.9, worker=None, written_at=3.1)
     after_write = _charge(1, 3.2, now=2.9, worker=None, written_at=3.1)
-    on_a_claim = _charge(1, 3.2, now=2.9, worker=None, written_at=3.1, absorbs=(1,))
+    on_a_claim = _charge(1, 3.2, now=2.9, worker=None, written_at=3.1)
 
     assert {} == _flagged(Record([in_window]).check())
     assert {"bad_stamp": 1} == _flagged(Record([after_write]).check())
-    assert {} == _flagged(Record([_claim(1, 3.2), on_a_claim]).check())
-
-
-def test_a_charge_that_skips_the_claim_a_compaction_kept_is_flagged() -> None:
-    """A compaction kept the latest claim: the pair's next absorption must take it.
-
-    A claim logged after the compaction does not stand in for it: every tick
-    after the compaction sees the kept one, so whatever absorbs takes it too.
-    """
-    kept: list[Step] = [_charge(1, 0), _claim(1, 0.5), _claim(2, 0.7), _tick(1)]
-
-    skipped = Record([*kept, _charge(2, 1)]).check()
-    later = Record([*kept, _claim(3, 0.8), _tick(2), _charge(1, 1, absorbs=(3,))]).check()
-    drained_past = Record([*kept, _claim(3, 0.8), _drain(1, 3)]).check()
-
-    assert {"compacted_last_claim": 1} == _flagged(skipped)
-    assert ({}, 2) == (_flagged(later), later.claims["compacted"])
-    assert {"compacted_last_claim": 1} == _flagged(drained_past)
-
-
-def test_the_claim_a_compaction_kept_may_be_left_in_the_log() -> None:
-    """Kept and never absorbed (the soak ended first): in the log at the end, or lost."""
-    kept: list[Step] = [_charge(1, 0), _claim(1, 0.5), _claim(2, 0.7), _tick(1)]
-
-    assert ({}, 1) == (_flagged(Record(kept).check()), Record(kept).check().claims["left"])
-    assert {"lost_claim": 1} == _flagged(Record(kept, left=[]).check())
-
-
-def test_a_tick_that_finds_no_row_absorbs_every_claim() -> None:
-    """With no ledger row (never charged, drained, dropped), a tick absorbs all: no compaction."""
-    never = Record([_claim(1, 0.5), _claim(2, 0.6), _tick(1, 2), _charge(1, 3)]).check()
-    dropped = Record(
-        [_charge(1, 0), _claim(1, 0.5), _claim(2, 0.6), Drop(), _tick(1, 2), _charge(1, 3)]
-    ).check()
-
-    assert ({}, {}) == (_flagged(never), _flagged(dropped))
-    assert (2, 0) == (never.claims["absorbed"], never.claims["compacted"])
-
-
-@pytest.mark.parametrize(
-    "record",
-    [
-        Record([_charge(1, 0), _tick(9)]),  # deletes a row the log never logged
-        Record([_claim(1, 0.5), _tick(1)], left=[1]),  # deleted, yet left
-        Record([_charge(1, 0)], left=[7]),  # left, never logged
-        Record([_charge(1, 0), _claim(1, 0.5)], made=[]),  # logged a claim nobody made
-    ],
-    ids=["never-logged", "deleted-and-left", "left-never-logged", "never-made"],
-)
-def test_the_claim_log_must_agree_with_itself_and_the_host(record: Record) -> None:
-    """The log's history, its final rows and the host's claims tell one story."""
-    assert {"phantom_write": 1} == _flagged(record.check())
-
-
-def test_a_claim_logged_by_update_is_a_phantom() -> None:
-    """The log is only ever inserted into and deleted from."""
-    at = _at(0.5)
-    log = [
-        _claim_write("INSERT", 1, at, 1, 10),
-        ClaimWrite(
-            seq=2,
-            op="UPDATE",
-            claim_id=1,
-            endpoint_id=KEY[0],
-            queue=KEY[1],
-            claimed_at=at,
-            xid=11,
-            at=at,
-        ),
-    ]
-
-    findings = check(
-        ledger=[],
-        claim_log=log,
-        claims_left=[1],
-        charges=[],
-        messages=[],
-        claims=[ClaimRecord(endpoint_id=KEY[0], queue=KEY[1], claimed_at=at)],
-        drains={},
-        ledger_resets=[],
-        policy=SOAK_POLICY,
-    )
-
-    assert {"phantom_write": 1} == _flagged(findings)
+    assert {} == _flagged(Record([_claim("t7", 3.2, lb=2.8), on_a_claim]).check())
 
 
 # -- pacing ---------------------------------------------------------------------------
@@ -702,15 +613,15 @@ def test_a_refunded_nudge_retried_before_its_step_is_early(number: int) -> None:
     assert {"early": 1} == _flagged(findings)
 
 
-def test_a_refunded_first_nudge_that_absorbs_a_claim_is_a_reset_due_at_once() -> None:
-    """A row at 0 (its first nudge refunded): nudge 1 waits a step, unless it absorbed a claim."""
+def test_a_refunded_first_nudge_with_progress_is_a_reset_due_at_once() -> None:
+    """A row at 0 (its first nudge refunded): nudge 1 waits a step, unless there was progress."""
     refunded = _charge(1, 0)
     steps: list[Step] = [refunded, _refund(refunded)]
 
-    reset = Record([*steps, _claim(1, 0.2), _charge(1, 0.5, absorbs=(1,))]).check()
+    reset = Record([*steps, _claim("t7", 0.2), _charge(1, 0.5)]).check()
     early = Record([*steps, _charge(1, 0.5)]).check()
 
-    assert ({}, {"first": 1, "reset": 1}) == (_flagged(reset), reset.judged)
+    assert ({}, {"first": 1, "reset": 1}) == (_flagged(reset), dict(reset.judged))
     assert {"early": 1} == _flagged(early)
 
 
@@ -747,7 +658,7 @@ def test_a_second_message_for_one_charge_is_a_duplicate() -> None:
     assert (1, 1, 2) == (findings.duplicates, findings.extra_messages, findings.wakes)
 
 
-def test_a_reset_after_a_drain_or_a_ledger_drop_needs_no_claim() -> None:
+def test_a_first_nudge_after_a_drain_or_a_ledger_drop_needs_no_progress() -> None:
     """A drained row or a dropped table starts over at nudge 1, and only there."""
     assert {} == _flagged(Record([_charge(1, 0), _drain(2), _charge(1, 3)]).check())
     assert {} == _flagged(Record([_charge(1, 0), Drop(), _charge(1, 3)]).check())
@@ -762,15 +673,8 @@ def test_nudges_between_claims_are_counted_without_refunds() -> None:
     assert isinstance(refunded, Charge)
 
     assert 6 == Record([*_backoff(), _charge(1, 40)]).check().max_between_claims
-    assert (
-        5
-        == (
-            Record([*_backoff(), _claim(1, 30), _charge(1, 40, absorbs=(1,))]).check()
-        ).max_between_claims
-    )
-    assert (
-        5 == (Record([*_backoff(), _refund(refunded), _charge(5, 23)]).check()).max_between_claims
-    )
+    assert 5 == Record([*_backoff(), _claim("t7", 30), _charge(1, 40)]).check().max_between_claims
+    assert 5 == Record([*_backoff(), _refund(refunded), _charge(5, 23)]).check().max_between_claims
 
 
 def test_a_message_with_no_charge_is_unattributed() -> None:
@@ -794,7 +698,7 @@ def test_a_charge_only_the_history_knows_explains_the_next_one() -> None:
 
 
 def test_a_history_write_no_sweep_makes_is_a_phantom() -> None:
-    """A count that jumps without a new stamp is no charge, refund or drain."""
+    """A count that jumps without a new stamp is no charge, reset, refund or drain."""
     record = Record([_charge(1, 0), Write((1, 0), (3, 0))])
 
     assert {"phantom_write": 1} == _flagged(record.check())
@@ -825,54 +729,3 @@ def test_one_charge_journaled_by_two_sweepers_is_a_duplicate() -> None:
     _, planted = _duplicate_charges()
 
     assert {"duplicate_charges": 1} == _flagged(planted.check())
-
-
-# -- the lean footprint: no claim log, progress by the host's timestamps ----------------
-
-
-def _lean(*steps: Step) -> Findings:
-    """A lean record: its claims are the host's, none logged."""
-    lean = [
-        Claim(id=step.id, at=step.at, logged=False) if isinstance(step, Claim) else step
-        for step in steps
-    ]
-    return Record(lean, logged=False).check()
-
-
-def test_a_lean_reset_needs_a_claim_after_the_rows_stamp() -> None:
-    """Nudge 1 on a live row: legal with a claim after its stamp, else a reset without claim."""
-    claimed = _lean(_charge(1, 0), _charge(2, 1), _claim(1, 1.5), _charge(1, 2))
-    before = _lean(_charge(1, 0), _charge(2, 1), _claim(1, 0.5), _charge(1, 2))
-
-    assert ({}, 1) == (_flagged(claimed), claimed.judged["reset"])
-    assert {"reset_without_claim": 1} == _flagged(before)
-
-
-def test_one_lean_claim_explains_one_reset() -> None:
-    """The reset stamps at or after the claim, so the same claim is not after the next stamp."""
-    findings = _lean(_charge(1, 0), _claim(1, 0.5), _charge(1, 1), _charge(1, 3))
-
-    assert {"reset_without_claim": 1} == _flagged(findings)
-
-
-def test_a_lean_increment_over_a_claim_is_not_blamed() -> None:
-    """Whether a claim at or before the tick's instant was visible to it is unknown."""
-    findings = _lean(_charge(1, 0), _claim(1, 0.5), _charge(2, 1))
-
-    assert ({}, 1) == (_flagged(findings), findings.judged["step"])
-
-
-def test_a_lean_reset_stamps_its_instant_or_a_later_claim() -> None:
-    """The stamp is the tick's instant, or the latest claim after it; nothing else."""
-    later = _lean(_charge(1, 0), _claim(1, 3.05), _charge(1, 3.05, now=3))
-    elsewhere = _lean(_charge(1, 0), _claim(1, 2), _charge(1, 3.05, now=3))
-
-    assert {} == _flagged(later)
-    assert {"bad_stamp": 1} == _flagged(elsewhere)
-
-
-def test_a_claim_logged_in_the_lean_footprint_is_a_phantom() -> None:
-    """The lean footprint keeps no claim log: a row written or left there is a phantom."""
-    findings = Record([_charge(1, 0), _claim(1, 0.5), _charge(1, 1, absorbs=(1,))], logged=False)
-
-    assert {"phantom_write": 1} == _flagged(findings.check())

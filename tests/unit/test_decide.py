@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import attrs
 import pytest
 
 from stall_core import (
@@ -21,23 +22,30 @@ from stall_core import (
     Reset,
     TodoRef,
     Wait,
+    charge_order,
     charge_row,
     charge_stamp,
     decide,
     effective_nudges,
+    has_departed,
     is_candidate,
+    is_due,
+    latest_claim,
     made_progress,
     next_due_at,
     next_sweep_in,
     plan_tick,
     refunded_row,
+    reset_row,
     starts_over,
     swept_recently,
+    work_of,
 )
 from tests.support import T0, minutes
 
 POLICY = PacingPolicy()
 NOW = T0 + minutes(30)
+US = timedelta(microseconds=1)
 
 
 def todo(created_at: datetime = T0, todo_id: str = "t1", title: str | None = None) -> TodoRef:
@@ -52,27 +60,45 @@ def pair(
     oldest: TodoRef | None = None,
     active: bool = True,
     receiver: bool = True,
-    progress_at: datetime | None = None,
+    claimed: datetime | None = None,
+    departed: bool = False,
     no_work: bool = False,
 ) -> PairState:
-    """A stalled, active, reachable pair unless told otherwise."""
+    """A stalled, active, reachable pair unless told otherwise; ``claimed`` is its latest claim."""
     return PairState(
         endpoint_id=endpoint_id,
         queue=queue,
         oldest=None if no_work else (oldest if oldest is not None else todo()),
         endpoint_active=active,
         has_receiver=receiver,
-        progress_at=progress_at,
+        latest_claim=claimed,
+        named_departed=departed,
     )
 
 
 def row(
-    nudges: int, last_nudged_at: datetime, *, endpoint_id: str = "ep", queue: str = "lane"
+    nudges: int,
+    last_nudged_at: datetime,
+    *,
+    endpoint_id: str = "ep",
+    queue: str = "lane",
+    named: str | None = "t1",
+    progressed_at: datetime | None = None,
 ) -> LedgerRow:
-    """A ledger row of the default pair."""
+    """A ledger row of the default pair, naming t1 (None: a row an older build charged)."""
     return LedgerRow(
-        endpoint_id=endpoint_id, queue=queue, nudges=nudges, last_nudged_at=last_nudged_at
+        endpoint_id=endpoint_id,
+        queue=queue,
+        nudges=nudges,
+        last_nudged_at=last_nudged_at,
+        named_todo=named,
+        progressed_at=progressed_at,
     )
+
+
+def charged(number: int, charged_at: datetime) -> Nudge:
+    """A nudge of the default pair naming t1, as its charge wrote it."""
+    return Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=number, charged_at=charged_at)
 
 
 # -- candidacy ----------------------------------------------------------------
@@ -81,7 +107,7 @@ def row(
 def test_threshold_is_strict() -> None:
     """A todo created exactly the threshold ago is fresh; a microsecond older is stalled."""
     at_threshold = pair(oldest=todo(NOW - POLICY.threshold))
-    past_threshold = pair(oldest=todo(NOW - POLICY.threshold - timedelta(microseconds=1)))
+    past_threshold = pair(oldest=todo(NOW - POLICY.threshold - US))
 
     assert False is is_candidate(at_threshold, NOW, POLICY)
     assert Idle(reason=IdleReason.FRESH) == decide(at_threshold, None, NOW, POLICY)
@@ -139,7 +165,14 @@ def test_no_work_drains_even_when_inactive_or_hookless() -> None:
     """A row whose pair has no work is deleted even if the endpoint is paused or hookless."""
     drained = pair(no_work=True, active=False, receiver=False)
 
-    assert Drain() == decide(drained, row(5, T0), NOW, POLICY)
+    assert Drain() == decide(drained, row(POLICY.cap, T0), NOW, POLICY)
+
+
+def test_no_work_drains_a_row_with_progress() -> None:
+    """A drained pair's row is deleted, not reset, whatever progress it shows or kept."""
+    progressed = pair(no_work=True, claimed=NOW, departed=True)
+
+    assert Drain() == decide(progressed, row(2, T0, progressed_at=T0 + minutes(1)), NOW, POLICY)
 
 
 # -- pacing ---------------------------------------------------------------------
@@ -149,157 +182,452 @@ def test_wait_names_the_due_time() -> None:
     """A candidate inside its backoff waits until last nudge + the next step."""
     ledger = row(2, NOW - minutes(1))
 
-    assert Wait(due_at=NOW - minutes(1) + minutes(20)) == decide(pair(), ledger, NOW, POLICY)
+    assert Wait(due_at=NOW - minutes(1) + POLICY.backoff[1]) == decide(pair(), ledger, NOW, POLICY)
 
 
 def test_charge_exactly_at_due_time() -> None:
     """At the due instant itself the next nudge is charged."""
-    ledger = row(1, NOW - minutes(5))
+    ledger = row(1, NOW - POLICY.backoff[0])
 
     assert Charge(number=2, todo=todo()) == decide(pair(), ledger, NOW, POLICY)
-    assert Wait(due_at=NOW) == decide(pair(), ledger, NOW - timedelta(microseconds=1), POLICY)
+    assert Wait(due_at=NOW) == decide(pair(), ledger, NOW - US, POLICY)
 
 
 def test_capped_after_cap_nudges() -> None:
     """After cap nudges without progress the pair is capped, however long it waits."""
-    ledger = row(5, T0)
+    ledger = row(POLICY.cap, T0)
 
-    assert Capped(nudges=5) == decide(pair(), ledger, T0 + timedelta(days=30), POLICY)
-
-
-def test_claim_after_the_nudge_is_progress() -> None:
-    """A claim after the last nudge (not yet absorbed) resets the count: charged nudge 1 at once."""
-    ledger = row(4, NOW - minutes(1))
-    progressed = pair(progress_at=NOW - minutes(1) + timedelta(microseconds=1))
-
-    assert True is made_progress(progressed, ledger)
-    assert 0 == effective_nudges(progressed, ledger)
-    assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
+    assert Capped(nudges=POLICY.cap) == decide(pair(), ledger, T0 + timedelta(days=30), POLICY)
 
 
-def test_claim_absorbed_at_the_nudge_instant_is_not_progress() -> None:
-    """A claim the last nudge's charge absorbed (at its very instant) is not progress."""
+def test_next_due_at() -> None:
+    """next_due_at is last nudge + the next step, and None once capped."""
+    assert T0 + POLICY.backoff[0] == next_due_at(row(1, T0), POLICY)
+    assert T0 + POLICY.backoff[-1] == next_due_at(row(POLICY.cap - 1, T0), POLICY)
+    assert None is next_due_at(row(POLICY.cap, T0), POLICY)
+    assert None is next_due_at(row(POLICY.cap + 4, T0), POLICY)
+
+
+def test_next_due_at_with_a_longer_cap_repeats_the_last_step() -> None:
+    """A policy whose cap outruns the schedule keeps the last step."""
+    policy = PacingPolicy(cap=len(POLICY.backoff) + 4)
+
+    assert T0 + POLICY.backoff[-1] == next_due_at(row(len(POLICY.backoff) + 2, T0), policy)
+
+
+def test_charge_row() -> None:
+    """A committed charge leaves a row with its number, its stamp and the todo it named."""
+    nudge = Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=3, charged_at=NOW)
+
+    assert row(3, NOW, named="t1") == charge_row(nudge)
+
+
+def test_charge_row_answers_the_progress_a_reset_kept() -> None:
+    """A charge's row keeps no progress: the nudge it records answered it."""
+    nudge = Nudge(endpoint_id="ep", queue="lane", todo=todo(todo_id="t2"), number=1, charged_at=NOW)
+
+    assert (None, "t2") == (charge_row(nudge).progressed_at, charge_row(nudge).named_todo)
+
+
+def test_is_due_is_a_charge_decision() -> None:
+    """is_due holds where decide charges (no row, progress, a step over) and nowhere else."""
+    waiting = row(2, NOW - minutes(1))
+
+    assert [True, True, True, False, False, False] == [
+        is_due(pair(), None, NOW, POLICY),
+        is_due(pair(claimed=NOW), waiting, NOW, POLICY),
+        is_due(pair(), row(1, NOW - POLICY.backoff[0]), NOW, POLICY),
+        is_due(pair(), waiting, NOW, POLICY),
+        is_due(pair(), row(POLICY.cap, T0), NOW, POLICY),
+        is_due(pair(active=False), None, NOW, POLICY),
+    ]
+
+
+def test_charge_order_is_spent_then_oldest_work_then_ids() -> None:
+    """charge_order sorts by nudges spent, then the oldest work, then endpoint_id and queue."""
+    keys = [
+        charge_order(1, todo(T0 - minutes(9)), "a", "q"),
+        charge_order(0, todo(T0), "b", "q"),
+        charge_order(0, todo(T0), "a", "z"),
+        charge_order(0, todo(T0 - US), "z", "z"),
+    ]
+
+    assert (0, T0, "b", "q") == keys[1]
+    assert [keys[3], keys[2], keys[1], keys[0]] == sorted(keys)
+
+
+# -- progress, read two ways ----------------------------------------------------------
+
+
+def test_latest_claim_is_the_latest_stamp_of_any_todo() -> None:
+    """latest_claim is the latest claimed_at among the pair's todos, never-claimed ones aside."""
+    assert NOW == latest_claim([T0, None, NOW, NOW - US])
+
+
+def test_latest_claim_of_todos_never_claimed_is_none() -> None:
+    """With no claimed_at among the pair's todos (or no todos) there is no latest claim."""
+    assert (None, None) == (latest_claim([None, None]), latest_claim([]))
+
+
+@pytest.mark.parametrize("after", [US, minutes(1), timedelta(days=1)], ids=["1us", "1m", "1d"])
+def test_a_claim_stamped_after_the_last_nudge_is_progress(after: timedelta) -> None:
+    """A claim stamped after the row's last nudge is progress: nudge 1 again, at once."""
+    ledger = row(POLICY.cap - 1, NOW - minutes(1))
+    claimed = pair(claimed=ledger.last_nudged_at + after)
+
+    assert True is made_progress(claimed, ledger)
+    assert 0 == effective_nudges(claimed, ledger)
+    assert Charge(number=1, todo=todo()) == decide(claimed, ledger, NOW, POLICY)
+
+
+@pytest.mark.parametrize("before", [timedelta(0), US, minutes(10)], ids=["at", "1us", "10m"])
+def test_a_claim_stamped_at_or_before_the_last_nudge_is_not_progress(before: timedelta) -> None:
+    """A claim stamped at or before the last nudge is not progress: the pair keeps backing off."""
     ledger = row(2, NOW - minutes(1))
-    # The claim at NOW - 1 min committed before that charge, which absorbed it: the
-    # ledger reports no unabsorbed claim, so the pair keeps backing off.
-    same_instant = pair(progress_at=None)
+    claimed = pair(claimed=ledger.last_nudged_at - before)
 
-    assert False is made_progress(same_instant, ledger)
-    assert 2 == effective_nudges(same_instant, ledger)
-    assert Wait(due_at=NOW - minutes(1) + POLICY.backoff[1]) == decide(
-        same_instant, ledger, NOW, POLICY
+    assert False is made_progress(claimed, ledger)
+    assert 2 == effective_nudges(claimed, ledger)
+    assert Wait(due_at=ledger.last_nudged_at + POLICY.backoff[1]) == decide(
+        claimed, ledger, NOW, POLICY
     )
 
 
-def test_claim_before_the_nudge_is_not_progress() -> None:
-    """A claim older than the last nudge is not progress."""
-    ledger = row(5, NOW - minutes(10))
-    # The claim at T0 came before the last nudge, whose charge absorbed it.
-    absorbed = pair(progress_at=None)
+def test_a_claim_before_the_last_nudge_leaves_a_capped_pair_capped() -> None:
+    """A capped pair whose latest claim is older than its last nudge stays capped."""
+    ledger = row(POLICY.cap, NOW - minutes(10))
 
-    assert Capped(nudges=5) == decide(absorbed, ledger, NOW, POLICY)
-
-
-def test_progress_is_in_commit_order_not_by_timestamp() -> None:
-    """An unabsorbed claim stamped before the last nudge is progress: it committed after."""
-    ledger = row(4, NOW - minutes(1))
-    # A claim whose transaction read the time before the charge but committed after it.
-    late_commit = pair(progress_at=NOW - minutes(10))
-
-    assert True is made_progress(late_commit, ledger)
-    assert True is starts_over(late_commit, ledger)
-    assert 0 == effective_nudges(late_commit, ledger)
-    assert Charge(number=1, todo=todo()) == decide(late_commit, ledger, NOW, POLICY)
-
-
-def test_an_progress_at_the_nudge_instant_is_progress() -> None:
-    """An unabsorbed claim stamped at exactly last_nudged_at is progress: it committed after."""
-    ledger = row(5, NOW - minutes(1))
-    same_instant = pair(progress_at=NOW - minutes(1))
-
-    assert True is made_progress(same_instant, ledger)
-    assert Charge(number=1, todo=todo()) == decide(same_instant, ledger, NOW, POLICY)
+    assert Capped(nudges=POLICY.cap) == decide(pair(claimed=T0), ledger, NOW, POLICY)
 
 
 def test_progress_lifts_a_capped_pair() -> None:
     """A capped pair with a claim after its last nudge is charged nudge 1 again."""
-    ledger = row(5, T0 + minutes(3))
-    progressed = pair(progress_at=T0 + minutes(4))
+    ledger = row(POLICY.cap, T0 + minutes(3))
+    progressed = pair(claimed=T0 + minutes(4))
 
     assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
 
 
+def test_the_named_todo_departed_is_progress() -> None:
+    """The todo the last nudge named no longer pending is progress, though no stamp says so."""
+    ledger = row(POLICY.cap, NOW - minutes(1))
+    # t1 was claimed by a host whose clock is behind, or deleted, or moved: t2 is the work now.
+    departed = pair(oldest=todo(todo_id="t2"), claimed=NOW - minutes(10), departed=True)
+
+    assert True is made_progress(departed, ledger)
+    assert Charge(number=1, todo=todo(todo_id="t2")) == decide(departed, ledger, NOW, POLICY)
+
+
+def test_the_named_todo_still_pending_is_not_progress() -> None:
+    """With the named todo still pending and no later claim, a capped pair stays capped."""
+    ledger = row(POLICY.cap, NOW - minutes(1))
+    stays = pair(claimed=NOW - minutes(10), departed=False)
+
+    assert False is made_progress(stays, ledger)
+    assert Capped(nudges=POLICY.cap) == decide(stays, ledger, NOW, POLICY)
+
+
+def test_a_claim_that_spanned_the_charge_is_progress_only_on_the_named_todo() -> None:
+    """A claim stamped before the charge it committed after counts if it took the named todo."""
+    ledger = row(2, NOW - minutes(1))
+    spanned = NOW - minutes(1) - US
+
+    assert True is made_progress(pair(claimed=spanned, departed=True), ledger)
+    assert False is made_progress(pair(claimed=spanned, departed=False), ledger)
+
+
+@pytest.mark.parametrize("pending", [(), ("t2",), ("t2", "t3")], ids=repr)
+def test_has_departed_when_the_named_todo_is_not_pending_in_the_pair(
+    pending: tuple[str, ...],
+) -> None:
+    """A named todo absent from the pair's pending ids (claimed, done, deleted, moved) departed."""
+    assert True is has_departed(row(1, T0, named="t1"), pending)
+
+
+@pytest.mark.parametrize("pending", [("t1",), ("t1", "t2")], ids=repr)
+def test_has_not_departed_while_the_named_todo_is_pending(pending: tuple[str, ...]) -> None:
+    """A named todo still among the pair's pending ids has not departed."""
+    assert False is has_departed(row(1, T0, named="t1"), pending)
+
+
+def test_nothing_departs_without_a_row() -> None:
+    """With no ledger row there is no named todo to depart."""
+    assert False is has_departed(None, set())
+
+
+def test_a_change_of_gate_is_not_a_departure() -> None:
+    """The named todo failing the gate now is still pending: no departure, no progress."""
+    ledger = row(2, NOW - minutes(1), named="t1")
+    # t1's delivery is no longer verified: t1 stays pending (so among the pending ids) but
+    # the work is t2 now.
+    still_pending = has_departed(ledger, {"t1", "t2"})
+    regated = pair(oldest=todo(todo_id="t2"), departed=still_pending)
+
+    assert False is still_pending
+    assert False is made_progress(regated, ledger)
+    assert Wait(due_at=ledger.last_nudged_at + POLICY.backoff[1]) == decide(
+        regated, ledger, NOW, POLICY
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
+        ({"receiver": False}, IdleReason.NO_RECEIVER),
+    ],
+)
+def test_a_change_of_endpoint_or_hooks_is_not_progress(
+    state: dict[str, bool], reason: IdleReason
+) -> None:
+    """An endpoint paused or a hook gone leaves the row as it is (idle), and back again it waits."""
+    ledger = row(2, NOW - minutes(1))
+
+    assert Idle(reason=reason) == decide(pair(**state), ledger, NOW, POLICY)  # type: ignore[arg-type]
+    assert False is made_progress(pair(**state), ledger)  # type: ignore[arg-type]
+    assert isinstance(decide(pair(), ledger, NOW, POLICY), Wait)
+
+
 def test_progress_without_a_row_is_not_progress() -> None:
     """With no ledger row there is nothing to progress past; the count is zero."""
-    claimed = pair(progress_at=T0)
+    claimed = pair(claimed=T0, departed=True)
 
     assert False is made_progress(claimed, None)
     assert 0 == effective_nudges(claimed, None)
 
 
-def test_next_due_at() -> None:
-    """next_due_at is last nudge + the next step, and None once capped."""
-    assert T0 + minutes(5) == next_due_at(row(1, T0), POLICY)
-    assert T0 + timedelta(hours=6) == next_due_at(row(4, T0), POLICY)
-    assert None is next_due_at(row(5, T0), POLICY)
-    assert None is next_due_at(row(9, T0), POLICY)
+# -- rows an older build charged -------------------------------------------------------
 
 
-def test_next_due_at_with_a_longer_cap_repeats_the_last_step() -> None:
-    """A policy whose cap outruns the schedule keeps the last step."""
-    policy = PacingPolicy(cap=8)
-
-    assert T0 + timedelta(hours=6) == next_due_at(row(6, T0), policy)
-
-
-def test_charge_row() -> None:
-    """A committed charge leaves a row with its number and charge time."""
-    nudge = Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=3, charged_at=NOW)
-
-    assert row(3, NOW) == charge_row(nudge)
+@pytest.mark.parametrize("pending", [(), ("t1",), ("t2",)], ids=repr)
+def test_an_old_build_row_never_departs(pending: tuple[str, ...]) -> None:
+    """A row that names no todo (an older build charged it) never departs, whatever is pending."""
+    assert False is has_departed(row(2, T0, named=None), pending)
 
 
-# -- the charge stamp and refunds ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("claim_after", "progressed"),
+    [(US, True), (minutes(5), True), (timedelta(0), False), (-minutes(1), False)],
+    ids=["1us after", "5m after", "at", "1m before"],
+)
+def test_an_old_build_row_reads_progress_by_timestamps_alone(
+    claim_after: timedelta, progressed: bool
+) -> None:
+    """An old-build row's progress is a claim stamped after its last nudge, and only that."""
+    legacy = row(POLICY.cap, NOW - minutes(10), named=None)
+    state = pair(claimed=legacy.last_nudged_at + claim_after, departed=has_departed(legacy, set()))
 
-US = timedelta(microseconds=1)
+    assert progressed is made_progress(state, legacy)
+    assert (Charge(number=1, todo=todo()) if progressed else Capped(nudges=POLICY.cap)) == (
+        decide(state, legacy, NOW, POLICY)
+    )
 
 
-def charged(number: int, charged_at: datetime) -> Nudge:
-    """A nudge of the default pair as its charge wrote it."""
-    return Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=number, charged_at=charged_at)
+def test_an_old_build_row_is_charged_a_row_that_names_its_todo() -> None:
+    """The first charge of an old-build row writes a row naming the todo it woke."""
+    legacy = row(1, NOW - POLICY.backoff[0], named=None)
+
+    [nudge] = plan_tick([pair()], {legacy.key: legacy}, NOW, POLICY).charges
+
+    assert row(2, NOW, named="t1") == charge_row(nudge)
+
+
+# -- progress a reset keeps ------------------------------------------------------------
+
+
+def test_reset_row_keeps_the_stamp_and_the_named_todo_and_spends_nothing() -> None:
+    """reset_row sets the count to 0 and keeps the progress at now; stamp and named todo stay."""
+    ledger = row(4, NOW - minutes(30), named="t7")
+
+    assert row(0, NOW - minutes(30), named="t7", progressed_at=NOW) == reset_row(ledger, NOW)
+
+
+def test_reset_row_keeps_progress_already_kept() -> None:
+    """A row that already keeps progress keeps its first progressed_at through another reset."""
+    kept = row(0, T0, progressed_at=NOW - minutes(5))
+
+    assert kept == reset_row(kept, NOW)
+
+
+def test_progress_kept_by_a_reset_counts_with_nothing_else_in_sight() -> None:
+    """A row keeping progress starts over though no claim is later and its named todo is pending."""
+    kept = row(0, NOW - minutes(10), progressed_at=NOW - minutes(5))
+
+    assert True is made_progress(pair(), kept)
+    assert True is starts_over(pair(), kept)
+    assert Charge(number=1, todo=todo()) == decide(pair(), kept, NOW, POLICY)
+
+
+def test_progress_kept_by_a_reset_counts_until_a_charge_answers_it() -> None:
+    """The charge that answers kept progress consumes it: the same pair then backs off."""
+    kept = row(0, NOW - minutes(10), progressed_at=NOW - minutes(5))
+
+    [nudge] = plan_tick([pair()], {kept.key: kept}, NOW, POLICY).charges
+    answered = charge_row(nudge)
+
+    assert (1, NOW) == (nudge.number, nudge.charged_at)
+    assert False is made_progress(pair(), answered)
+    assert Wait(due_at=NOW + POLICY.backoff[0]) == decide(pair(), answered, NOW + US, POLICY)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
+        ({"receiver": False}, IdleReason.NO_RECEIVER),
+        ({"oldest": todo(NOW - minutes(1))}, IdleReason.FRESH),
+    ],
+)
+def test_progress_kept_by_a_reset_outlasts_ticks_that_cannot_charge(
+    state: dict[str, object], reason: IdleReason
+) -> None:
+    """A row keeping progress is reset again while not a candidate, its first progress kept."""
+    kept = row(0, NOW - minutes(10), progressed_at=NOW - minutes(5))
+    idle = pair(**state)  # type: ignore[arg-type]
+
+    plan = plan_tick([idle], {kept.key: kept}, NOW, POLICY)
+
+    assert Reset(reason=reason) == decide(idle, kept, NOW, POLICY)
+    assert ((), (kept.key,)) == (plan.charges, plan.reset)
+    assert kept == reset_row(kept, NOW)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
+        ({"receiver": False}, IdleReason.NO_RECEIVER),
+        ({"oldest": todo(NOW - minutes(1))}, IdleReason.FRESH),
+    ],
+)
+def test_progress_that_is_not_charged_resets_the_row(
+    state: dict[str, object], reason: IdleReason
+) -> None:
+    """A pair with progress that is no candidate keeps its row reset; without progress, idle."""
+    ledger = row(POLICY.cap - 1, NOW - minutes(5))
+    progressed = pair(claimed=NOW - minutes(1), **state)  # type: ignore[arg-type]
+
+    plan = plan_tick([progressed], {ledger.key: ledger}, NOW, POLICY)
+
+    assert Reset(reason=reason) == decide(progressed, ledger, NOW, POLICY)
+    assert ((), (), (ledger.key,)) == (plan.charges, plan.drained, plan.reset)
+    assert Idle(reason=reason) == decide(pair(**state), ledger, NOW, POLICY)  # type: ignore[arg-type]
+    assert () == plan_tick([pair(**state)], {ledger.key: ledger}, NOW, POLICY).reset  # type: ignore[arg-type]
+
+
+def test_a_reset_row_is_charged_nudge_one_once_the_pair_is_a_candidate_again() -> None:
+    """Progress seen while paused is kept by the reset and answered by nudge 1 on resuming."""
+    ledger = row(POLICY.cap, NOW - minutes(30))
+    # The named todo was claimed and done while the endpoint was paused.
+    paused = pair(active=False, oldest=todo(todo_id="t2"), departed=True)
+
+    kept = reset_row(ledger, NOW)
+    resumed = pair(oldest=todo(todo_id="t2"), departed=True)
+    later = NOW + minutes(1)
+    [nudge] = plan_tick([resumed], {kept.key: kept}, later, POLICY).charges
+
+    assert (kept.key,) == plan_tick([paused], {ledger.key: ledger}, NOW, POLICY).reset
+    assert (1, later, "t2") == (nudge.number, nudge.charged_at, nudge.todo.id)
+    assert False is made_progress(pair(oldest=todo(todo_id="t2")), charge_row(nudge))
+
+
+# -- the charge stamp: a claim ahead of now is consumed once -----------------------------
 
 
 def test_charge_stamp_takes_a_claim_later_than_now() -> None:
-    """A claim stamped after now (committed before the charge looked) becomes the stamp."""
-    assert NOW + US == charge_stamp(pair(progress_at=NOW + US), NOW)
+    """A claim stamped after now (a host clock ahead) becomes the stamp."""
+    assert NOW + US == charge_stamp(pair(claimed=NOW + US), NOW)
 
 
 def test_charge_stamp_is_now_for_an_earlier_claim() -> None:
     """A claim before now leaves the stamp at now."""
-    assert NOW == charge_stamp(pair(progress_at=NOW - minutes(1)), NOW)
+    assert NOW == charge_stamp(pair(claimed=NOW - minutes(1)), NOW)
 
 
 def test_charge_stamp_is_now_for_a_claim_at_now() -> None:
     """A claim at exactly now leaves the stamp at now."""
-    assert NOW == charge_stamp(pair(progress_at=NOW), NOW)
+    assert NOW == charge_stamp(pair(claimed=NOW), NOW)
 
 
 def test_charge_stamp_is_now_without_a_claim() -> None:
-    """A pair with no unabsorbed claim is stamped with now."""
+    """A pair never claimed is stamped with now."""
     assert NOW == charge_stamp(pair(), NOW)
 
 
 def test_a_progress_charge_is_stamped_with_a_claim_later_than_now() -> None:
     """A row's progress claim stamped after now is nudge 1, stamped with that claim."""
-    progressed = pair(progress_at=NOW + US)
+    progressed = pair(claimed=NOW + US)
     rows = {("ep", "lane"): row(3, NOW - minutes(1))}
 
     [nudge] = plan_tick([progressed], rows, NOW, POLICY).charges
 
-    assert NOW + US == charge_stamp(progressed, NOW)
     assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
         nudge
     )
+
+
+def test_plan_tick_stamps_a_later_claim() -> None:
+    """A first charge of a pair claimed after now is stamped with that claim, not now."""
+    claimed_later = pair(claimed=NOW + US)
+
+    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
+
+    assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
+        nudge
+    )
+
+
+def test_a_claim_stamped_ahead_of_now_is_consumed_by_the_charge() -> None:
+    """The same claim ahead of now is not progress after the charge; the backoff runs from it."""
+    ahead = NOW + minutes(10)
+    ledger = row(3, NOW - minutes(30))
+    claimed = pair(claimed=ahead)
+
+    [nudge] = plan_tick([claimed], {ledger.key: ledger}, NOW, POLICY).charges
+    answered = charge_row(nudge)
+
+    assert (1, ahead) == (nudge.number, nudge.charged_at)
+    assert False is made_progress(claimed, answered)
+    assert Wait(due_at=ahead + POLICY.backoff[0]) == decide(
+        claimed, answered, NOW + minutes(1), POLICY
+    )
+    # Stamped with now instead, the same claim would be progress again.
+    assert True is made_progress(claimed, attrs.evolve(answered, last_nudged_at=NOW))
+
+
+def test_a_claim_stamped_ahead_of_now_counts_once_across_a_reset() -> None:
+    """A claim ahead of now seen while paused is kept by the reset, then consumed by one charge."""
+    ahead = NOW + minutes(10)
+    ledger = row(2, NOW - minutes(30))
+    paused = pair(active=False, claimed=ahead)
+
+    plan = plan_tick([paused], {ledger.key: ledger}, NOW, POLICY)
+    kept = reset_row(ledger, NOW)
+    resumed = pair(claimed=ahead)
+    [nudge] = plan_tick([resumed], {kept.key: kept}, NOW + minutes(1), POLICY).charges
+    answered = charge_row(nudge)
+    after = plan_tick([resumed], {answered.key: answered}, NOW + minutes(2), POLICY)
+
+    assert ((), (ledger.key,)) == (plan.charges, plan.reset)
+    assert (1, ahead) == (nudge.number, nudge.charged_at)
+    assert False is made_progress(resumed, answered)
+    assert ((), ()) == (after.charges, after.reset)
+
+
+def test_a_claim_consumed_by_a_charge_is_not_progress_again() -> None:
+    """After a later-claim charge consumed that claim, the same history waits from the claim."""
+    claimed_later = pair(claimed=NOW + US)
+    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
+
+    later = NOW + minutes(1)
+
+    assert False is made_progress(claimed_later, charge_row(nudge))
+    assert Wait(due_at=NOW + US + POLICY.backoff[0]) == decide(
+        claimed_later, charge_row(nudge), later, POLICY
+    )
+
+
+# -- refunds ----------------------------------------------------------------------------
 
 
 def test_refunded_row_takes_back_its_own_charge() -> None:
@@ -321,7 +649,7 @@ def test_refunded_row_keeps_the_stamp() -> None:
 
 def test_refunded_row_never_undoes_a_later_charge() -> None:
     """After a later charge (next number, later stamp) the old nudge's refund is refused."""
-    assert None is refunded_row(row(2, NOW + minutes(5)), charged(1, NOW))
+    assert None is refunded_row(row(2, NOW + POLICY.backoff[0]), charged(1, NOW))
 
 
 def test_refunded_row_refuses_a_different_stamp() -> None:
@@ -344,6 +672,47 @@ def test_refunded_row_of_a_missing_row_is_none() -> None:
     assert None is refunded_row(None, charged(1, NOW))
 
 
+@pytest.mark.parametrize("number", [1, 3])
+def test_refunded_row_refuses_a_reset_row(number: int) -> None:
+    """A row reset since a nudge's charge (count 0, progress kept) is not refunded by it."""
+    nudge = charged(number, NOW)
+    written = charge_row(nudge)
+
+    assert row(number - 1, NOW) == refunded_row(written, nudge)
+    assert None is refunded_row(reset_row(written, NOW + minutes(1)), nudge)
+
+
+# Charges pinned to one claim stamped ahead of the clock share (number, stamp): the
+# todo each names is what tells them apart.
+
+
+def test_a_late_refund_never_undoes_a_later_charge_pinned_to_the_same_claim() -> None:
+    """Two nudge-1 charges pinned to one claim ahead: the first one's refund spares the next."""
+    ahead = NOW + minutes(30)
+    ledger = row(1, NOW - minutes(5))
+    [first] = plan_tick([pair(claimed=ahead)], {ledger.key: ledger}, NOW, POLICY).charges
+    # Then t1, the todo it named, departs (claimed on a clock behind): progress again.
+    moved_on = pair(oldest=todo(todo_id="t2"), claimed=ahead, departed=True)
+    written = {ledger.key: charge_row(first)}
+    [second] = plan_tick([moved_on], written, NOW + minutes(1), POLICY).charges
+
+    assert None is refunded_row(charge_row(second), first)
+
+
+def test_a_late_refund_never_undoes_a_charge_after_a_reset_pinned_to_the_same_claim() -> None:
+    """A charge, a reset, a charge again at one claim ahead: the first's refund spares the last."""
+    ahead = NOW + minutes(30)
+    ledger = row(1, NOW - minutes(5))
+    [first] = plan_tick([pair(claimed=ahead)], {ledger.key: ledger}, NOW, POLICY).charges
+    # The named todo departs while the endpoint is paused: the next tick resets the row,
+    # and the one after, the endpoint resumed, charges nudge 1 again.
+    kept = reset_row(charge_row(first), NOW + minutes(1))
+    resumed = pair(oldest=todo(todo_id="t2"), claimed=ahead, departed=True)
+    [again] = plan_tick([resumed], {kept.key: kept}, NOW + minutes(2), POLICY).charges
+
+    assert None is refunded_row(charge_row(again), first)
+
+
 def test_a_refunded_first_nudge_waits_the_first_step() -> None:
     """A row of 0 nudges waits until last_nudged_at + backoff[0]."""
     ledger = row(0, NOW - minutes(1))
@@ -361,7 +730,7 @@ def test_a_refunded_first_nudge_is_charged_number_one_when_due() -> None:
 
 
 def test_a_refunded_first_nudge_does_not_start_over() -> None:
-    """A row of 0 nudges counts no nudge spent, yet the pair does not start over."""
+    """A row of 0 nudges with no progress kept counts no nudge spent, yet does not start over."""
     ledger = row(0, NOW - minutes(1))
 
     assert False is starts_over(pair(), ledger)
@@ -371,7 +740,7 @@ def test_a_refunded_first_nudge_does_not_start_over() -> None:
 def test_progress_after_a_refund_starts_over_at_once() -> None:
     """A claim after a refunded nudge's stamp is progress: nudge 1 at once, no wait."""
     ledger = row(0, NOW - minutes(1))
-    progressed = pair(progress_at=NOW - minutes(1) + US)
+    progressed = pair(claimed=NOW - minutes(1) + US)
 
     assert True is starts_over(progressed, ledger)
     assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
@@ -382,30 +751,7 @@ def test_starts_over_without_a_row() -> None:
     assert True is starts_over(pair(), None)
 
 
-def test_plan_tick_stamps_a_later_claim() -> None:
-    """A charge of a pair claimed after now is stamped with that claim, not now."""
-    claimed_later = pair(progress_at=NOW + US)
-
-    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
-
-    assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
-        nudge
-    )
-
-
-def test_a_claim_absorbed_by_a_charge_is_not_progress_again() -> None:
-    """After a later-claim charge absorbed that claim, the next tick waits from the claim."""
-    claimed_later = pair(progress_at=NOW + US)
-    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
-    # The charge absorbed the claim: the next tick's view has no unabsorbed claim.
-    absorbed = pair(progress_at=None)
-
-    later = NOW + minutes(1)
-
-    assert False is made_progress(absorbed, charge_row(nudge))
-    assert Wait(due_at=NOW + US + POLICY.backoff[0]) == decide(
-        absorbed, charge_row(nudge), later, POLICY
-    )
+# -- the tick limit and resets -----------------------------------------------------------
 
 
 def test_plan_tick_ranks_a_refunded_pair_with_the_least_nudged() -> None:
@@ -426,40 +772,50 @@ def test_plan_tick_ranks_a_refunded_pair_with_the_least_nudged() -> None:
 
 
 @pytest.mark.parametrize(
-    ("state", "reason"),
+    ("progress", "ledger"),
     [
-        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
-        ({"receiver": False}, IdleReason.NO_RECEIVER),
-        ({"oldest": todo(NOW - minutes(1))}, IdleReason.FRESH),
+        ({"claimed": NOW - minutes(1)}, row(4, NOW - minutes(2), endpoint_id="b")),
+        ({"departed": True}, row(4, NOW - minutes(2), endpoint_id="b")),
+        ({}, row(0, NOW - minutes(2), endpoint_id="b", progressed_at=NOW - minutes(1))),
     ],
+    ids=["claim", "departure", "kept"],
 )
-def test_progress_that_is_not_charged_resets_the_row(
-    state: dict[str, object], reason: IdleReason
+def test_a_progressed_pair_held_back_by_the_tick_limit_is_reset(
+    progress: dict[str, object], ledger: LedgerRow
 ) -> None:
-    """A pair with progress that is no candidate loses its row: its next nudge is a first one."""
-    ledger = row(4, NOW - minutes(5))
-    progressed = pair(progress_at=NOW - minutes(1), **state)  # type: ignore[arg-type]
-
-    assert Reset(reason=reason) == decide(progressed, ledger, NOW, POLICY)
-    assert ((), ("ep", "lane")) == (
-        plan_tick([progressed], {ledger.key: ledger}, NOW, POLICY).charges,
-        plan_tick([progressed], {ledger.key: ledger}, NOW, POLICY).reset[0],
-    )
-    assert Idle(reason=reason) == decide(pair(**state), ledger, NOW, POLICY)  # type: ignore[arg-type]
-
-
-def test_a_progressed_pair_held_back_by_the_tick_limit_is_reset() -> None:
-    """Due at nudge 1 but beyond the tick limit: its row goes, so its claim is judged once."""
+    """Due at nudge 1 but beyond the tick limit, a pair's row is reset and charged first next."""
     policy = PacingPolicy(tick_limit=1)
     first = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
-    held = pair(endpoint_id="b", progress_at=NOW - minutes(1))
-    rows = {("b", "lane"): row(4, NOW - minutes(2), endpoint_id="b")}
+    held = pair(endpoint_id="b", **progress)  # type: ignore[arg-type]
+    rows = {ledger.key: ledger}
 
     plan = plan_tick([first, held], rows, NOW, policy)
+    rows = {n.key: charge_row(n) for n in plan.charges} | {
+        key: reset_row(rows[key], NOW) for key in plan.reset
+    }
+    then = NOW + policy.backoff[0]
+    # What showed the progress may be gone by then (a todo deleted or unstamped): the row keeps it.
+    after = plan_tick([first, pair(endpoint_id="b")], rows, then, policy)
 
-    assert ([("a", 1)], (("b", "lane"),)) == (
+    assert ([("a", 1)], (("b", "lane"),), 1) == (
         [(n.endpoint_id, n.number) for n in plan.charges],
         plan.reset,
+        plan.held_back,
+    )
+    assert [("b", 1)] == [(n.endpoint_id, n.number) for n in after.charges]
+
+
+def test_a_pair_held_back_without_a_row_is_not_reset() -> None:
+    """A first nudge held back by the tick limit has no row to reset: it is simply due next tick."""
+    policy = PacingPolicy(tick_limit=1)
+    board = [pair(endpoint_id="a", oldest=todo(T0 - US)), pair(endpoint_id="b", claimed=NOW)]
+
+    plan = plan_tick(board, {}, NOW, policy)
+
+    assert ([("a", 1)], (), 1) == (
+        [(n.endpoint_id, n.number) for n in plan.charges],
+        plan.reset,
+        plan.held_back,
     )
 
 
@@ -489,13 +845,15 @@ def test_naive_now_raises() -> None:
     [
         lambda naive: TodoRef(id="t", created_at=naive),
         lambda naive: row(1, naive),
-        lambda naive: pair(progress_at=naive),
+        lambda naive: row(0, T0, progressed_at=naive),
+        lambda naive: pair(claimed=naive),
         lambda naive: Nudge(endpoint_id="e", queue="q", todo=todo(), number=1, charged_at=naive),
     ],
     ids=[
         "todo.created_at",
         "row.last_nudged_at",
-        "pair.progress_at",
+        "row.progressed_at",
+        "pair.latest_claim",
         "nudge.charged_at",
     ],
 )
@@ -566,7 +924,7 @@ def test_plan_tick_orders_by_effective_count_first() -> None:
     """Least-nudged first: a progressed pair (effective 0) goes before a fresher-row pair at 1."""
     policy = PacingPolicy(tick_limit=1)
     old_at_one = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
-    progressed_at_four = pair(endpoint_id="b", progress_at=NOW - minutes(1))
+    progressed_at_four = pair(endpoint_id="b", claimed=NOW - minutes(1))
     rows = {
         ("a", "lane"): row(1, NOW - minutes(10), endpoint_id="a"),
         ("b", "lane"): row(4, NOW - minutes(2), endpoint_id="b"),
@@ -619,14 +977,14 @@ def test_plan_tick_endpoint_before_queue_by_code_point() -> None:
 
 def test_plan_tick_held_back_counts_due_pairs_beyond_the_limit() -> None:
     """held_back counts the due pairs the tick limit left out, not waiting or idle ones."""
-    board = [pair(endpoint_id=f"ep{i}") for i in range(7)]
+    board = [pair(endpoint_id=f"ep{i}") for i in range(POLICY.tick_limit + 3)]
     board.append(pair(endpoint_id="waiting"))
     board.append(pair(endpoint_id="fresh", oldest=todo(NOW)))
     rows = {("waiting", "lane"): row(1, NOW, endpoint_id="waiting")}
 
     plan = plan_tick(board, rows, NOW, POLICY)
 
-    assert 4 == len(plan.charges)
+    assert POLICY.tick_limit == len(plan.charges)
     assert 3 == plan.held_back
 
 
@@ -717,3 +1075,16 @@ def test_a_tick_skips_only_while_the_fleet_swept_within_its_interval(
 
     assert skips is swept_recently(swept_at, T0, timedelta(seconds=15))
     assert False is swept_recently(swept_at, T0, None)
+
+
+def test_the_work_is_the_oldest_pending_todo_ties_by_id_in_code_point_order() -> None:
+    """work_of: the earliest created_at, then the smaller id by code point ('B' < 'a')."""
+    early, later = T0, T0 + timedelta(seconds=1)
+    todos = [
+        TodoRef(id="a", created_at=early),
+        TodoRef(id="B", created_at=early),
+        TodoRef(id="0", created_at=later),
+    ]
+
+    assert TodoRef(id="B", created_at=early) == work_of(todos)
+    assert work_of([]) is None

@@ -6,14 +6,17 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+import attrs
 import pytest
 
 from adapters.memory import BoardError, MemoryBoard
-from stall_core import PacingPolicy, PairState, TodoRef, WakeError
+from stall_core import LedgerRow, PacingPolicy, PairState, TodoRef, WakeError, made_progress
 from stall_testing import RecordingWake
 from tests.support import T0, FakeClock, minutes
 
 POLICY = PacingPolicy()
+KEY = ("ep", "lane")
+US = timedelta(microseconds=1)
 
 
 def add_hook(board: MemoryBoard, hook_id: str, endpoint_id: str, **kwargs: object) -> None:
@@ -51,10 +54,8 @@ def snapshot(board: MemoryBoard) -> tuple[object, ...]:
     """Every table of the board, copied, for nothing-changed checks."""
     return (
         dict(board.endpoints),
-        # Deliveries and the progress log have no public view; copies of the private
-        # tables are enough here.
+        # Deliveries have no public view; a copy of the private table is enough here.
         dict(board._deliveries),
-        {key: list(claims) for key, claims in board._claims.items()},
         dict(board.todos),
         dict(board.hooks),
         dict(board.ledger),
@@ -149,6 +150,15 @@ FAILING_VERBS: list[tuple[str, Callable[[MemoryBoard], object], type[Exception],
     ("complete pending todo", lambda b: b.complete("t1"), BoardError, "pending, not claimed"),
     ("complete unknown todo", lambda b: b.complete("t9"), BoardError, "'t9'"),
     ("requeue pending todo", lambda b: b.requeue("t1"), BoardError, "pending, not claimed"),
+    ("requeue unknown todo", lambda b: b.requeue("t9", unstamp=True), BoardError, "'t9'"),
+    ("move unknown todo", lambda b: b.move_todo("t9", "q"), BoardError, "'t9'"),
+    ("delete unknown todo", lambda b: b.delete_todo("t9"), BoardError, "'t9'"),
+    (
+        "verify unknown delivery",
+        lambda b: b.set_delivery_verified("d9", True),
+        BoardError,
+        "'d9'",
+    ),
     ("ring unknown todo", lambda b: b.ring("t9", at=T0), BoardError, "'t9'"),
     ("ring naive time", lambda b: b.ring("t1", at=NAIVE), ValueError, "at"),
 ]
@@ -404,7 +414,7 @@ def test_state_is_read_only(board: MemoryBoard) -> None:
 
 
 def test_pair_states(board: MemoryBoard) -> None:
-    """pair_states reports the oldest gated todo, activity, receivers and the unabsorbed claim."""
+    """pair_states reports the oldest gated todo, activity, receivers and the latest claim."""
     board.create_todo(
         "u-old", endpoint_id="ep", queue="lane", created_at=T0 - minutes(9), delivery_id="du"
     )
@@ -420,7 +430,8 @@ def test_pair_states(board: MemoryBoard) -> None:
             oldest=TodoRef(id="t1", created_at=T0),
             endpoint_active=True,
             has_receiver=True,
-            progress_at=T0 + minutes(3),
+            latest_claim=T0 + minutes(3),
+            named_departed=False,
         ),
         PairState(
             endpoint_id="other",
@@ -428,7 +439,8 @@ def test_pair_states(board: MemoryBoard) -> None:
             oldest=TodoRef(id="q", created_at=T0, title="x"),
             endpoint_active=False,
             has_receiver=False,
-            progress_at=None,
+            latest_claim=None,
+            named_departed=False,
         ),
     ] == board.pair_states()
 
@@ -553,90 +565,416 @@ async def test_a_naive_board_clock_fails_the_charge_and_writes_nothing() -> None
     assert {} == dict(board.ledger)
 
 
-# -- progress: the claim log, absorbed by ticks ----------------------------------------------
+# -- progress: read from the todos, two ways -----------------------------------------------
+
+
+def add_second_todo(board: MemoryBoard, *, delivery_id: str | None = "dv") -> None:
+    """Add t2 to ep/lane a microsecond after t1, so t1 stays the oldest and is the one named."""
+    board.create_todo(
+        "t2", endpoint_id="ep", queue="lane", created_at=T0 + US, delivery_id=delivery_id
+    )
+
+
+async def ticks(board: MemoryBoard, clock: FakeClock, *at: timedelta) -> list[object]:
+    """Tick at each ``T0 + at``; ep/lane's charges as (offset, number, named todo, stamp)."""
+    charged: list[object] = []
+    for offset in at:
+        clock.set(T0 + offset)
+        outcome = await board.charge_due(policy=POLICY)
+        charged += [
+            (offset, n.number, n.todo.id, n.charged_at - T0)
+            for n in outcome.charged
+            if n.key == KEY
+        ]
+    return charged
+
+
+def progressed(board: MemoryBoard) -> bool:
+    """Whether ep/lane shows progress to the core, as the board reads it now."""
+    states = {state.key: state for state in board.pair_states()}
+    return made_progress(states[KEY], board.ledger.get(KEY))
 
 
 @pytest.mark.parametrize("stamped", [-minutes(1), timedelta(0)], ids=["before", "at"])
-async def test_a_claim_made_after_a_charge_is_progress_whatever_its_stamp(
+async def test_claiming_the_named_todo_is_progress_whatever_its_stamp(
     board: MemoryBoard, clock: FakeClock, stamped: timedelta
 ) -> None:
-    """A claim made after the last nudge, stamped at or before it, resets the next charge only."""
-    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
-    clock.set(T0 + minutes(3))
-    [first] = (await board.charge_due(policy=POLICY)).charged
-    board.claim("t2", owner="c", at=first.charged_at + stamped)
+    """The named todo claimed, stamped at or before the charge, departed: progress, once."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.claim("t1", owner="c", at=T0 + minutes(3) + stamped)
 
+    assert True is progressed(board)
+    # Without the departure, T0+4m would wait for nudge 2 at T0+8m; counted twice,
+    # T0+9m-1us would charge nudge 1 again.
+    assert [(minutes(4), 1, "t2", minutes(4)), (minutes(9), 2, "t2", minutes(9))] == await ticks(
+        board, clock, minutes(4), minutes(9) - US, minutes(9)
+    )
+
+
+@pytest.mark.parametrize("stamped", [-minutes(1), timedelta(0)], ids=["before", "at"])
+async def test_a_claim_of_another_todo_stamped_at_or_before_the_charge_is_not_progress(
+    board: MemoryBoard, clock: FakeClock, stamped: timedelta
+) -> None:
+    """A todo the nudge did not name, claimed with a stamp at or before its charge: no progress."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.claim("t2", owner="c", at=T0 + minutes(3) + stamped)
+
+    assert False is progressed(board)
+    assert [(minutes(8), 2, "t1", minutes(8))] == await ticks(
+        board, clock, minutes(4), minutes(8) - US, minutes(8)
+    )
+
+
+async def test_a_claim_of_another_todo_stamped_after_the_charge_is_progress(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A todo the nudge did not name, claimed with a stamp after its charge, is progress, once."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.claim("t2", owner="c", at=T0 + minutes(3) + US)
+
+    assert [(minutes(4), 1, "t1", minutes(4)), (minutes(9), 2, "t1", minutes(9))] == await ticks(
+        board, clock, minutes(4), minutes(9) - US, minutes(9)
+    )
+
+
+async def test_a_claim_of_another_todo_done_since_is_progress(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A todo the nudge did not name, claimed after its charge and done since, still shows it."""
+    add_second_todo(board)
+    board.create_todo("t3", endpoint_id="ep", queue="lane", created_at=T0 + 2 * US)
+    await ticks(board, clock, minutes(3))
+    board.claim("t3", owner="c", at=T0 + minutes(3) + US)
+    board.complete("t3")
+
+    assert [(minutes(4), 1, "t1", minutes(4))] == await ticks(board, clock, minutes(4))
+
+
+async def test_a_pair_held_back_with_progress_is_reset_then_charged_first(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """Held back by the tick limit, a pair's progress is kept by a reset, though its claim goes."""
+    policy = attrs.evolve(POLICY, tick_limit=1)
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.claim("t2", owner="c", at=T0 + minutes(3) + US)
+    # A pair with older work, due at nudge 1 as lane is: it goes first.
+    board.create_todo("x1", endpoint_id="ep", queue="early", created_at=T0 - minutes(10))
     clock.set(T0 + minutes(4))
-    reset = await board.charge_due(policy=POLICY)
-    [after_reset] = board.pair_states()
-    clock.set(T0 + minutes(9) - timedelta(microseconds=1))
-    early = await board.charge_due(policy=POLICY)
-    clock.set(T0 + minutes(9))
-    due = await board.charge_due(policy=POLICY)
+    held = await board.charge_due(policy=policy)
+    kept = board.ledger[KEY]
+    board.delete_todo("t2")  # the claim's stamp goes with it
+    clock.set(T0 + minutes(5))
+    after = await board.charge_due(policy=policy)
 
-    # Without the claim, T0+4m would wait for nudge 2 at T0+8m; with it counted
-    # twice, T0+9m-1us would charge nudge 1 again.
-    assert [(1, T0 + minutes(4))] == [(n.number, n.charged_at) for n in reset.charged]
-    assert None is after_reset.progress_at
-    assert () == early.charged
-    assert [(2, T0 + minutes(9))] == [(n.number, n.charged_at) for n in due.charged]
+    assert [("ep", "early")] == [n.key for n in held.charged]
+    assert (0, T0 + minutes(4)) == (kept.nudges, kept.progressed_at)
+    assert [(KEY, 1)] == [(n.key, n.number) for n in after.charged]
+
+
+DEPARTURES: dict[str, Callable[[MemoryBoard], object]] = {
+    "deleted": lambda b: b.delete_todo("t1"),
+    "moved": lambda b: b.move_todo("t1", "elsewhere"),
+    "claimed, stamped behind": lambda b: b.claim("t1", owner="c", at=T0),
+    "done, unstamped": lambda b: (b.claim("t1", owner="c"), b.complete("t1", unstamp=True)),
+}
+
+
+@pytest.mark.parametrize("depart", DEPARTURES.values(), ids=DEPARTURES.keys())
+async def test_the_named_todo_departing_is_progress(
+    board: MemoryBoard, clock: FakeClock, depart: Callable[[MemoryBoard], object]
+) -> None:
+    """The named todo deleted, moved or done (its stamp gone or not) is progress: nudge 1."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    depart(board)
+
+    charged = await ticks(board, clock, minutes(4), minutes(5))
+
+    assert [(minutes(4), 1, "t2", minutes(4))] == charged[:1]
+    assert 1 == len(charged)
+
+
+def test_a_requeued_named_todo_unstamped_leaves_no_trace(board: MemoryBoard) -> None:
+    """A claim undone with its stamp before any tick looked is neither a claim nor a departure."""
+    board.claim("t1", owner="c", at=T0)
+    board.requeue("t1", unstamp=True)
+
+    [state] = board.pair_states()
+
+    assert (None, False) == (state.latest_claim, state.named_departed)
+
+
+CHANGES: dict[str, Callable[[MemoryBoard], object]] = {
+    "gate failed": lambda b: b.set_delivery_verified("dv", False),
+    "endpoint paused and resumed": lambda b: (
+        b.set_endpoint_state("ep", "paused"),
+        b.set_endpoint_state("ep", "active"),
+    ),
+    "hook disabled and enabled": lambda b: (
+        b.set_hook_enabled("h1", False, at=T0, reason="test"),
+        b.set_hook_enabled("h1", True),
+    ),
+    "hook filter changed": lambda b: b.set_hook_queues("h1", ["lane", "x"]),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
+async def test_a_change_of_gate_or_configuration_is_not_progress(
+    board: MemoryBoard, clock: FakeClock, change: Callable[[MemoryBoard], object]
+) -> None:
+    """The named todo ungated, or the endpoint or hooks changed and back: no departure, no reset."""
+    add_second_todo(board, delivery_id=None)  # operator-made: passes the gate whatever dv says
+    await ticks(board, clock, minutes(3))
+    row = board.ledger[KEY]
+    change(board)
+
+    [state] = board.pair_states()
+    quiet = await ticks(board, clock, minutes(4))
+
+    assert (False, False) == (state.named_departed, progressed(board))
+    assert ([], row) == (quiet, board.ledger[KEY])
+    assert [(minutes(8), 2, state.oldest.id if state.oldest else None, minutes(8))] == (
+        await ticks(board, clock, minutes(8))
+    )
+
+
+async def test_a_paused_endpoint_without_progress_keeps_its_row_as_it_is(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A tick on a paused endpoint with no progress leaves its row alone: idle, not reset."""
+    await ticks(board, clock, minutes(3))
+    row = board.ledger[KEY]
+    board.set_endpoint_state("ep", "paused")
+
+    assert [] == await ticks(board, clock, minutes(4), minutes(9))
+    assert row == board.ledger[KEY]
+
+
+async def test_progress_no_charge_answers_keeps_the_row_reset(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """Progress seen while paused resets the row: count 0; stamp, named todo and progress kept."""
+    add_second_todo(board)
+    clock.set(T0 + minutes(3))
+    [nudge] = (await board.charge_due(policy=POLICY)).charged
+    board.set_endpoint_state("ep", "paused")
+    board.claim("t2", owner="c", at=T0 + minutes(3) + US)
+
+    paused = await ticks(board, clock, minutes(4), minutes(5))
+    # The claim that showed the progress is undone, stamp and all: the row keeps it anyway.
+    board.requeue("t2", unstamp=True)
+    refunded = await board.refund(nudge)
+    board.set_endpoint_state("ep", "active")
+
+    assert [] == paused
+    assert (
+        LedgerRow(
+            endpoint_id="ep",
+            queue="lane",
+            nudges=0,
+            last_nudged_at=T0 + minutes(3),
+            named_todo="t1",
+            progressed_at=T0 + minutes(4),
+        ),
+        False,
+    ) == (board.ledger[KEY], refunded)
+    assert [(minutes(6), 1, "t1", minutes(6))] == await ticks(
+        board, clock, minutes(6), minutes(11) - US
+    )
+    assert None is board.ledger[KEY].progressed_at
+
+
+async def test_a_claim_stamped_ahead_of_the_board_clock_counts_once(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A claim stamped ahead of the clock is nudge 1's stamp; nudge 2 waits a step from it."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.claim("t2", owner="c", at=T0 + minutes(10))
+
+    charged = await ticks(
+        board,
+        clock,
+        minutes(4),
+        minutes(5),
+        minutes(10),
+        minutes(10) + POLICY.backoff[0] - US,
+        minutes(10) + POLICY.backoff[0],
+    )
+
+    assert [
+        (minutes(4), 1, "t1", minutes(10)),
+        (minutes(10) + POLICY.backoff[0], 2, "t1", minutes(10) + POLICY.backoff[0]),
+    ] == charged
+
+
+async def test_a_claim_stamped_ahead_counts_once_across_a_reset(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """A claim ahead of the clock seen while paused is kept by the reset, then consumed once."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.set_endpoint_state("ep", "paused")
+    board.claim("t2", owner="c", at=T0 + minutes(10))
+    await ticks(board, clock, minutes(4))
+    kept = board.ledger[KEY]
+    board.set_endpoint_state("ep", "active")
+
+    charged = await ticks(
+        board, clock, minutes(5), minutes(6), minutes(10) + POLICY.backoff[0] - US
+    )
+
+    assert (0, T0 + minutes(4)) == (kept.nudges, kept.progressed_at)
+    assert [(minutes(5), 1, "t1", minutes(10))] == charged
 
 
 @pytest.mark.parametrize("first_tick", [minutes(1), minutes(3)], ids=["fresh", "charging"])
-async def test_a_claim_before_any_row_is_absorbed_by_the_next_tick(
+async def test_a_claim_before_any_row_does_not_count_after_the_first_charge(
     board: MemoryBoard, clock: FakeClock, first_tick: timedelta
 ) -> None:
-    """A claim on a pair with no ledger row is absorbed by the next tick: nudge 1, then 2."""
-    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
+    """A claim on a pair with no ledger row is stamped before nudge 1: nudge 2 waits its step."""
+    add_second_todo(board)
     clock.set(T0 + minutes(1))
     board.claim("t2", owner="c")
 
-    clock.set(T0 + first_tick)
-    first = await board.charge_due(policy=POLICY)
-    [after_first] = board.pair_states()
-    charged = [(first.now, n.number) for n in first.charged]
-    for at in (minutes(3), minutes(4), minutes(8) - timedelta(microseconds=1), minutes(8)):
-        clock.set(T0 + at)
-        outcome = await board.charge_due(policy=POLICY)
-        charged += [(outcome.now, n.number) for n in outcome.charged]
+    charged = await ticks(
+        board, clock, first_tick, minutes(3), minutes(4), minutes(8) - US, minutes(8)
+    )
 
-    assert None is after_first.progress_at
-    # Had the claim survived as progress, T0+4m would have charged nudge 1 again.
-    assert [(T0 + minutes(3), 1), (T0 + minutes(8), 2)] == charged
+    # Had the claim counted after the first charge, T0+4m would have charged nudge 1 again.
+    assert [(minutes(3), 1, "t1", minutes(3)), (minutes(8), 2, "t1", minutes(8))] == charged
 
 
-async def test_a_drained_pair_has_its_claims_absorbed(board: MemoryBoard, clock: FakeClock) -> None:
-    """The tick that drains a pair absorbs its claims: its next backlog sees no unabsorbed claim."""
-    clock.set(T0 + minutes(3))
-    await board.charge_due(policy=POLICY)
+async def test_a_drained_pair_leaves_no_progress_behind(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """The tick that drains a pair deletes its row: the next backlog's claims start from nothing."""
+    await ticks(board, clock, minutes(3))
     clock.set(T0 + minutes(4))
     board.claim("t1", owner="c")
     [before_drain] = board.pair_states()
 
     drain = await board.charge_due(policy=POLICY)
     board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0 + minutes(4))
-    [next_backlog] = board.pair_states()
+    first = minutes(4) + POLICY.threshold + US
+    charged = await ticks(board, clock, first, first + minutes(1), first + POLICY.backoff[0] - US)
 
-    assert T0 + minutes(4) == before_drain.progress_at
-    assert ((), (("ep", "lane"),)) == (drain.charged, drain.drained)
-    assert None is next_backlog.progress_at
+    assert (T0 + minutes(4), True) == (before_drain.latest_claim, before_drain.named_departed)
+    assert ((), (KEY,)) == (drain.charged, drain.drained)
+    assert [(first, 1, "t2", first)] == charged
 
 
-async def test_a_held_tick_absorbs_no_claim(board: MemoryBoard, clock: FakeClock) -> None:
-    """A skipped tick absorbs nothing: the claim still counts as progress at the next charge."""
-    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
-    clock.set(T0 + minutes(3))
-    await board.charge_due(policy=POLICY)
-    board.claim("t2", owner="c", at=T0 + minutes(3))
+async def test_a_held_tick_consumes_no_progress(board: MemoryBoard, clock: FakeClock) -> None:
+    """A skipped tick consumes nothing: the progress still counts at the next charge."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+    board.claim("t2", owner="c", at=T0 + minutes(3) + US)
+    row = board.ledger[KEY]
 
     clock.set(T0 + minutes(4))
     with board.hold_tick():
-        await board.charge_due(policy=POLICY)
-    [while_held] = board.pair_states()
+        held = await board.charge_due(policy=POLICY)
+        while_held = (progressed(board), board.ledger[KEY])
     released = await board.charge_due(policy=POLICY)
 
-    assert T0 + minutes(3) == while_held.progress_at
+    assert (True, None, 0) == (held.skipped, held.kind, held.judged)
+    assert (True, row) == while_held
     assert [1] == [n.number for n in released.charged]
+
+
+async def test_charge_due_is_a_full_pass_over_every_pair(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """Each tick judges every pair with pending work or a ledger row (gated or not): a full pass."""
+    board.create_todo("u", endpoint_id="ep", queue="open", created_at=T0, delivery_id="du")
+    await ticks(board, clock, minutes(3))
+    board.claim("t1", owner="c")
+
+    outcome = await board.charge_due(policy=POLICY)
+
+    assert ("full", 2, (KEY,)) == (outcome.kind, outcome.judged, outcome.drained)
+
+
+# -- the new host verbs ---------------------------------------------------------------------
+
+
+def test_move_todo_takes_it_to_another_queue_of_its_endpoint(board: MemoryBoard) -> None:
+    """move_todo changes the todo's queue only; the sweep sees it in its new pair."""
+    before = board.todos["t1"]
+
+    moved = board.move_todo("t1", "elsewhere")
+
+    assert attrs.evolve(before, queue="elsewhere") == moved == board.todos["t1"]
+    assert [("ep", "elsewhere")] == [s.key for s in board.pair_states()]
+
+
+def test_set_delivery_verified_changes_the_gate(board: MemoryBoard) -> None:
+    """A delivery verified later passes the gate; one revoked fails it."""
+    board.create_todo("u", endpoint_id="ep", queue="lane", created_at=T0, delivery_id="du")
+
+    board.set_delivery_verified("du", True)
+    board.set_delivery_verified("dv", False)
+
+    assert [False, True] == [board.gate_passes(board.todos[t]) for t in ("t1", "u")]
+
+
+@pytest.mark.parametrize("unstamp", [False, True])
+def test_complete_keeps_or_clears_claimed_at(board: MemoryBoard, unstamp: bool) -> None:
+    """complete keeps claimed_at, or clears it with unstamp (a host that forgets its claims)."""
+    board.claim("t1", owner="c", at=T0 + minutes(1))
+
+    todo = board.complete("t1", unstamp=unstamp)
+
+    assert ("done", None if unstamp else T0 + minutes(1)) == (todo.state, todo.claimed_at)
+
+
+@pytest.mark.parametrize("unstamp", [False, True])
+def test_requeue_keeps_or_clears_claimed_at(board: MemoryBoard, unstamp: bool) -> None:
+    """requeue keeps claimed_at, or clears it with unstamp; the attempt counts either way."""
+    board.claim("t1", owner="c", at=T0 + minutes(1))
+
+    todo = board.requeue("t1", unstamp=unstamp)
+
+    assert ("pending", None if unstamp else T0 + minutes(1), 1) == (
+        todo.state,
+        todo.claimed_at,
+        todo.attempt,
+    )
+
+
+def test_delete_todo_removes_it_whatever_its_state(board: MemoryBoard) -> None:
+    """delete_todo removes a pending or a claimed todo and returns it."""
+    board.create_todo("t2", endpoint_id="ep", queue="lane", created_at=T0)
+    board.claim("t2", owner="c", at=T0)
+
+    deleted = [board.delete_todo(t).id for t in ("t1", "t2")]
+
+    assert (["t1", "t2"], {}) == (deleted, dict(board.todos))
+
+
+async def test_pair_states_read_whether_the_named_todo_departed(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """named_departed follows the named todo: claimed, yes; requeued, no; moved, yes."""
+    add_second_todo(board)
+    await ticks(board, clock, minutes(3))
+
+    def departed() -> bool:
+        return {s.key: s for s in board.pair_states()}[KEY].named_departed
+
+    seen = [departed()]
+    board.claim("t1", owner="c")
+    seen.append(departed())
+    board.requeue("t1")
+    seen.append(departed())
+    board.move_todo("t1", "elsewhere")
+    seen.append(departed())
+
+    assert [False, True, False, True] == seen
 
 
 def test_claim_without_at_is_stamped_with_the_board_clock(
@@ -714,6 +1052,30 @@ async def test_refund_leaves_a_drained_row_deleted(board: MemoryBoard, clock: Fa
 
     assert False is await board.refund(nudge)
     assert {} == dict(board.ledger)
+
+
+async def test_a_late_refund_never_undoes_a_later_charge_pinned_to_one_claim_ahead(
+    board: MemoryBoard, clock: FakeClock
+) -> None:
+    """Two nudges stamped with one claim ahead of the clock: the first's refund spares the next."""
+    add_second_todo(board)
+    board.create_todo("t3", endpoint_id="ep", queue="lane", created_at=T0 + 2 * US)
+    clock.set(T0 + minutes(3))
+    await board.charge_due(policy=POLICY)
+    board.claim("t3", owner="c", at=T0 + minutes(30))  # a host clock ahead
+    clock.set(T0 + minutes(4))
+    [first] = (await board.charge_due(policy=POLICY)).charged
+    board.claim("t1", owner="c", at=T0 + minutes(5))  # the todo it named departs
+    clock.set(T0 + minutes(5))
+    [second] = (await board.charge_due(policy=POLICY)).charged
+    row = board.ledger[KEY]
+
+    assert ((1, "t1"), (1, "t2")) == (
+        (first.number, first.todo.id),
+        (second.number, second.todo.id),
+    )
+    assert False is await board.refund(first)
+    assert row == board.ledger[KEY]
 
 
 async def test_a_refunded_first_nudge_is_retried_after_the_first_step(

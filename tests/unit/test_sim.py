@@ -312,7 +312,7 @@ def test_nudges_and_consumer_starts_are_sampled_over_time() -> None:
 
 
 def test_a_busy_consumer_is_not_started_again() -> None:
-    """Wakes absorbed by a running consumer do not count as starts."""
+    """Wakes ignored by a running consumer do not count as starts."""
     result = run(backlog_only(backlog=3))
 
     assert 3 == result.creation_wakes
@@ -396,7 +396,7 @@ def test_a_claim_woken_before_the_arrival_was_drawn_comes_first_at_their_instant
 
     The backlog's creation wake (at 0) starts the consumer before the first
     arrival is drawn; both land at 1 h. The claim takes the backlog todo and
-    keeps the consumer busy, so the arrival's creation wake is absorbed.
+    keeps the consumer busy, so the arrival's creation wake is ignored.
     """
     scenario = backlog_only(
         arrivals=Poisson(per_hour=1.0), consumer=Consumer(latency=timedelta(hours=1))

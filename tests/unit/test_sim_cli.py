@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from stall_nudge.cli import CliError, main
-from stall_nudge.cli.simulate import _settled_at, parse_duration, parse_policy
+from stall_nudge.cli.simulate import parse_policy
+from stall_sim.plot import _settled_at
 
 SMALL = ["simulate", "--pairs", "6", "--days", "0.25", "--backlog", "2", "--seed", "3"]
 
@@ -126,17 +127,30 @@ def test_console_script_refuses_a_bad_option() -> None:
     assert "stall-nudge: error: --burst: must be at least 1, got '0'\n" == done.stderr
 
 
-def test_parse_duration_units() -> None:
-    """Durations take s, m, h, d or bare seconds."""
-    parsed = [parse_duration("--x", text) for text in ("90", "90s", "5m", "1.5h", "2d")]
+def test_duration_options_read_the_cores_units(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tick, --latency and --service take durations as every command does: units or seconds."""
+    options = ["--json", "--tick", "90", "--latency", "1.5s", "--service", "0", "--days", "1"]
 
-    assert [
+    status = main([*SMALL, *options])
+
+    scenario = json.loads(capsys.readouterr().out)["scenario"]
+    assert (0, 90.0, 1.5, 0.0) == (
+        status,
+        scenario["tick_s"],
+        scenario["latency_s"],
+        scenario["service_s"],
+    )
+
+
+def test_a_policy_spec_reads_the_cores_units() -> None:
+    """A custom policy's threshold and backoff steps take s, m, h, d or bare seconds."""
+    _, policy = parse_policy("p:threshold=90,backoff=5m/1.5h/2d")
+
+    assert policy.pacing is not None
+    assert (
         timedelta(seconds=90),
-        timedelta(seconds=90),
-        timedelta(minutes=5),
-        timedelta(minutes=90),
-        timedelta(days=2),
-    ] == parsed
+        (timedelta(minutes=5), timedelta(minutes=90), timedelta(days=2)),
+    ) == (policy.pacing.threshold, policy.pacing.backoff)
 
 
 def test_parse_policy_keeps_unset_keys_at_the_default() -> None:

@@ -30,6 +30,7 @@ from stall_core import (
     decide,
     effective_nudges,
     is_candidate,
+    made_progress,
     plan_tick,
 )
 from stall_sim import (
@@ -47,7 +48,7 @@ from stall_sim.rules import (
     DueTicks,
     Timeline,
     first_stalled_tick,
-    has_unabsorbed_claim,
+    has_unconsumed_claim,
     nudges_spent,
 )
 from stall_sim.scenario import pair_keys
@@ -88,7 +89,7 @@ def pair_state(created_us: int, claim_at: datetime | None = None) -> PairState:
         oldest=TodoRef(id="t", created_at=START + created_us * US),
         endpoint_active=True,
         has_receiver=True,
-        progress_at=claim_at,
+        latest_claim=claim_at,
     )
 
 
@@ -158,19 +159,21 @@ def test_progress_and_nudges_spent_agree_with_the_core(
 ) -> None:
     """The run's progress test and spent count match made_progress and effective_nudges.
 
-    The run hands plan_tick a PairState whose progress_at is the last
-    claim exactly when has_unabsorbed_claim says so; a claim at the charge's
-    own instant came before that sweep, so the charge absorbed it.
+    The run hands plan_tick its pair's latest claim (none: ``last_claim_us``
+    -1) and rows that name no todo, whose progress is read by timestamps
+    alone: a claim at the charge's own instant came before that sweep, so
+    the charge consumed it.
     """
     row = (
         LedgerRow(endpoint_id="e", queue="q", nudges=nudges, last_nudged_at=START + charged_us * US)
         if has_row
         else None
     )
-    progressed = has_unabsorbed_claim(last_claim_us, charged_us if has_row else None)
-    pair = pair_state(0, START + last_claim_us * US if progressed else None)
+    progressed = has_unconsumed_claim(last_claim_us, charged_us if has_row else None)
+    pair = pair_state(0, START + last_claim_us * US if last_claim_us >= 0 else None)
 
     assert (last_claim_us > charged_us and has_row) == progressed
+    assert progressed == made_progress(pair, row)
     assert effective_nudges(pair, row) == nudges_spent(nudges if has_row else None, progressed)
 
 

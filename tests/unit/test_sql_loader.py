@@ -130,19 +130,19 @@ def test_every_tick_statement_stays_prepared_in_asyncpg() -> None:
 
 def test_a_statement_is_sent_with_its_description_only_and_unindented() -> None:
     """Comments past the description and indentation are the reader's, not the server's."""
-    readable = readable_statements()["tick_changed"]
-    sent = ledger_statements()["tick_changed"]
+    readable = readable_statements()["tick_judge"]
+    sent = ledger_statements()["tick_judge"]
     first, *rest = sent.splitlines()
 
-    assert "-- Why the cut is enough" in readable
-    assert "-- tick_changed: find_changed + find_backoff_ended + find_held + judge" in first
+    assert "-- The pairs the delta's finding statement returned" in readable
+    assert "-- tick_judge: find_given + judge + report" == first
     assert [] == [line for line in rest if line.startswith("--") or line != line.strip()]
     assert "WITH RECURSIVE" == rest[0]
 
 
 def test_the_ledger_statements_the_adapter_runs_exist() -> None:
-    """The ledger's statements include every kind of tick, status and inspection."""
-    wanted = {"tick_lean", "tick_full", "tick_changed", "pair_status", "ledger_rows", "tick_lock"}
+    """The ledger's statements include both kinds of tick, status and inspection."""
+    wanted = {"tick_full", "tick_changed", "tick_judge", "pair_status", "ledger_rows", "tick_lock"}
 
     assert wanted <= set(ledger_statements())
 
@@ -289,5 +289,6 @@ def test_the_ledger_queries_load_with_every_rule_expanded() -> None:
     ledger = ledger_statements()
 
     assert all("{{" not in sql for sql in ledger.values())
-    assert "gate_d.verified" in ledger["tick_lean"]
-    assert "gate_d.verified" in ledger["pair_status"]
+    assert "gate_u.verified" in ledger["tick_full"]
+    assert "gate_u.verified" in ledger["tick_judge"]
+    assert "gate_u.verified" in ledger["pair_status"]

@@ -17,6 +17,7 @@ from stall_core import (
 from tests.support import T0, minutes
 
 POLICY = PacingPolicy()
+COUNTS = {"pending_gated": 1, "pending_ungated": 0}
 
 
 def pair(
@@ -26,20 +27,32 @@ def pair(
     active: bool = True,
     receiver: bool = True,
     claimed: datetime | None = None,
+    departed: bool = False,
 ) -> PairState:
-    """A stalled pair of endpoint ep; ``claimed`` is its latest unabsorbed claim."""
+    """A stalled pair of endpoint ep; ``claimed`` is its latest claim."""
     return PairState(
         endpoint_id="ep",
         queue=queue,
         oldest=None if oldest_at is None else TodoRef(id="t", created_at=oldest_at),
         endpoint_active=active,
         has_receiver=receiver,
-        progress_at=claimed,
+        latest_claim=claimed,
+        named_departed=departed,
     )
 
 
-def row(nudges: int, at: datetime) -> LedgerRow:
-    return LedgerRow(endpoint_id="ep", queue="lane", nudges=nudges, last_nudged_at=at)
+def row(
+    nudges: int, at: datetime, *, named: str | None = "t", progressed_at: datetime | None = None
+) -> LedgerRow:
+    """A ledger row of ep/lane naming todo t (None: a row an older build charged)."""
+    return LedgerRow(
+        endpoint_id="ep",
+        queue="lane",
+        nudges=nudges,
+        last_nudged_at=at,
+        named_todo=named,
+        progressed_at=progressed_at,
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,7 +61,7 @@ def row(nudges: int, at: datetime) -> LedgerRow:
         (pair(), None, T0 + minutes(1), Verdict.FRESH),
         (pair(), None, T0 + minutes(3), Verdict.DUE),
         (pair(), row(1, T0 + minutes(3)), T0 + minutes(4), Verdict.BACKING_OFF),
-        (pair(), row(5, T0 + minutes(3)), T0 + timedelta(days=3), Verdict.CAPPED),
+        (pair(), row(POLICY.cap, T0 + minutes(3)), T0 + timedelta(days=3), Verdict.CAPPED),
         (pair(receiver=False), None, T0 + minutes(3), Verdict.NO_RECEIVER),
         (pair(active=False), None, T0 + minutes(3), Verdict.ENDPOINT_INACTIVE),
         (pair("quarantine"), None, T0 + minutes(3), Verdict.QUARANTINE),
@@ -77,12 +90,12 @@ def test_only_unverified_work_is_ungated() -> None:
 
 
 def test_nudges_count_since_progress() -> None:
-    """After an unabsorbed claim, a capped pair shows 0 nudges spent and is due now."""
+    """After a claim stamped after its last nudge, a capped pair shows 0 spent and is due now."""
     nudged = T0 + minutes(3)
     now = T0 + timedelta(hours=9)
     status = pair_status(
         pair(claimed=now - minutes(1)),
-        row(5, nudged),
+        row(POLICY.cap, nudged),
         pending_gated=2,
         pending_ungated=0,
         now=now,
@@ -97,12 +110,19 @@ def test_nudges_count_since_progress() -> None:
     )
 
 
-def test_an_unabsorbed_claim_stamped_before_the_nudge_counts_as_progress() -> None:
-    """A claim stamped before the last nudge but not yet absorbed is progress: due, 0 spent."""
+@pytest.mark.parametrize(
+    ("departed", "verdict", "spent"),
+    [(True, Verdict.DUE, 0), (False, Verdict.BACKING_OFF, 2)],
+    ids=["named todo departed", "named todo pending"],
+)
+def test_a_claim_stamped_before_the_nudge_counts_only_as_a_departure(
+    departed: bool, verdict: Verdict, spent: int
+) -> None:
+    """A claim stamped before the last nudge is progress only if the named todo departed."""
     nudged = T0 + minutes(3)
     now = nudged + minutes(1)
     status = pair_status(
-        pair(claimed=nudged - minutes(1)),
+        pair(claimed=nudged - minutes(1), departed=departed),
         row(2, nudged),
         pending_gated=1,
         pending_ungated=0,
@@ -110,7 +130,61 @@ def test_an_unabsorbed_claim_stamped_before_the_nudge_counts_as_progress() -> No
         policy=POLICY,
     )
 
-    assert (Verdict.DUE, 0, now) == (status.verdict, status.effective_nudges, status.next_due_at)
+    assert (verdict, spent) == (status.verdict, status.effective_nudges)
+
+
+@pytest.mark.parametrize(
+    ("state", "verdict"),
+    [
+        (pair(), Verdict.DUE),
+        (pair(active=False), Verdict.ENDPOINT_INACTIVE),
+        (pair(receiver=False), Verdict.NO_RECEIVER),
+    ],
+    ids=["candidate", "endpoint paused", "no receiver"],
+)
+def test_a_reset_row_shows_none_spent_and_its_pairs_reason(
+    state: PairState, verdict: Verdict
+) -> None:
+    """A row keeping progress shows 0 spent: due when a candidate, else the pair's own reason."""
+    now = T0 + timedelta(hours=2)
+    status = pair_status(
+        state,
+        row(0, T0 + minutes(3), progressed_at=T0 + minutes(30)),
+        pending_gated=1,
+        pending_ungated=0,
+        now=now,
+        policy=POLICY,
+    )
+
+    assert (verdict, 0) == (status.verdict, status.effective_nudges)
+
+
+def test_fresh_work_after_progress_is_due_at_the_threshold() -> None:
+    """Fresh work on a pair that made progress is due once past the threshold, not the backoff."""
+    status = pair_status(
+        pair(oldest_at=T0 + minutes(9), departed=True),
+        row(1, T0 + minutes(8)),
+        pending_gated=1,
+        pending_ungated=0,
+        now=T0 + minutes(10),
+        policy=POLICY,
+    )
+
+    assert (Verdict.FRESH, T0 + minutes(9) + POLICY.threshold) == (
+        status.verdict,
+        status.next_due_at,
+    )
+
+
+@pytest.mark.parametrize("named", ["t", None], ids=["named", "old build"])
+def test_the_status_names_the_todo_the_last_nudge_named(named: str | None) -> None:
+    """A pair's status carries its row's named todo: None for an old-build row or no row."""
+    with_row = pair_status(
+        pair(), row(1, T0 + minutes(3), named=named), **COUNTS, now=T0 + minutes(4), policy=POLICY
+    )
+    without = pair_status(pair(), None, **COUNTS, now=T0 + minutes(4), policy=POLICY)
+
+    assert (named, None) == (with_row.named_todo, without.named_todo)
 
 
 def test_a_refunded_first_nudge_backs_off_with_none_spent() -> None:

@@ -16,7 +16,6 @@ from stall_core import (
     LedgerError,
     Nudge,
     PacingPolicy,
-    Progress,
     Sweeper,
     TickFailure,
     TickReport,
@@ -69,10 +68,6 @@ class ScriptedLedger:
         self.everies: list[timedelta | None] = []
         self.refund_result = refund
         self.refunds: list[Nudge] = []
-
-    @property
-    def progress(self) -> Progress:
-        return Progress.COMMIT_ORDER
 
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
@@ -218,6 +213,56 @@ async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeC
     assert (2, 1) == (report.queued, report.refused)
     assert 0.0 <= report.duration_s
     assert not report.skipped
+
+
+async def test_the_report_says_what_the_tick_judged(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """The report carries the outcome's kind of pass and how many pairs it judged."""
+    outcome = ChargeOutcome(now=clock.now, kind="delta", judged=7)
+    sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=LoggingWake(events))
+
+    report = await sweeper.tick()
+
+    assert ("delta", 7) == (report.kind, report.judged)
+
+
+async def test_a_skipped_tick_judged_nothing(
+    events: list[tuple[str, object]], clock: FakeClock
+) -> None:
+    """A skipped outcome reports no kind of pass and no pair judged."""
+    outcome = ChargeOutcome(now=clock.now, skipped=True)
+    sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=LoggingWake(events))
+
+    report = await sweeper.tick()
+
+    assert (True, None, 0) == (report.skipped, report.kind, report.judged)
+
+
+async def test_a_memory_board_tick_is_a_full_pass_over_every_pair(clock: FakeClock) -> None:
+    """The memory board judges every pair with pending work or a row: kind full, all counted."""
+    board = stalled_board(clock)
+    board.create_todo("t2", endpoint_id="ep", queue="other", created_at=T0)
+    sweeper = Sweeper(ledger=board, wake=RecordingWake())
+
+    report = await sweeper.tick()
+    await sweeper.settle()
+
+    assert ("full", 2, 2) == (report.kind, report.judged, len(report.charged))
+
+
+async def test_the_summary_names_the_pass_and_the_pairs_judged(
+    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tick's summary line says which pass ran and how many pairs it judged."""
+    outcome = ChargeOutcome(now=clock.now, drained=(("ep", "x"),), kind="full", judged=3)
+    sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=LoggingWake(events))
+    with caplog.at_level(logging.INFO, logger="stall_core.sweeper"):
+        await sweeper.tick()
+
+    assert ["tick 1: full pass judged 3 pair(s): charged 0, drained 1, queued 0, refused 0"] == [
+        r.getMessage() for r in caplog.records
+    ]
 
 
 async def test_empty_tick_reports_zeroes(
@@ -711,7 +756,7 @@ async def test_a_failed_tick_reaches_on_error(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
     """A tick whose ledger fails is handed to on_error as a TickFailure, then the loop goes on."""
-    ledger = ScriptedLedger(events, clock, LedgerError("timed out after 30 s"))
+    ledger = ScriptedLedger(events, clock, LedgerError("timed out after 30s"))
     stop = asyncio.Event()
     failures: list[TickFailure] = []
     reports: list[TickReport] = []
@@ -726,7 +771,7 @@ async def test_a_failed_tick_reaches_on_error(
     )
 
     assert 2 == ran
-    assert [(1, "timed out after 30 s")] == [(f.tick, f.error) for f in failures]
+    assert [(1, "timed out after 30s")] == [(f.tick, f.error) for f in failures]
     assert [2] == [r.tick for r in reports]
 
 

@@ -18,15 +18,11 @@ hook needs: the lanes share only the ``ClientSession``, whose connection
 pool has no global limit (the queue bound caps it). Each attempt is
 re-signed with the current timestamp; body and id stay the same.
 
-The outcome of the last attempt is booked once in the hook directory,
-which disables the hook after ``DeliveryPolicy.disable_after`` failures
-in a row. Successes are collected and booked in one batch at most
-``booking_interval`` seconds later, and on ``drain()`` and ``close()``: a
-crash loses at most that interval's successes, which only reset a count.
-Failures are booked at once, since they drive the disable; a failure
-whose booking fails is kept and booked again at the next flush, so it
-still counts. A success observed before a failure of the same hook is
-booked before it: the order of outcomes per hook is the order booked.
+The outcome of the last attempt is booked once in the hook directory
+(``_bookings``), which disables the hook after
+``DeliveryPolicy.disable_after`` failures in a row: failures at once,
+successes in batches ``booking_interval`` seconds apart and on
+``settle()`` and ``close()``.
 
 Where a hook may point is checked before the request and again on the
 address actually connected to, after DNS (``_address``); a refused
@@ -40,7 +36,6 @@ without one (failed, crashed, or abandoned at close).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import deque
@@ -71,6 +66,7 @@ from stall_core import (
 )
 
 from ._address import AddressRefusedError, GuardedResolver, check_host, guarded_socket
+from ._bookings import TEXT_WIDTH, Bookings
 from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
 from ._policy import DeliveryPolicy
 from ._retry import is_delivered, is_retryable, parse_retry_after, retry_delay
@@ -83,8 +79,6 @@ log = logging.getLogger("adapters.http")
 
 #: Usable hooks whose checks are remembered; past this many the memory starts over.
 _CHECKED_HOOKS = 1024
-#: Where log lines cut an outcome's or an error's text (it may quote a URL or a name).
-_TEXT_WIDTH = 1024
 
 
 def _wall_clock() -> datetime:
@@ -102,6 +96,8 @@ class DispatchStats:
     failed: int = 0  # deliveries whose attempts all failed
     retries: int = 0  # attempts after the first
     abandoned: int = 0  # deliveries cut off by close()'s deadline
+    notified: int = 0  # notify()'s messages (creation wakes) some hook answered with 2xx
+    unnotified: int = 0  # notify()'s messages that reached no hook
 
 
 @attrs.define(eq=False)  # one per message, hashed by identity
@@ -146,24 +142,6 @@ class _Lane:
 
 
 @attrs.frozen(kw_only=True)
-class _Failure:
-    """A failed delivery to book; ``reset_first``: a success seen before it is not booked yet."""
-
-    hook: HookTarget
-    at: datetime
-    reason: str
-    reset_first: bool
-
-
-def _fault(exc: BaseException) -> str:
-    """One line naming why a booking failed; never a traceback."""
-    if isinstance(exc, TimeoutError):
-        return f"timed out ({str(exc).strip() or 'no answer'})"
-    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-    return text[:200]
-
-
-@attrs.frozen(kw_only=True)
 class _Outcome:
     status: int | None  # None: no response (connection error or timeout)
     detail: str
@@ -183,7 +161,7 @@ class HookDispatcher:
     and metadata ones always are). ``resolver`` looks names up (aiohttp's
     default when None); whatever it answers is checked. Successes are
     booked in batches at most ``booking_interval`` seconds apart and on
-    ``drain()`` and ``close()``; failures at once.
+    ``settle()`` and ``close()``; failures at once.
     """
 
     def __init__(
@@ -222,16 +200,12 @@ class HookDispatcher:
         self._outstanding = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._booking_interval = booking_interval
-        # Unbooked outcomes: hooks with a success after their last failure (an ordered
-        # set), failures in the order seen. One lock keeps bookings in that order.
-        self._successes: dict[str, None] = {}
-        self._in_batch: frozenset[str] = frozenset()
-        self._failures: list[_Failure] = []
-        self._booking = asyncio.Lock()
-        self._flush_timer: asyncio.TimerHandle | None = None
-        self._flusher: asyncio.Task[None] | None = None
-        self._failing = False  # the last booking attempt failed
+        self._bookings = Bookings(
+            hooks,
+            clock=clock,
+            disable_after=self._policy.disable_after,
+            interval=booking_interval,
+        )
         # Plain counters on the hot path; ``stats`` snapshots them into a value.
         self._counts = dict.fromkeys(attrs.fields_dict(DispatchStats), 0)
 
@@ -270,14 +244,15 @@ class HookDispatcher:
             timeout=aiohttp.ClientTimeout(total=self._policy.timeout.total_seconds()),
         )
         self._accepting = True
+        self._bookings.open()
 
-    async def drain(self) -> None:
+    async def settle(self) -> None:
         """Wait until every accepted delivery, retries included, has finished and been booked.
 
         A booking that fails stays kept for the next flush.
         """
         await self._idle.wait()
-        await self._flush_now()
+        await self._bookings.flush_now()
 
     async def close(self, deadline: float = 10.0) -> None:
         """Stop taking messages, give the outstanding ones ``deadline`` seconds, cancel the rest.
@@ -315,27 +290,7 @@ class HookDispatcher:
             if not receipt.future.done():
                 receipt.future.set_result(False)  # abandoned: reached nobody
         self._receipts.clear()
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
-        # A directory whose last booking failed is not waited on again by a stop.
-        if not self._failing and loop.time() < ends:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(ends):
-                    if self._flusher is not None:
-                        await asyncio.shield(self._flusher)
-                    await self._flush()
-        if self._flusher is not None:  # past the deadline: cut off like the deliveries
-            self._flusher.cancel()
-            await asyncio.gather(self._flusher, return_exceptions=True)
-        if self._successes or self._failures:
-            log.warning(
-                "closing with %d success and %d failure bookings not made: lost",
-                len(self._successes),
-                len(self._failures),
-            )
-            self._successes.clear()
-            self._failures.clear()
+        await self._bookings.close(ends)
         session, self._session = self._session, None
         await session.close()
         if self._own_resolver is not None:
@@ -378,7 +333,16 @@ class HookDispatcher:
         resolved, or when the queue is full (the message is dropped).
         """
         receipt = await self._submit(endpoint_id=endpoint_id, queue=queue, todo=todo, reason=reason)
-        return 0 if receipt is None else receipt.unfinished
+        if receipt is None:
+            return 0
+        receipt.future.add_done_callback(self._count_notified)
+        return receipt.unfinished
+
+    def _count_notified(self, reached: asyncio.Future[bool]) -> None:
+        if reached.cancelled() or reached.exception() is not None or not reached.result():
+            self._count(unnotified=1)
+        else:
+            self._count(notified=1)
 
     async def _submit(
         self, *, endpoint_id: str, queue: str, todo: TodoRef, reason: str
@@ -432,9 +396,9 @@ class HookDispatcher:
                     "hook %s: refused for %s: %s; no request sent",
                     printable(hook.id),
                     label,
-                    printable(str(exc), width=_TEXT_WIDTH),
+                    printable(str(exc), width=TEXT_WIDTH),
                 )
-                await self._book_failure(hook, f"refused: {exc}")
+                await self._bookings.failed(hook, f"refused: {exc}")
         if not usable:
             return None
         if not self._accepting:
@@ -517,7 +481,7 @@ class HookDispatcher:
                     # Booked like any failed delivery, so a hook that always crashes still
                     # reaches auto-disable instead of failing silently forever.
                     self._count(failed=1)
-                    await self._book_failure(job.delivery.hook, reason)
+                    await self._bookings.failed(job.delivery.hook, reason)
                     finished, delivered = True, False
                 if finished:
                     job.delivery.receipt.finished(delivered=delivered)
@@ -536,8 +500,7 @@ class HookDispatcher:
         outcome = await self._post(delivery)
         if outcome.status is not None and is_delivered(outcome.status):
             self._count(delivered=1)
-            self._successes[delivery.hook.id] = None
-            self._schedule_flush()
+            self._bookings.delivered(delivery.hook.id)
             return True, True
         delay = None
         if not outcome.final and is_retryable(outcome.status):
@@ -553,7 +516,7 @@ class HookDispatcher:
                 printable(delivery.shown_url),
                 job.attempts_made,
                 delivery.label,
-                printable(outcome.detail, width=_TEXT_WIDTH),
+                printable(outcome.detail, width=TEXT_WIDTH),
                 format_duration(delay),
             )
             job.timer = asyncio.get_running_loop().call_later(
@@ -568,9 +531,9 @@ class HookDispatcher:
                 printable(delivery.hook.id),
                 printable(delivery.shown_url),
                 delivery.label,
-                printable(outcome.detail.removeprefix("refused: "), width=_TEXT_WIDTH),
+                printable(outcome.detail.removeprefix("refused: "), width=TEXT_WIDTH),
             )
-            await self._book_failure(delivery.hook, outcome.detail)
+            await self._bookings.failed(delivery.hook, outcome.detail)
             return True, False
         self._count(failed=1)
         log.warning(
@@ -579,9 +542,9 @@ class HookDispatcher:
             printable(delivery.shown_url),
             delivery.label,
             job.attempts_made,
-            printable(outcome.detail, width=_TEXT_WIDTH),
+            printable(outcome.detail, width=TEXT_WIDTH),
         )
-        await self._book_failure(delivery.hook, outcome.detail)
+        await self._bookings.failed(delivery.hook, outcome.detail)
         return True, False
 
     async def _post(self, delivery: _Delivery) -> _Outcome:
@@ -599,7 +562,8 @@ class HookDispatcher:
                     retry_after=response.headers.get("Retry-After"),
                 )
         except TimeoutError:
-            return _Outcome(status=None, detail=f"timed out after {self._policy.timeout}")
+            timeout = format_duration(self._policy.timeout)
+            return _Outcome(status=None, detail=f"timed out after {timeout}")
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, AddressRefusedError):
                 return _Outcome(
@@ -631,109 +595,6 @@ class HookDispatcher:
         self._outstanding -= 1
         if self._outstanding == 0:
             self._idle.set()
-
-    async def _book_failure(self, hook: HookTarget, reason: str) -> None:
-        """Book a failure now, after any of the hook's successes seen before it."""
-        reset_first = hook.id in self._in_batch or hook.id in self._successes
-        self._successes.pop(hook.id, None)
-        at = aware("clock()", self._clock())
-        self._failures.append(_Failure(hook=hook, at=at, reason=reason, reset_first=reset_first))
-        async with self._booking:
-            await self._book_failures()
-
-    async def _book_failures(self) -> bool:
-        """Book the kept failures in order; False (and kept, one line logged) if one fails."""
-        while self._failures:
-            failure = self._failures[0]
-            try:
-                if failure.reset_first:
-                    await self._hooks.record_successes([failure.hook.id])
-                    self._failures[0] = attrs.evolve(failure, reset_first=False)
-                health = await self._hooks.record_failure(
-                    failure.hook.id,
-                    at=failure.at,
-                    reason=failure.reason,
-                    disable_after=self._policy.disable_after,
-                )
-            except Exception as exc:
-                self._failing = True
-                log.warning(
-                    "hook %s: could not book a failed delivery (%s); %d kept for the next flush",
-                    printable(failure.hook.id),
-                    printable(_fault(exc), width=_TEXT_WIDTH),
-                    len(self._failures),
-                )
-                self._schedule_flush()
-                return False
-            del self._failures[0]
-            self._failing = False
-            if (
-                health is not None
-                and not health.enabled
-                and health.consecutive_failures == self._policy.disable_after
-            ):
-                log.warning(
-                    "hook %s disabled after %d consecutive failed deliveries (last: %s)",
-                    printable(failure.hook.id),
-                    health.consecutive_failures,
-                    printable(failure.reason, width=_TEXT_WIDTH),
-                )
-        return True
-
-    async def _flush(self) -> None:
-        """Book what is kept: failures first (each was seen after any kept success of its hook)."""
-        async with self._booking:
-            if not await self._book_failures() or not self._successes:
-                return
-            batch = list(self._successes)
-            self._successes.clear()
-            self._in_batch = frozenset(batch)
-            try:
-                await self._hooks.record_successes(batch)
-                self._failing = False
-            except Exception as exc:
-                self._failing = True
-                # A hook that failed meanwhile has this success booked before its failure.
-                failed = {failure.hook.id for failure in self._failures}
-                kept = [hook_id for hook_id in batch if hook_id not in failed]
-                self._successes = dict.fromkeys([*kept, *self._successes])
-                log.warning(
-                    "could not book %d delivered messages (%s); kept for the next flush",
-                    len(kept),
-                    printable(_fault(exc), width=_TEXT_WIDTH),
-                )
-            finally:
-                self._in_batch = frozenset()
-        self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        """Flush ``booking_interval`` from now, unless one is due or running already."""
-        if self._flush_timer is not None or self._flusher is not None:
-            return
-        if self._session is None or not (self._successes or self._failures):
-            return
-        self._flush_timer = asyncio.get_running_loop().call_later(
-            self._booking_interval, self._start_flush
-        )
-
-    def _start_flush(self) -> None:
-        self._flush_timer = None
-        self._flusher = asyncio.create_task(self._flush(), name="notify-hook-bookings")
-        self._flusher.add_done_callback(self._flushed)
-
-    def _flushed(self, task: asyncio.Task[None]) -> None:
-        self._flusher = None
-        if not task.cancelled() and task.exception() is None:
-            self._schedule_flush()
-
-    async def _flush_now(self) -> None:
-        """Flush at once, after any flush already running."""
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
-        await self._flush()
 
     def _count(self, **increments: int) -> None:
         for name, step in increments.items():

@@ -4,10 +4,20 @@ Test support (the reference host's verbs, throwaway databases, the embedded
 server) lives in ``stall_testing``, not here.
 """
 
+from ._catalog import (
+    GUEST_SEARCH_PATH,
+    Installed,
+    MigrationError,
+    MissingHostTables,
+    as_guest,
+    installed,
+    missing_tables,
+)
 from ._errors import DATABASE_ERRORS, describe
+from ._grants import missing_privileges
 from ._hooks import PostgresHooks
 from ._ledger import (
-    COMPACT_AT,
+    LOOKBACK,
     TICK_LOCK_KEY,
     TICKS,
     FleetRecord,
@@ -17,43 +27,36 @@ from ._ledger import (
     ledger_statements,
     readable_statements,
 )
-from ._migrate import (
-    FOOTPRINTS,
-    HOST_ID_TYPES,
+from ._manifest import (
     HOST_TABLES,
     LEDGER_TABLE,
+    OUR_SCHEMA,
     OUR_TABLES,
-    SCHEMA_VERSION,
-    CheckReport,
+    SWEEPER_PRIVILEGES,
     HostIndex,
-    Installed,
     Migration,
-    MigrationError,
-    MigrationReport,
-    MissingHostTables,
-    check,
+    Privilege,
     host_indexes,
-    host_schema_sql,
-    installed,
-    migrate,
-    migration_sql,
     migrations,
-    missing_tables,
-    uninstall,
-    uninstall_sql,
 )
+from ._migrate import HOST_ID_TYPES, MigrationReport, host_schema_sql, migrate
+from ._plan import CheckReport, check, plan
 from ._pool import BoundedPool
 from ._shipped import shipped_sql
+from ._steps import SCHEMA_VERSION, Plan, Step
+from ._uninstall import uninstall, uninstall_plan
 
 __all__ = [
-    "COMPACT_AT",
     "DATABASE_ERRORS",
-    "FOOTPRINTS",
+    "GUEST_SEARCH_PATH",
     "HOST_ID_TYPES",
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "LOOKBACK",
+    "OUR_SCHEMA",
     "OUR_TABLES",
     "SCHEMA_VERSION",
+    "SWEEPER_PRIVILEGES",
     "TICKS",
     "TICK_LOCK_KEY",
     "BoundedPool",
@@ -65,8 +68,12 @@ __all__ = [
     "MigrationError",
     "MigrationReport",
     "MissingHostTables",
+    "Plan",
     "PostgresHooks",
     "PostgresLedger",
+    "Privilege",
+    "Step",
+    "as_guest",
     "charge_due_parameters",
     "charge_outcome",
     "check",
@@ -76,11 +83,12 @@ __all__ = [
     "installed",
     "ledger_statements",
     "migrate",
-    "migration_sql",
     "migrations",
+    "missing_privileges",
     "missing_tables",
+    "plan",
     "readable_statements",
     "shipped_sql",
     "uninstall",
-    "uninstall_sql",
+    "uninstall_plan",
 ]

@@ -18,9 +18,12 @@ import time
 from collections.abc import Callable, Collection
 from datetime import datetime
 
+import asyncpg
+
 from adapters.postgres.sql import queries
 from stall_core import HookDirectory, HookHealth, HookTarget
 
+from ._pool import BoundedPool
 from ._types import Queryable
 
 __all__ = ["PostgresHooks"]
@@ -45,17 +48,22 @@ def _storable(field: str, value: str) -> str:
 class PostgresHooks:
     """``notify_hooks`` as a hook directory; the pool is the caller's (the composition root's).
 
-    ``ttl`` is how many seconds a lookup is reused (0: never); ``clock`` is
-    the monotonic clock that ages it.
+    An asyncpg pool is used through ``BoundedPool`` (each call a guest's, at
+    most 30 s). ``ttl`` is how many seconds a lookup is reused (0: never);
+    ``clock`` is the monotonic clock that ages it.
     """
 
     def __init__(
-        self, pool: Queryable, *, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic
+        self,
+        pool: Queryable | asyncpg.Pool,
+        *,
+        ttl: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         number = isinstance(ttl, int | float) and not isinstance(ttl, bool)
         if not (number and 0 <= ttl and math.isfinite(ttl)):
             raise ValueError(f"ttl must be a finite number of seconds >= 0, got {ttl!r}")
-        self._pool = pool
+        self._pool: Queryable = BoundedPool(pool) if isinstance(pool, asyncpg.Pool) else pool
         self._ttl = float(ttl)
         self._clock = clock
         self._cache: dict[tuple[str, str], tuple[float, tuple[HookTarget, ...]]] = {}

@@ -1,9 +1,10 @@
-"""The Postgres nudge ledger: one tick lock, then one statement decides, charges and deletes."""
+"""The Postgres nudge ledger: one tick lock, then one statement judges, charges and deletes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 import attrs
 
-from adapters.postgres.sql import expanded, queries, sendable, statements
+from adapters.postgres.sql import expanded, for_host, queries, sendable, statements
 from stall_core import (
     FULL_PASS_INTERVAL,
     QUARANTINE_QUEUE,
@@ -26,12 +27,11 @@ from stall_core import (
     PairKey,
     PairState,
     PairStatus,
-    Progress,
     TodoRef,
     aware,
+    format_duration,
     full_pass_due,
     pair_status,
-    positive_int,
     positive_seconds,
     swept_recently,
 )
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from stall_core import LedgerPort
 
 __all__ = [
-    "COMPACT_AT",
+    "DELTA_BOUND",
+    "LOOKBACK",
     "TICKS",
     "TICK_LOCK_KEY",
     "FleetRecord",
@@ -55,55 +56,46 @@ __all__ = [
     "readable_statements",
 ]
 
+_log = logging.getLogger(__name__)
+
 
 @attrs.frozen(kw_only=True)
 class FleetRecord:
-    """The fleet's record of its sweeps, and the footprint they run in."""
+    """The fleet's record of its sweeps (database time), as ``status`` shows it."""
 
-    footprint: str
     swept_at: datetime | None
     #: The sweeping instances' interval; None until a looping instance swept.
     interval: timedelta | None
+    #: What the last tick judged ("delta" or "full") and how many pairs.
+    last_kind: str | None
+    last_judged: int | None
     full_pass_at: datetime | None
-    #: How long the last full pass took; None before the first one.
+    #: How long the last full pass took, and how many pairs it judged.
     full_pass_took: timedelta | None
-
-    @property
-    def advice(self) -> tuple[str, ...]:
-        """What an operator should know: a full pass taking more than a tenth of the interval."""
-        if self.full_pass_took is None or not self.interval:
-            return ()
-        if self.full_pass_took * 10 <= self.interval:
-            return ()
-        return (
-            f"the full pass took {self.full_pass_took / timedelta(milliseconds=1):.0f} ms,"
-            f" more than a tenth of the {self.interval.total_seconds():g} s interval:"
-            " consider --footprint incremental (docs/host-schema.md)",
-        )
+    full_pass_pairs: int | None
 
 
 def fleet_record(r: asyncpg.Record) -> FleetRecord:
     """The FleetRecord of a ``sweep_record`` row."""
     return FleetRecord(
-        footprint=r["footprint"],
         swept_at=r["swept_at"],
         interval=None if r["interval_ms"] is None else timedelta(milliseconds=r["interval_ms"]),
+        last_kind=r["last_kind"],
+        last_judged=r["last_judged"],
         full_pass_at=r["full_pass_at"],
         full_pass_took=None
         if r["full_pass_ms"] is None
         else timedelta(milliseconds=r["full_pass_ms"]),
+        full_pass_pairs=r["full_pass_pairs"],
     )
 
 
-#: Each statement built from the parts of tick.sql, by name: the lean tick (every tick a
-#: full pass), the incremental footprint's full pass and usual tick, and status.
+#: Each statement built from the parts of tick.sql, by name: the full pass's and the
+#: delta's finding statements, the judging statement both send their pairs to, and status.
 TICKS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tick_lean", ("find_every_pair", "judge", "report")),
-    ("tick_full", ("find_every_pair", "judge", "keep_hints", "report")),
-    (
-        "tick_changed",
-        ("find_changed", "find_backoff_ended", "find_held", "judge", "keep_hints", "report"),
-    ),
+    ("tick_full", ("find_every_pair", "judge", "report")),
+    ("tick_changed", ("find_changed", "changed_pairs")),
+    ("tick_judge", ("find_given", "judge", "report")),
     ("pair_status", ("find_every_pair", "count_pending", "status")),
 )
 
@@ -126,20 +118,26 @@ _SQL = {
 
 
 def ledger_statements() -> Mapping[str, str]:
-    """Every statement the ledger sends, by name, as sent (harnesses build broken ones)."""
+    """Every statement the ledger sends, by name, as sent (``@relation`` still unqualified)."""
     return _SQL
 
 
-_log = logging.getLogger(__name__)
+@functools.cache
+def _for_host(schema: str) -> Mapping[str, str]:
+    return for_host(_SQL, schema)
+
 
 #: The advisory lock key of the fleet's tick: b"stallnud" read as a big-endian bigint.
 TICK_LOCK_KEY = int.from_bytes(b"stallnud", "big")
-#: How many rows a log must hold for a tick to compact it first (about 3 to 7 s of
-#: judging them on a slow machine, against the 30 s timeout).
-COMPACT_AT = 1_000_000
-#: About how many rows a block of either log holds: a compaction statement reads the
-#: blocks of about COMPACT_AT / 20 rows.
-ROWS_PER_BLOCK = 100
+#: A delta reads at most this many changes (or as many as the last full pass judged pairs,
+#: if more); past that a full pass costs less (after an outage, say).
+DELTA_BOUND = 1000
+#: How far before the last judging tick a delta reads the host's timestamps again: a claim
+#: or an arrival committed up to this long after it was stamped is still seen. A host's
+#: claim transactions take milliseconds; the rest is margin for a clock behind the
+#: database. What it costs: each tick reads this much of the board's claims and arrivals
+#: again (one index entry and one ledger probe each).
+LOOKBACK = timedelta(minutes=1)
 
 
 class PostgresLedger:
@@ -147,36 +145,35 @@ class PostgresLedger:
 
     Safe with any number of instances on one database. Each tick takes the
     fleet's transaction-level tick lock (an instance that misses it skips),
-    reads the time after it, and charges in one statement whose snapshot
+    reads the time after it, and judges in one statement whose snapshot
     therefore sees every earlier sweep's commit. The statement still
-    compare-and-sets each row it charges on the row as locked, for older
+    compare-and-sets each row it writes on the row as locked, for older
     builds that sweep without the lock during a deploy.
 
+    A usual tick (``tick_delta``) judges only the pairs whose decision can
+    have changed since the last judging tick, found from the host's own
+    timestamps since a watermark (that tick's ``now`` less ``lookback``, so a
+    transaction still open then is seen), the rows whose backoff ended, the
+    pairs the tick limit held back, and the rows nudged since the last full
+    pass whose named todo departed. What no timestamp shows (a delete, a
+    change of endpoint, hook or verification, a row written with an old
+    stamp) waits for the full pass (``tick_full``), which judges every pair:
+    at this ledger's first tick, every ``full_pass_interval``, whenever the
+    watermark cannot be trusted (a clock gone back), and when a bounded
+    count finds more changes than a full pass judges pairs (an outage).
+
     The database's clock is the time authority: the threshold, the backoff
-    and progress (hosts stamp ``claimed_at`` with ``now()``) are all measured
-    on it, so a sidecar's own clock never matters. ``clock`` replaces it for
-    tests and the demo, which move time by hand. Every call is bounded by
-    ``timeout`` seconds, on the client (a black-holed server) and on the
-    server (statement and lock timeouts).
+    and progress are all measured on it, so a sidecar's own clock never
+    matters. ``clock`` replaces it for tests and the demo, which move time
+    by hand. Every call is bounded by ``timeout`` seconds, on the client (a
+    black-holed server) and on the server (statement and lock timeouts).
+    Every transaction resolves names in pg_catalog alone and names the
+    host's tables with their schema (``guest``).
 
-    What a tick reads follows the database's footprint, read each tick. Lean:
-    every tick is a full pass over the host's rows (``tick_lean``), and
-    progress is read from the todos' ``claimed_at``. Incremental: triggers log
-    what changed, so a tick judges only those pairs (``tick_changed``), after
-    a cheap test that there is one; every ``full_pass_interval`` one tick of
-    the fleet judges every pair (``tick_full``), which repairs whatever the
-    triggers could not see; progress is read from the claim log (commit
-    order) and from ``claimed_at`` alike. Both kinds find pairs differently
-    and judge them with one judging part (tick.sql).
-
-    After a sweeper outage the incremental logs hold every claim and arrival
-    since, and one statement reading them all may outlast the timeout, again
-    on every tick. So a tick that finds ``compact_at`` rows in a log first
-    compacts both (each pair's latest claim, its oldest change), a range of
-    blocks per statement, for at most half its timeout, and commits that; it
-    judges in a second transaction once the compaction got through, otherwise
-    the next tick goes on with it. Compacting changes no decision.
-    ``compact_for`` (seconds, under ``timeout``) replaces that half.
+    ``lock_key`` is the seam for tests of what holds without the fleet's
+    lock: an instance given another key sweeps beside the fleet, as an
+    older build without the lock would during a deploy, and only the
+    compare-and-set of each write keeps a wake from being charged twice.
     """
 
     def __init__(
@@ -186,57 +183,37 @@ class PostgresLedger:
         clock: Clock | None = None,
         timeout: float = 30.0,
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
-        compact_at: int = COMPACT_AT,
-        compact_for: float | None = None,
+        lookback: timedelta = LOOKBACK,
+        lock_key: int = TICK_LOCK_KEY,
     ) -> None:
         positive_seconds("timeout", timeout)
         if not full_pass_interval > timedelta(0):
             raise ValueError(f"full_pass_interval must be positive, got {full_pass_interval!r}")
-        positive_int("compact_at", compact_at)
-        if compact_for is not None and positive_seconds("compact_for", compact_for) >= timeout:
-            raise ValueError(
-                f"compact_for must be under timeout ({timeout!r}), got {compact_for!r}"
-            )
+        if not isinstance(lookback, timedelta) or lookback < timedelta(0):
+            raise ValueError(f"lookback must be a timedelta of 0 or more, got {lookback!r}")
         self._pool = pool
         self._clock = clock
         self._timeout = timeout
         self._full_pass_interval = full_pass_interval
-        self._compact_at = compact_at
-        #: Per log, the block its compaction goes on from; None: through, this round.
-        self._compacting: dict[str, int | None] = {}
-        self._compact_for = timeout / 2 if compact_for is None else compact_for
-        self._footprint: str | None = None
+        self._lookback = lookback
+        self._lock_key = lock_key
+        #: Whether this instance has judged yet: its first tick is a full pass.
+        self._started = False
 
     @property
     def timeout(self) -> float:
         return self._timeout
 
     @property
-    def footprint(self) -> str | None:
-        """The database's footprint as the last tick read it (None before the first)."""
-        return self._footprint
-
-    @property
-    def progress(self) -> Progress:
-        """Commit order where the claim log is fed (incremental), else the todos' timestamps."""
-        return Progress.COMMIT_ORDER if self._footprint == "incremental" else Progress.TIMESTAMPS
+    def lookback(self) -> timedelta:
+        return self._lookback
 
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
-        outcome = await self._tick(policy, every, may_compact=True)
-        if outcome is None:  # the logs compacted through: judge them in a new transaction
-            outcome = await self._tick(policy, every, may_compact=False)
-        assert outcome is not None  # only a tick that may compact leaves the judging
-        return outcome
-
-    async def _tick(
-        self, policy: PacingPolicy, every: timedelta | None, *, may_compact: bool
-    ) -> ChargeOutcome | None:
-        """One tick; None when it compacted the logs through and left the judging to a new one."""
         async with self._connection("charging due pairs", transaction=True) as conn:
             lock = await conn.fetchrow(
-                _SQL["tick_lock"], TICK_LOCK_KEY, str(int(self._timeout * 1000))
+                _SQL["tick_lock"], self._lock_key, str(int(self._timeout * 1000))
             )
             assert lock is not None  # a SELECT with no FROM returns its one row
             got: bool = lock["got"]
@@ -244,82 +221,93 @@ class PostgresLedger:
                 lock = await conn.fetchrow(_SQL["tick_record"])
                 assert lock is not None  # one row, as tick_lock's
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
-            swept_at: datetime | None = lock["swept_at"]
-            self._footprint = lock["footprint"]
-            if not got:
-                return ChargeOutcome(now=now, skipped=True, swept_at=swept_at)
-            if swept_recently(swept_at, now, every):
-                return ChargeOutcome(now=now, skipped=True, swept_at=swept_at)
+            if not got or swept_recently(lock["swept_at"], now, every):
+                return ChargeOutcome(now=now, skipped=True, swept_at=lock["swept_at"])
+            sql = _host_statements(lock["host_schema"])
             parameters = charge_due_parameters(now, policy)
-            interval_ms = None if every is None else every / timedelta(milliseconds=1)
-            if lock["footprint"] == "lean":
-                statement = "tick_lean"
-            else:
-                threshold_us = parameters[1]
-                if may_compact and await conn.fetchval(
-                    _SQL["backlog"], now, threshold_us, self._compact_at
-                ):
-                    compacted = await self._compact(conn, now, threshold_us)
-                    _log.info(
-                        "a log held %d rows or more: compacted %s",
-                        self._compact_at,
-                        "through, judging next" if compacted else "in part, the next tick goes on",
-                    )
-                    return None if compacted else ChargeOutcome(now=now, swept_at=swept_at)
-                if full_pass_due(lock["full_pass_at"], now, self._full_pass_interval):
-                    statement = "tick_full"
-                elif await conn.fetchval(_SQL["anything_to_judge"], *parameters[:4]):
-                    statement = "tick_changed"
-                else:
-                    await conn.execute(_SQL["record_sweep"], now, interval_ms, None, None)
-                    return ChargeOutcome(now=now, swept_at=now)
             loop = asyncio.get_running_loop()
             started = loop.time()
-            rows = await conn.fetch(_SQL[statement], *parameters)
-            full = statement != "tick_changed"
-            took_ms = (loop.time() - started) * 1000 if full else None
+            changed = await self._changed(conn, sql, lock, now, parameters)
+            rows = []
+            if changed is None:
+                kind = "full"
+                rows = await conn.fetch(sql["tick_full"], *parameters)
+            elif changed[0]:
+                kind = "delta"
+                await conn.execute(sql["plan_once"])
+                rows = await conn.fetch(sql["tick_judge"], *parameters, *changed)
+            else:
+                kind = "delta"
+            took_ms = (loop.time() - started) * 1000
+            outcome = charge_outcome(rows, now, kind)
+            interval_ms = None if every is None else every / timedelta(milliseconds=1)
             await conn.execute(
-                _SQL["record_sweep"], now, interval_ms, now if full else None, took_ms
+                _SQL["record_sweep"],
+                now,
+                interval_ms,
+                kind,
+                outcome.judged,
+                took_ms if kind == "full" else None,
             )
-        return charge_outcome(rows, now)
+        self._started = True
+        _log.debug("tick: %s pass judged %d pair(s) in %.1f ms", kind, outcome.judged, took_ms)
+        return outcome
 
-    async def _compact(self, conn: PooledConnection, now: datetime, threshold_us: object) -> bool:
-        """One statement, then more for up to ``compact_for`` s; whether a round got through.
+    async def _changed(
+        self,
+        conn: PooledConnection,
+        sql: Mapping[str, str],
+        record: asyncpg.Record,
+        now: datetime,
+        parameters: tuple[object, ...],
+    ) -> tuple[list[str], list[str]] | None:
+        """The pairs whose decision can have changed (endpoint ids, queues), or None: a full pass.
 
-        A round is one pass over each log's blocks, a range per statement. Where
-        a pass stopped is this instance's memory only, a hint: a range skipped
-        (its tick rolled back) waits for the next round, or is judged whole.
+        A full pass finds and judges every pair in one statement, so each pair's
+        head is read in the snapshot that judges it.
         """
-        loop = asyncio.get_running_loop()
-        until = loop.time() + self._compact_for
-        blocks = max(1, self._compact_at // (20 * ROWS_PER_BLOCK))
-        ran = False
-        for table, statement, arguments in (
-            ("stall_nudge.claims", "compact_claims", ()),
-            ("stall_nudge.changes", "compact_changes", (now, threshold_us)),
+        judged_to: datetime | None = record["judged_to"]
+        full_pass_at: datetime | None = record["full_pass_at"]
+        if (
+            not self._started
+            or judged_to is None
+            or full_pass_at is None
+            or now < judged_to
+            or full_pass_due(full_pass_at, now, self._full_pass_interval)
         ):
-            first = self._compacting.get(table, 0)
-            if first is None:  # through already, this round
-                continue
-            end = await conn.fetchval(_SQL["log_blocks"], table)
-            while first < end:
-                if ran and loop.time() > until:
-                    self._compacting[table] = first
-                    return False
-                await conn.execute(_SQL[statement], *arguments, (first, 0), (first + blocks, 0))
-                ran, first = True, first + blocks
-            self._compacting[table] = None
-        self._compacting.clear()
-        return True
+            return None
+        bound = max(record["full_pass_pairs"] or 0, DELTA_BOUND)
+        found = await conn.fetchrow(
+            sql["tick_changed"],
+            *parameters,
+            judged_to - self._lookback,
+            full_pass_at - self._lookback,
+            bound,
+        )
+        assert found is not None  # an aggregate's one row
+        if found["overflow"]:
+            _log.info(
+                "%d change(s) or more since the last tick, more than a full pass judges "
+                "pairs: this tick is a full pass",
+                bound,
+            )
+            return None
+        return found["endpoint_ids"], found["queues"]
 
     async def refund(self, nudge: Nudge) -> bool:
         what = f"refunding {nudge.endpoint_id}/{nudge.queue}"
         async with self._connection(what, transaction=True) as conn:
+            sql = await _guest(conn)
             # Wait for the tick lock: a sweep in progress finishes first, and the next
             # one's snapshot sees the refund whole (its compare-and-set then holds).
-            await conn.execute(_SQL["hold_tick"], TICK_LOCK_KEY)
+            await conn.execute(sql["hold_tick"], self._lock_key)
             refunded = await conn.fetchval(
-                _SQL["refund"], nudge.endpoint_id, nudge.queue, nudge.number, nudge.charged_at
+                sql["refund"],
+                nudge.endpoint_id,
+                nudge.queue,
+                nudge.number,
+                nudge.charged_at,
+                nudge.todo.id,
             )
         return refunded is not None
 
@@ -332,19 +320,20 @@ class PostgresLedger:
         """
         async with self._pool.acquire() as conn, conn.transaction():
             with as_ledger_error("taking the tick lock failed"):
-                await conn.execute(_SQL["hold_tick"], TICK_LOCK_KEY)
+                await conn.execute(_SQL["hold_tick"], self._lock_key)
             yield
 
     @asynccontextmanager
     async def _connection(
         self, what: str, *, transaction: bool = False
     ) -> AsyncIterator[PooledConnection]:
-        """A pooled connection for at most ``timeout`` seconds in all, acquiring included.
+        """A pooled connection in a transaction for at most ``timeout`` s, acquiring included.
 
         Past the deadline the connection is cut off, not rolled back (a
         black-holed server would never answer the ROLLBACK), and
         ``LedgerError`` says the tick timed out. Database errors are
-        ``LedgerError`` naming ``what`` failed.
+        ``LedgerError`` naming ``what`` failed. Without ``transaction`` the
+        block runs in a read-only one.
         """
         deadline = asyncio.get_running_loop().time() + self._timeout
         conn: PooledConnection | None = None
@@ -357,11 +346,7 @@ class PostgresLedger:
             async with asyncio.timeout_at(deadline):
                 with as_ledger_error(f"{what} failed"):
                     conn = await self._pool.acquire()
-                    if not transaction:
-                        yield conn
-                        idle = True
-                        return
-                    tx = conn.transaction()
+                    tx = conn.transaction(readonly=not transaction)
                     await tx.start()
                     try:
                         yield conn
@@ -375,19 +360,20 @@ class PostgresLedger:
                     await tx.commit()
                     idle = True
         except TimeoutError:
-            raise LedgerError(f"{what} failed: timed out after {self._timeout:g} s") from None
+            took = format_duration(timedelta(seconds=self._timeout))
+            raise LedgerError(f"{what} failed: timed out after {took}") from None
         finally:
             if conn is not None:
                 await hand_back(self._pool, conn, idle=idle, within=self._timeout)
 
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         """Every ledger row, keyed by pair."""
-        with as_ledger_error("reading the ledger failed"):
-            rows = await self._pool.fetch(_SQL["ledger_rows"])
+        async with self._connection("reading the ledger") as conn:
+            rows = await conn.fetch((await _guest(conn))["ledger_rows"])
         return {(r["endpoint_id"], r["queue"]): _ledger_row(r) for r in rows}
 
     async def fleet(self) -> FleetRecord:
-        """The fleet's sweep record and footprint, as status and migrate --check show them."""
+        """The fleet's sweep record, as status shows it."""
         async with self._connection("reading the fleet's sweep record") as conn:
             record = await conn.fetchrow(_SQL["sweep_record"])
         assert record is not None  # one row, even before the first sweep
@@ -399,9 +385,10 @@ class PostgresLedger:
         Returns the instant judged at, on the ledger's clock, with the pairs.
         """
         async with self._connection("reading the queue status") as conn:
-            rows = await conn.fetch(_SQL["pair_status"], QUARANTINE_QUEUE)
+            sql = await _guest(conn)
+            rows = await conn.fetch(sql["pair_status"], QUARANTINE_QUEUE)
             now = (
-                await conn.fetchval(_SQL["now"])
+                await conn.fetchval(sql["now"])
                 if self._clock is None
                 else aware("clock()", self._clock())
             )
@@ -415,7 +402,8 @@ class PostgresLedger:
                     else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
                     endpoint_active=r["endpoint_active"],
                     has_receiver=r["has_receiver"],
-                    progress_at=r["progress_at"],
+                    latest_claim=r["latest_claim"],
+                    named_departed=bool(r["named_departed"]),
                 ),
                 None if r["nudges"] is None else _ledger_row(r),
                 pending_gated=r["gated"],
@@ -429,16 +417,33 @@ class PostgresLedger:
         ]
 
 
+def _host_statements(schema: str | None) -> Mapping[str, str]:
+    """Our statements with the host's tables in ``schema``; refuses a database not migrated."""
+    if schema is None:
+        raise LedgerError(
+            "stall-nudge's record of the host's schema is missing: run stall-nudge migrate"
+        )
+    return _for_host(schema)
+
+
+async def _guest(conn: PooledConnection) -> Mapping[str, str]:
+    """Make this transaction a guest's (``guest`` in ledger.sql); its statements for the host."""
+    schema = await conn.fetchval(_SQL["guest"], column=1)
+    return _host_statements(schema)
+
+
 def _ledger_row(r: asyncpg.Record) -> LedgerRow:
     return LedgerRow(
         endpoint_id=r["endpoint_id"],
         queue=r["queue"],
         nudges=r["nudges"],
         last_nudged_at=r["last_nudged_at"],
+        named_todo=r["named_todo"],
+        progressed_at=r["progressed_at"],
     )
 
 
-def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
+def charge_outcome(rows: list[asyncpg.Record], now: datetime, kind: str) -> ChargeOutcome:
     """The ChargeOutcome of a tick's result rows: charges in rank order, drains sorted."""
     charged = tuple(
         Nudge(
@@ -452,7 +457,10 @@ def charge_outcome(rows: list[asyncpg.Record], now: datetime) -> ChargeOutcome:
         if r["kind"] == "charge"
     )
     drained = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "drain"))
-    return ChargeOutcome(now=now, charged=charged, drained=drained, swept_at=now)
+    judged = sum(r["nudges"] for r in rows if r["kind"] == "judged")
+    return ChargeOutcome(
+        now=now, charged=charged, drained=drained, swept_at=now, kind=kind, judged=judged
+    )
 
 
 def charge_due_parameters(now: datetime, policy: PacingPolicy) -> tuple[object, ...]:

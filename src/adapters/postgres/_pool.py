@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
+from adapters.postgres.sql import for_host, queries
+from stall_core import format_duration
+
 from ._errors import DATABASE_ERRORS
 from ._types import PooledConnection
 
-__all__ = ["BoundedPool", "hand_back"]
+__all__ = ["GUEST", "BoundedPool", "hand_back"]
+
+#: The first statement of each of our transactions: see ledger.sql's guest.
+GUEST = queries("adapters.postgres", "ledger.sql")["guest"]
 
 
 async def hand_back(
@@ -33,13 +41,15 @@ async def hand_back(
 
 
 class BoundedPool:
-    """One-statement calls on a pool (the hook directory's ``Queryable``), each bounded in all.
+    """One-statement calls on a pool (the hook directory's ``Queryable``), each a guest's, bounded.
 
-    The bound covers waiting for a connection, the statement and handing the
-    connection back.
+    Each call runs in its own transaction that resolves names in pg_catalog
+    alone (ledger.sql's ``guest``), with the host's tables written ``@name``
+    qualified by the schema migrate recorded. The bound, ``timeout`` seconds,
+    covers waiting for a connection, the statements and handing it back.
     """
 
-    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, timeout: float = 30.0) -> None:
         self._pool = pool
         self._timeout = timeout
 
@@ -58,11 +68,27 @@ class BoundedPool:
         try:
             async with asyncio.timeout(self._timeout):
                 conn = await self._pool.acquire()
-                result = await getattr(conn, method)(query, *args)
+                async with conn.transaction():
+                    schema = await conn.fetchval(GUEST, column=1)
+                    result = await getattr(conn, method)(_qualified(query, schema), *args)
                 done = True
         except TimeoutError:
-            raise TimeoutError(f"timed out after {self._timeout:g} s") from None
+            raise TimeoutError(
+                f"timed out after {format_duration(timedelta(seconds=self._timeout))}"
+            ) from None
         finally:
             if conn is not None:
                 await hand_back(self._pool, conn, idle=done, within=self._timeout)
         return result
+
+
+@functools.lru_cache(maxsize=256)
+def _qualified(query: str, schema: str | None) -> str:
+    """``query`` with its ``@relations`` named in the host's ``schema``."""
+    if "@" not in query:
+        return query
+    if schema is None:
+        raise asyncpg.UndefinedTableError(
+            "stall-nudge's record of the host's schema is missing: run stall-nudge migrate"
+        )
+    return for_host({"q": query}, schema)["q"]

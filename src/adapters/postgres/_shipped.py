@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from adapters.postgres.sql import expanded
 
 from ._ledger import readable_statements
-from ._migrate import _steps, host_indexes, migrations
+from ._manifest import host_indexes, migrations
 
 __all__ = ["shipped_sql"]
 
@@ -20,8 +20,8 @@ __all__ = ["shipped_sql"]
 def shipped_sql() -> Mapping[str, Mapping[str, str]]:
     """{source: {name: statement}} for every source of statements the adapter ships.
 
-    The trigger functions pin the host's schema in their search_path; here it
-    is ``public``, as on the reference host.
+    Host relations are written ``@name``, as in the files: the ledger names
+    them with the host's schema when it sends them.
     """
     schema: dict[str, str] = {}
     for migration in migrations():
@@ -29,14 +29,6 @@ def shipped_sql() -> Mapping[str, Mapping[str, str]]:
             schema[f"{migration.version:04d}_{migration.name}.{name}"] = sql
     for index in host_indexes():
         schema[f"host_indexes.{index.name}"] = index.sql
-    for filename in (
-        "footprint_incremental.sql",
-        "footprint_lean.sql",
-        "earlier_builds.sql",
-        "uninstall.sql",
-    ):
-        for name, sql in _steps(filename).items():
-            schema[f"{filename.removesuffix('.sql')}.{name}"] = sql
     return {
         "ledger": readable_statements(),
         "hooks": expanded("adapters.postgres", "hooks.sql"),

@@ -1,85 +1,187 @@
--- Queries of `stall-nudge migrate`, loaded by adapters/postgres/sql.py. What it runs
--- is in migrations/ (numbered, each applied once), host_indexes.sql, the footprints
--- (footprint_incremental.sql, footprint_lean.sql) and uninstall.sql.
+-- Queries of `stall-nudge migrate`, loaded by adapters/postgres/sql.py: the catalog
+-- reads that plan a migration, a check and an uninstall. What a plan runs is in
+-- migrations/ (numbered, each applied once), host_indexes.sql, and the statements
+-- adapters.postgres._migrate writes from these reads. Those up to host_schema run under
+-- the caller's search_path, so every name in them is qualified; migrate then resolves
+-- names in pg_catalog alone for the rest of its session.
 
 -- name: lock
 -- Serialise concurrent migrations until this session lets go (index builds run outside any transaction): true when taken. A migration waiting in pg_advisory_lock would hold a snapshot that the other's CREATE INDEX CONCURRENTLY waits for: a deadlock. So it tries, and tries again.
-SELECT pg_try_advisory_lock(hashtext('stall-nudge migrate'));
+SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('stall-nudge migrate'));
 
 -- name: unlock
 -- Let the next migration go.
-SELECT pg_advisory_unlock(hashtext('stall-nudge migrate'));
+SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('stall-nudge migrate'));
 
--- name: existing_relations
--- Which of the named tables exist: a qualified name (stall_nudge.claims) in its schema, any other visible on the search path. Read from the catalog, so a role without rights on our schema can still ask.
-SELECT n
-  FROM unnest($1::text[]) AS n
- WHERE EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
-                WHERE CASE WHEN position('.' IN n) > 0
-                           THEN s.nspname = split_part(n, '.', 1)
-                                AND c.relname = split_part(n, '.', 2)
-                           ELSE c.relname = n AND pg_table_is_visible(c.oid) END);
+-- name: search_path
+-- The session's search_path, to put back when migrate is done.
+SELECT pg_catalog.current_setting('search_path');
+
+-- name: set_search_path
+-- Resolve names in pg_catalog alone (then pg_temp) for the rest of this session, or put the caller's back ($1).
+SELECT pg_catalog.set_config('search_path', $1, false);
+
+-- name: guest_path
+-- Resolve names in pg_catalog alone (then pg_temp) until this transaction ends: a guest's search_path ($1), whatever the session's.
+SELECT pg_catalog.set_config('search_path', $1, true);
 
 -- name: host_schema
--- The schema of the host's todos table, quoted: our trigger functions pin it in their search_path.
-SELECT quote_ident(n.nspname)
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE c.oid = 'todos'::regclass;
+-- The schema of the host's todos table as the caller's search_path finds it (NULL: none). Read from the catalog alone, so a role that may not use our schema can still ask.
+SELECT n.nspname::pg_catalog.text
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+ WHERE c.relname OPERATOR(pg_catalog.=) 'todos'::pg_catalog.name
+   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[])
+   AND pg_catalog.pg_table_is_visible(c.oid);
 
--- name: bootstrap
--- Our schema and the record of applied migrations, the first thing migrate needs.
-CREATE SCHEMA IF NOT EXISTS stall_nudge;
-CREATE TABLE IF NOT EXISTS stall_nudge.migrations (
-    version    int PRIMARY KEY,
-    name       text NOT NULL,
-    applied_at timestamptz NOT NULL
-);
+-- name: missing_tables
+-- Which of the tables $1 this database lacks: a qualified name (stall_nudge.held) in its schema, any other as the caller's search_path finds it. Read from the catalog alone.
+SELECT t
+  FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS w (t, i)
+ WHERE NOT EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_class c
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[])
+           AND CASE WHEN pg_catalog.strpos(w.t, '.') OPERATOR(pg_catalog.>) 0
+                    THEN n.nspname::pg_catalog.text
+                         OPERATOR(pg_catalog.=) pg_catalog.split_part(w.t, '.', 1)
+                         AND c.relname::pg_catalog.text
+                             OPERATOR(pg_catalog.=) pg_catalog.split_part(w.t, '.', 2)
+                    ELSE c.relname::pg_catalog.text OPERATOR(pg_catalog.=) w.t
+                         AND pg_catalog.pg_table_is_visible(c.oid) END)
+ ORDER BY w.i;
+
+-- name: record_readable
+-- Whether this build's record of the host's schema is there for this role to read: false before this build's first migrate, or for a role that may not read it.
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'stall_nudge'::pg_catalog.name
+       AND c.relname OPERATOR(pg_catalog.=) 'settings'::pg_catalog.name
+       AND a.attname OPERATOR(pg_catalog.=) 'host_schema'::pg_catalog.name
+       AND NOT a.attisdropped
+       AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+       AND pg_catalog.has_table_privilege(c.oid, 'SELECT'));
+
+-- name: host_tables
+-- Which of the host's tables $2 exist in schema $1.
+-- It runs under the caller's search_path, so every name is qualified, and it takes and
+-- returns text alone (a type asyncpg had to look up would run its own unqualified query).
+SELECT c.relname::pg_catalog.text AS name
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+ WHERE n.nspname::pg_catalog.text OPERATOR(pg_catalog.=) $1::pg_catalog.text
+   AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])
+   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[]);
 
 -- name: applied
--- The migrations this database has applied (none before bootstrap).
+-- The migrations this database has applied (none before the first).
 SELECT version FROM stall_nudge.migrations ORDER BY version;
 
--- name: record_migration
--- Record one migration as applied, in its own transaction.
-INSERT INTO stall_nudge.migrations (version, name, applied_at) VALUES ($1, $2, now());
+-- name: namespaces
+-- The oids of our schema and of the host's ($1), and of this session's temporary schema.
+SELECT (SELECT oid FROM pg_namespace WHERE nspname = 'stall_nudge') AS ours,
+       (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host,
+       pg_my_temp_schema() AS scratch;
 
--- name: footprint
--- The footprint this database records (NULL: none recorded yet).
-SELECT footprint FROM stall_nudge.settings;
-
--- name: set_footprint
--- Record the footprint, and when it changed.
-UPDATE stall_nudge.settings SET footprint = $1, changed_at = now() WHERE footprint <> $1;
-
--- name: next_tick_full_pass
--- A migration may have changed what the logs hold (a footprint installed, a table restored): the fleet's next tick is a full pass.
-UPDATE stall_nudge.sweeps SET full_pass_at = NULL;
+-- name: objects
+-- Every object of ours in the catalog: whatever is in our schema ($1), the ledger and whatever carries our prefix in the host's ($2), and the indexes and triggers with our prefix on the host's tables ($3), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
+WITH ours AS (
+    SELECT c.oid, c.relname, c.relkind
+      FROM pg_class c
+     WHERE (c.relnamespace = $1
+            OR (c.relnamespace = $2
+                AND (c.relname = 'queue_stall_nudges'
+                     OR c.relname LIKE 'stall\_nudge\_%')))
+       AND NOT (c.relnamespace = $2 AND c.relname = ANY ($3::name[]))
+       AND c.relkind <> ALL ('{i,I,t,c}')
+),
+tables AS (
+    SELECT c.oid FROM pg_class c
+     WHERE c.oid = ANY (ARRAY(SELECT o.oid FROM ours o
+                                                     WHERE o.relkind = ANY ('{r,p}')))
+        OR (c.relnamespace = $2
+            AND c.relname = ANY ($3::name[]))
+)
+SELECT CASE WHEN o.relkind = ANY ('{r,p}') THEN 'table' ELSE 'relation' END AS kind,
+       o.relname::text AS name, ''::text AS on_table,
+       (SELECT json_agg(json_build_object(
+                   'name', a.attname, 'type', format_type(a.atttypid, a.atttypmod),
+                   'not_null', a.attnotnull,
+                   'default', pg_get_expr(d.adbin, d.adrelid)) ORDER BY a.attnum)::text
+          FROM pg_attribute a
+          LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid
+                                           AND d.adnum = a.attnum
+         WHERE a.attrelid = o.oid AND a.attnum > 0
+           AND NOT a.attisdropped) AS definition,
+       true AS valid
+  FROM ours o
+UNION ALL
+SELECT 'index', c.relname::text, t.relname::text,
+       CASE WHEN i.indisunique THEN 'unique ' ELSE '' END
+       || substring(pg_get_indexdef(c.oid), ' USING (.*)$'),
+       i.indisvalid
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_class t ON t.oid = i.indrelid
+ WHERE i.indrelid = ANY (ARRAY(SELECT o.oid FROM ours o))
+    OR (i.indrelid = ANY (ARRAY(SELECT x.oid FROM tables x))
+        AND c.relname LIKE 'stall\_nudge\_%')
+UNION ALL
+SELECT 'constraint', k.conname::text, t.relname::text,
+       pg_get_constraintdef(k.oid), true
+  FROM pg_constraint k
+  JOIN pg_class t ON t.oid = k.conrelid
+ WHERE k.conrelid = ANY (ARRAY(SELECT o.oid FROM ours o))
+   AND k.contype <> ALL ('{p,u}')
+UNION ALL
+SELECT 'trigger', g.tgname::text, t.relname::text,
+       pg_get_triggerdef(g.oid), true
+  FROM pg_trigger g
+  JOIN pg_class t ON t.oid = g.tgrelid
+ WHERE NOT g.tgisinternal
+   AND (g.tgrelid = ANY (ARRAY(SELECT o.oid FROM ours o))
+        OR (g.tgrelid = ANY (ARRAY(SELECT x.oid FROM tables x))
+            AND g.tgname LIKE 'stall\_nudge\_%'))
+UNION ALL
+SELECT 'function',
+       p.proname::text || '('
+       || pg_get_function_identity_arguments(p.oid)
+       || ')',
+       '', md5(pg_get_functiondef(p.oid)), true
+  FROM pg_proc p
+ WHERE p.pronamespace = $1
+    OR (p.pronamespace = $2 AND p.proname LIKE 'stall\_nudge\_%')
+ ORDER BY 1, 2, 3;
 
 -- name: fitting_index
 -- A valid btree index of the host's on table $1 whose leading keys are the plain columns $2, with default operator classes and collations, and a predicate in $3 ('' for none): its name, or NULL.
-SELECT c.relname
+SELECT c.relname::text
   FROM pg_index i
   JOIN pg_class c ON c.oid = i.indexrelid
   JOIN pg_am am ON am.oid = c.relam
- WHERE i.indrelid = $1::regclass AND am.amname = 'btree'
+ WHERE i.indrelid = $1::regclass
+   AND am.amname = 'btree'
    AND i.indisvalid AND i.indisready AND i.indislive
-   AND c.relname NOT LIKE 'stall\_nudge\_%'
+   AND NOT c.relname LIKE 'stall\_nudge\_%'
    AND i.indnkeyatts >= cardinality($2::text[])
-   AND coalesce(pg_get_expr(i.indpred, i.indrelid), '') = ANY ($3::text[])
+   AND coalesce(pg_get_expr(i.indpred, i.indrelid), '')
+       = ANY ($3::text[])
    AND (SELECT count(*)
           FROM unnest($2::text[]) WITH ORDINALITY AS k (name, n)
-          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[k.n - 1]
-          JOIN pg_opclass oc ON oc.oid = i.indclass[k.n - 1]
+          JOIN pg_attribute a
+            ON a.attrelid = i.indrelid
+           AND a.attnum = i.indkey[k.n - 1]
+          JOIN pg_opclass oc
+            ON oc.oid = i.indclass[k.n - 1]
          WHERE a.attname = k.name AND oc.opcdefault
-           AND i.indcollation[k.n - 1] = a.attcollation) = cardinality($2::text[])
+           AND i.indcollation[k.n - 1] = a.attcollation)
+       = cardinality($2::text[])
  ORDER BY c.relname
  LIMIT 1;
-
--- name: index_valid
--- Whether the named index is valid (NULL: it does not exist); a failed CONCURRENTLY build leaves it invalid.
-SELECT i.indisvalid
-  FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
- WHERE c.relname = $1 AND pg_table_is_visible(c.oid);
 
 -- name: index_progress
 -- How far the index build of backend $1 has got (pg_stat_progress_create_index).
@@ -87,57 +189,41 @@ SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
   FROM pg_stat_progress_create_index
  WHERE pid = $1;
 
--- name: our_objects
--- Every object that is ours by its schema (stall_nudge) or its name (queue_stall_nudges, stall_nudge_*), with its definition as the catalog prints it.
-SELECT 'schema' AS kind, n.nspname AS name, '' AS on_table, 'schema' AS definition
-  FROM pg_namespace n WHERE n.nspname = 'stall_nudge'
-UNION ALL
-SELECT 'table', CASE WHEN n.nspname = 'stall_nudge' THEN 'stall_nudge.' ELSE '' END || c.relname,
-       '',
-       (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
-                          || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END,
-                          ', ' ORDER BY a.attnum)
-          FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE c.relkind = 'r'
-   AND (n.nspname = 'stall_nudge'
-        OR (pg_table_is_visible(c.oid)
-            AND (c.relname = 'queue_stall_nudges' OR c.relname LIKE 'stall\_nudge\_%')))
-UNION ALL
-SELECT 'index', CASE WHEN n.nspname = 'stall_nudge' THEN 'stall_nudge.' ELSE '' END || c.relname,
-       t.relname, pg_get_indexdef(c.oid)
-  FROM pg_index i
-  JOIN pg_class c ON c.oid = i.indexrelid
-  JOIN pg_class t ON t.oid = i.indrelid
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'stall_nudge'
-    OR (pg_table_is_visible(c.oid) AND c.relname LIKE 'stall\_nudge\_%')
-UNION ALL
-SELECT 'trigger', g.tgname, c.relname, pg_get_triggerdef(g.oid)
-  FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
- WHERE NOT g.tgisinternal AND g.tgname LIKE 'stall\_nudge\_%' AND pg_table_is_visible(c.oid)
-UNION ALL
-SELECT 'function', CASE WHEN n.nspname = 'stall_nudge' THEN 'stall_nudge.' ELSE '' END || p.proname,
-       '', pg_get_functiondef(p.oid)
-  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = 'stall_nudge'
-    OR (p.proname LIKE 'stall\_nudge\_%' AND pg_function_is_visible(p.oid))
- ORDER BY 1, 2, 3;
+-- name: recorded_grants
+-- The roles migrate --grant gave a sweeping role's privileges.
+SELECT role FROM stall_nudge.grants ORDER BY role;
 
--- name: index_definition
--- The definition of one index by name, as the catalog prints it (NULL: none).
-SELECT c.relname, t.relname AS on_table, pg_get_indexdef(c.oid) AS definition
-  FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid
- WHERE c.relname = $1 AND pg_table_is_visible(c.oid);
+-- name: has_privileges
+-- Which of the privileges $2 (each "kind|target|column|privilege") role $1 lacks. A schema or table that is not there is not asked about (missing_tables names it); nor is a table in a schema the role may not use (its USAGE is asked about first). The start-up check runs it under the caller's search_path: every name is qualified.
+SELECT w.p
+  FROM pg_catalog.unnest($2::pg_catalog.text[]) AS w (p)
+ CROSS JOIN LATERAL (SELECT pg_catalog.split_part(w.p, '|', 1) AS kind,
+                            pg_catalog.split_part(w.p, '|', 2) AS target,
+                            pg_catalog.split_part(w.p, '|', 3) AS col,
+                            pg_catalog.split_part(w.p, '|', 4) AS privilege) x
+ WHERE NOT CASE
+           WHEN x.kind OPERATOR(pg_catalog.=) 'schema'
+           THEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace
+                             WHERE nspname::pg_catalog.text OPERATOR(pg_catalog.=) x.target)
+                OR pg_catalog.has_schema_privilege($1, x.target, x.privilege)
+           WHEN x.kind OPERATOR(pg_catalog.=) 'table'
+           THEN pg_catalog.to_regclass(x.target) IS NULL
+                OR pg_catalog.has_table_privilege($1, pg_catalog.to_regclass(x.target), x.privilege)
+           ELSE pg_catalog.to_regclass(x.target) IS NULL
+                OR pg_catalog.has_column_privilege($1, pg_catalog.to_regclass(x.target), x.col,
+                                                   x.privilege)
+           END;
 
--- name: recorded_objects
--- What migrate recorded of the objects it made or relies on.
-SELECT kind, name, on_table, ours, definition FROM stall_nudge.objects ORDER BY 1, 2, 3;
+-- name: role_exists
+-- Whether role $1 exists.
+SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1);
 
--- name: clear_record
--- Forget the objects recorded, before recording them anew.
-DELETE FROM stall_nudge.objects;
-
--- name: record_object
--- Record one object: ours or the host's, and its definition.
-INSERT INTO stall_nudge.objects (kind, name, on_table, ours, definition) VALUES ($1, $2, $3, $4, $5);
+-- name: others_may_create
+-- The roles other than the schema's owner that may CREATE in schema $1 (PUBLIC included): code they plant there could shadow what a less careful guest calls.
+SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+            ELSE pg_get_userbyid(a.grantee)::text END
+  FROM pg_namespace n,
+       aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+ WHERE n.nspname = $1 AND a.privilege_type = 'CREATE'
+   AND a.grantee <> n.nspowner
+ ORDER BY 1;

@@ -10,6 +10,10 @@ rule) uses one as ``{{NAME(arg, ...)}}``; the loader expands it with
 ``{param}`` replaced by the argument, which must be a column reference or a
 ``$n`` parameter. So every query of the package states a rule the same way.
 
+Relations of the host's schema are written ``@name`` (``@todos``, the ledger
+``@queue_stall_nudges``): ``for_host`` qualifies them with the schema the
+host's tables live in, so a statement never depends on a search_path.
+
 A statement too long to read as one piece is built from parts: a file of
 ``-- part: NAME`` sections, each a list of CTEs or a final SELECT, and a
 recipe naming the parts in order (``statements``). ``expanded`` gives the
@@ -29,14 +33,17 @@ import attrs
 
 __all__ = [
     "CACHEABLE_STATEMENT_SIZE",
+    "HOST_RELATIONS",
     "Rule",
     "assemble",
     "expand",
     "expanded",
+    "for_host",
     "parse_parts",
     "parse_queries",
     "parse_rules",
     "queries",
+    "quote_ident",
     "script",
     "sendable",
     "statements",
@@ -48,7 +55,35 @@ _PART_HEADER = re.compile(r"^-- part: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _RULE_HEADER = re.compile(r"^-- rule: ([a-z_][a-z0-9_]*)\(([a-z_, ]*)\)\s*$", re.MULTILINE)
 _CALL = re.compile(r"\{\{([a-z_][a-z0-9_]*)\(([^(){}]*)\)\}\}")
 _PARAM = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
+_HOST_REF = re.compile(r"(?<![<@\w])@([a-z_]+)\b")
+#: The relations a statement may name as ``@name``: the host's tables and our ledger.
+HOST_RELATIONS = frozenset(
+    {"endpoints", "deliveries", "todos", "notify_hooks", "queue_stall_nudges"}
+)
 _ARGUMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?|\$[1-9][0-9]*")
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier, whatever it holds."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def for_host(statements: Mapping[str, str], schema: str) -> Mapping[str, str]:
+    """``statements`` with each ``@relation`` qualified by the host's ``schema``.
+
+    Refuses a name that is not one of ``HOST_RELATIONS``, so a typo fails at
+    load time rather than resolving elsewhere.
+    """
+    prefix = quote_ident(schema) + "."
+
+    def relation(match: re.Match[str]) -> str:
+        if match.group(1) not in HOST_RELATIONS:
+            raise ValueError(f"@{match.group(1)} is not a host relation {sorted(HOST_RELATIONS)}")
+        return prefix + match.group(1)
+
+    return MappingProxyType(
+        {name: _HOST_REF.sub(relation, sql) for name, sql in statements.items()}
+    )
 
 
 @attrs.frozen

@@ -3,8 +3,9 @@
 Each subcommand lives in its own module with a ``register(subparsers)``
 function; its parser sets ``run``, a callable taking the parsed arguments
 and returning the exit status. A ``CliError`` is a user mistake: one line on
-stderr and a non-zero exit, never a traceback. The objects a command uses
-come from ``stall_nudge`` (``connect``, ``open_reaper``), as an embedder's do.
+stderr and a non-zero exit, never a traceback. The parts a command uses
+come from the composition root's one ``bootstrap`` (``common.open_parts``),
+or from ``open_reaper``, which an embedder uses too.
 
 Starting is cheap: a command module's top level imports only what its
 parser needs, and each function imports the driver, the HTTP stack, the
@@ -23,7 +24,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from . import migrate, simulate, sql, status, sweep
 from .common import CliError
@@ -70,8 +71,15 @@ def _run_demo(args: argparse.Namespace) -> int:
     return demo.run(args)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad option like every user mistake: one line naming it, exit 2, no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(message.removeprefix("argument "))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stall-nudge",
         description="Level-triggered queue-stall nudges for switchboard (SPEC-0038).",
     )
@@ -140,13 +148,13 @@ def _default_level(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    _configure_logging(args.log_level or _default_level(args))
-    run = getattr(args, "run", None)
-    if run is None:
-        parser.print_help()
-        return 2
     try:
+        args = parser.parse_args(argv)
+        _configure_logging(args.log_level or _default_level(args))
+        run = getattr(args, "run", None)
+        if run is None:
+            parser.print_help()
+            return 2
         status: int = run(args)
     except CliError as exc:
         print(f"stall-nudge: error: {printable(str(exc))}", file=sys.stderr)

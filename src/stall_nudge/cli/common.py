@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import stall_nudge
 
 if TYPE_CHECKING:
-    import asyncpg
+    from stall_core import Clock
+    from stall_nudge._bootstrap import Parts
 
 __all__ = [
     "ATTENTION",
@@ -25,7 +26,8 @@ __all__ = [
     "Handling",
     "LibpqVariable",
     "add_dsn_argument",
-    "open_pool",
+    "duration",
+    "open_parts",
     "positive_duration",
     "resolve_dsn",
     "with_libpq_environment",
@@ -220,28 +222,48 @@ def resolve_dsn(args: argparse.Namespace) -> str:
         raise CliError(str(exc), status=USAGE) from None
 
 
-def positive_duration(text: str) -> timedelta:
-    """argparse type for intervals: ``15s``, ``2m``, ``1h``, ``1h30m``, or bare seconds, above 0."""
+def duration(text: str) -> timedelta:
+    """argparse type for a duration of 0 or more: ``15s``, ``2m``, ``1h30m``, or bare seconds."""
     from stall_core import parse_duration
 
     try:
-        value = parse_duration(text)
+        return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_duration(text: str) -> timedelta:
+    """argparse type for intervals: a ``duration`` above 0."""
+    value = duration(text)
     if not value > timedelta(0):
         raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}")
     return value
 
 
 @asynccontextmanager
-async def open_pool(dsn: str, *, max_size: int = 4) -> AsyncIterator[asyncpg.Pool]:
-    """stall_nudge's pool (every statement bounded), or a one-line CliError saying why not.
+async def open_parts(
+    dsn: str,
+    *,
+    max_size: int = 4,
+    clock: Clock | None = None,
+    queue_size: int | None = None,
+) -> AsyncIterator[Parts]:
+    """The composition root's parts on ``dsn`` (``stall_nudge._bootstrap``), or a one-line CliError.
 
-    A DSN mistake is a usage error; a server that cannot be reached, or refuses, is not.
+    Every statement is bounded by ``COMMAND_TIMEOUT_S``. A DSN mistake is a
+    usage error; a server that cannot be reached, or refuses, is not.
     """
+    from stall_nudge._bootstrap import QUEUE_SIZE, bootstrap
+
     try:
-        async with stall_nudge.connect(dsn, timeout=COMMAND_TIMEOUT_S, max_size=max_size) as pool:
-            yield pool
+        async with bootstrap(
+            dsn,
+            clock=clock,
+            timeout=COMMAND_TIMEOUT_S,
+            max_size=max_size,
+            queue_size=QUEUE_SIZE if queue_size is None else queue_size,
+        ) as parts:
+            yield parts
     except stall_nudge.DsnError as exc:
         raise CliError(str(exc), status=USAGE) from None
     except stall_nudge.StartupError as exc:

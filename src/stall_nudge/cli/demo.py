@@ -1,10 +1,11 @@
 """`stall-nudge demo`: the reported case and the lost wake, end to end, in seconds.
 
-Real parts only: an embedded PostgreSQL (or --dsn), the Postgres ledger, the
-HTTP dispatcher and a loopback notify hook whose one-shot consumer verifies
-each signature, claims one todo and exits. Only time is accelerated: the
-sweeper, the dispatcher and the consumer read one virtual clock that the
-demo moves by one reaper tick at a time.
+Real parts only: an embedded PostgreSQL (or --dsn), the reaper as
+``open_reaper`` builds it (the Postgres ledger, the HTTP dispatcher) and a
+loopback notify hook whose one-shot consumer verifies each signature, claims
+one todo and exits. Only time is accelerated: the ledger, the wire and the
+consumer read one virtual clock that the demo moves by one reaper tick at a
+time.
 
 Its parser lives in ``stall_nudge.cli``: this module loads only when the demo runs.
 """
@@ -19,18 +20,19 @@ import logging
 import secrets
 import uuid
 from base64 import b64encode
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
 from aiohttp import web
 
-from adapters.http import HookDispatcher, parse_secret, sign
-from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, describe, migrate
+import stall_nudge
+from adapters.http import parse_secret, sign
+from adapters.postgres import DATABASE_ERRORS, describe, migrate
 from adapters.postgres.sql import queries
-from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError, format_duration
+from stall_core import LedgerRow, PairKey, TodoRef, WakeError, format_duration
+from stall_nudge._bootstrap import Parts
 from stall_nudge.scratch import (
     EmbeddedUnavailable,
     create_database,
@@ -39,7 +41,7 @@ from stall_nudge.scratch import (
     with_database,
 )
 
-from .common import CliError, open_pool
+from .common import CliError, open_parts
 
 ENDPOINT = "ep-demo"
 TICK = timedelta(seconds=15)
@@ -176,24 +178,28 @@ async def _throwaway_database(dsn: str) -> AsyncIterator[str]:
 
 
 async def _demo(dsn: str | None) -> int:
+    clock = VirtualClock()
     with _server(dsn) as server:
-        async with _throwaway_database(server) as database, open_pool(database) as pool:
-            async with pool.acquire() as conn:
+        # The host: its pool, and a one-slot dispatcher for its creation wakes, so that
+        # "its queue is full at the moment of creation" is easy to stage. The sweep
+        # (open_reaper, below) gets its own.
+        async with (
+            _throwaway_database(server) as database,
+            open_parts(database, clock=clock, queue_size=1) as host,
+        ):
+            async with host.pool.acquire() as conn:
                 await migrate(conn, host_schema=True)
-            return await _play(pool)
+            return await _play(host, clock)
 
 
-def _row(rows: dict[tuple[str, str], Any], queue: str) -> str:
+def _row(rows: Mapping[PairKey, LedgerRow], queue: str) -> str:
     row = rows.get((ENDPOINT, queue))
     return f"[{queue}: none]" if row is None else f"[{queue}: nudges={row.nudges}]"
 
 
-async def _play(pool: asyncpg.Pool) -> int:
-    policy = PacingPolicy()
-    clock = VirtualClock()
+async def _play(host: Parts, clock: VirtualClock) -> int:
+    pool = host.pool
     timeline = Timeline(clock)
-    # The demo's virtual clock stands in for the database's: it is the ledger's time.
-    ledger = PostgresLedger(pool, clock=clock)
     consumer = OneShotConsumer(pool, clock, timeline)
     print("stall-nudge demo: SPEC-0038 on real PostgreSQL and HTTP, one tick = 15 s virtual")
     print(f"{'time':>9}  {'event':<58} {'nudge':<8} ledger")
@@ -201,13 +207,11 @@ async def _play(pool: asyncpg.Pool) -> int:
         await pool.execute(_SQL["add_endpoint"], ENDPOINT)
         await pool.execute(_SQL["add_hook"], "hook-demo", ENDPOINT, url, consumer.secret)
         await pool.execute(_SQL["add_delivery"], "dlv-demo", ENDPOINT, clock.now)
-        # The host's creation path gets a one-slot dispatcher, so that "its queue is
-        # full at the moment of creation" is easy to stage; the sweep gets its own.
+        # The demo's virtual clock stands in for the database's: it is the ledger's time.
         async with (
-            HookDispatcher(hooks=PostgresHooks(pool), clock=clock, queue_size=1) as creation,
-            HookDispatcher(hooks=PostgresHooks(pool), clock=clock) as dispatcher,
+            host.dispatcher as creation,
+            stall_nudge.open_reaper(pool, clock=clock) as reaper,
         ):
-            sweeper = Sweeper(ledger=ledger, wake=dispatcher, policy=policy)
 
             async def inbound(queue: str, *todo_ids: str) -> str:
                 """One inbound webhook: its todos, then ONE creation wake naming the first."""
@@ -240,15 +244,15 @@ async def _play(pool: asyncpg.Pool) -> int:
             sent = await inbound("lane-m", "m-1")
             timeline.say(f"inbound webhook: m-1 on lane-m; creation wake {sent}")
             consumer.hold.set()
-            await creation.drain()
+            await creation.settle()
             await consumer.settle()
 
             last_wake = clock.now
             while clock.now - last_wake < QUIET:
                 clock.now += TICK
-                report = await sweeper.tick()
+                report = await reaper.tick()
                 if report.charged or report.drained:
-                    rows = dict(await ledger.ledger_rows())
+                    rows = await host.ledger.ledger_rows()
                     for nudge in report.charged:
                         last_wake = clock.now
                         timeline.say(
@@ -261,20 +265,19 @@ async def _play(pool: asyncpg.Pool) -> int:
                         timeline.say(
                             f"sweep: {queue} drained, ledger row deleted", row=_row(rows, queue)
                         )
-                await dispatcher.drain()
-                await sweeper.settle()
+                await reaper.settle()
                 await consumer.settle()
 
     created = await pool.fetchval(_SQL["todo_count"])
     pending = [r["id"] for r in await pool.fetch(_SQL["left_over"])]
-    left = await ledger.ledger_rows()
+    left = await host.ledger.ledger_rows()
     stalled_wakes = [w for w in consumer.wakes if w[2] == "stalled"]
     quiet_for = clock.now - max(at for at, _, _ in consumer.wakes)
     ok = not pending and not left and consumer.bad_signatures == 0 and quiet_for >= QUIET
     print(
         f"verdict: {'OK' if ok else 'FAILED'}: {created - len(pending)} of {created} todos "
         f"claimed, {len(stalled_wakes)} stalled wakes, ledger rows left {len(left)}, "
-        f"silent for {quiet_for} after the last wake"
+        f"silent for {format_duration(quiet_for)} after the last wake"
         + ("" if not pending else f"; still pending: {', '.join(pending)}")
     )
     return 0 if ok else 1

@@ -6,27 +6,37 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CliError, add_dsn_argument, open_pool, resolve_dsn
+from .common import CliError, add_dsn_argument, open_parts, resolve_dsn
 
-#: adapters.postgres.HOST_ID_TYPES and FOOTPRINTS, spelled out: building the parser loads
-#: no driver (a test holds them equal).
-HOST_ID_TYPES = ("text", "uuid", "bigint")
-FOOTPRINTS = ("lean", "incremental")
+#: adapters.postgres.HOST_ID_TYPES, spelled out: building the parser loads no driver (a
+#: test holds them equal).
+HOST_ID_TYPES = ("text", "varchar", "uuid", "bigint")
 
 #: `migrate --check`: the database differs from this build (1 is an error, 2 a usage mistake).
 EXIT_BEHIND = 3
+
+
+class _Retired(argparse.Action):
+    """An option an earlier build had: using it is a usage error that says so."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        parser.error(
+            "--footprint was retired: there is one footprint now, with nothing on the host's "
+            "tables but indexes (docs/host-schema.md); run migrate without it"
+        )
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "migrate",
         help="apply stall-nudge's migrations, or print, check or remove what it installs",
-        description="Apply stall-nudge's numbered migrations and its footprint, listing "
-        "every object it creates. With "
-        "--host-schema, first create the reference host tables (demos, tests). "
-        "--print-sql prints what it would run; --check exits "
-        f"{EXIT_BEHIND} when an object is missing, extra or different; --uninstall removes "
-        "every object of ours.",
+        description="Bring the database to this build: apply its numbered migrations, build "
+        "the indexes its reads need on the host's tables, and remove what no build of ours "
+        "uses. --print-sql prints exactly what it would run (nothing when current); --check "
+        f"exits {EXIT_BEHIND} with one line a problem (missing, extra, different or invalid "
+        "objects, grants that drifted); --grant ROLE gives a sweeping role what sweep and "
+        "status need; --uninstall removes every object of ours and the grants it gave. "
+        "With --host-schema, first create the reference host tables (demos, tests).",
     )
     add_dsn_argument(parser)
     parser.add_argument(
@@ -41,13 +51,12 @@ def register(subparsers: Any) -> None:
         help="id type of the reference host tables --host-schema creates (default text)",
     )
     parser.add_argument(
-        "--footprint",
-        choices=FOOTPRINTS,
-        default=None,
-        help="lean: nothing on the host's tables but the indexes the sweep reads (the default "
-        "for a new install); incremental: triggers that make a tick cost what changed. "
-        "Without it, a database keeps the footprint it has",
+        "--grant",
+        metavar="ROLE",
+        help="grant ROLE exactly what `sweep` and `status` need (recorded: --check "
+        "reports drift, --uninstall revokes)",
     )
+    parser.add_argument("--footprint", action=_Retired, help=argparse.SUPPRESS)
     action = parser.add_mutually_exclusive_group()
     action.add_argument(
         "--print-sql",
@@ -58,13 +67,13 @@ def register(subparsers: Any) -> None:
         "--check",
         action="store_true",
         help=f"change nothing; exit 0 when the database is as this build makes it, "
-        f"{EXIT_BEHIND} when something is missing, extra or different",
+        f"{EXIT_BEHIND} when something is missing, extra, different or invalid",
     )
     parser.add_argument(
         "--uninstall",
         action="store_true",
-        help="remove every object stall-nudge made (the ledger included); the host's rows "
-        "stay as they are",
+        help="remove every object stall-nudge made (the ledger included) and revoke the grants "
+        "it gave; the host's rows stay as they are",
     )
     parser.set_defaults(run=run)
 
@@ -73,18 +82,19 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     dsn = resolve_dsn(args)
-    if args.host_schema and (args.print_sql or args.check or args.uninstall):
-        raise CliError("--host-schema creates tables: it goes with a plain migrate only")
-    if args.uninstall and (args.check or args.footprint):
+    if args.host_schema and (args.check or args.uninstall):
+        raise CliError("--host-schema creates tables: it goes with migrate or --print-sql only")
+    if args.uninstall and (args.check or args.grant):
         raise CliError("--uninstall goes alone, or with --print-sql")
-    if args.footprint and args.check:
-        raise CliError("--check compares with what is recorded: it takes no --footprint")
+    if args.grant is not None and args.check:
+        raise CliError("--check changes nothing: it takes no --grant")
     return asyncio.run(_migrate(dsn, args))
 
 
 def _say(line: str) -> None:
-    """What migrate did on stdout; an index build's progress on stderr."""
-    print(line, file=sys.stderr if line.startswith("index ") else sys.stdout, flush=True)
+    """What migrate did on stdout; an index build's progress and a busy table on stderr."""
+    progress = line.startswith(("index ", "the host's table is busy"))
+    print(line, file=sys.stderr if progress else sys.stdout, flush=True)
 
 
 async def _migrate(dsn: str, args: argparse.Namespace) -> int:
@@ -92,21 +102,27 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
         DATABASE_ERRORS,
         MigrationError,
         describe,
+        host_schema_sql,
         migrate,
-        migration_sql,
+        plan,
         uninstall,
-        uninstall_sql,
+        uninstall_plan,
     )
 
-    async with open_pool(dsn, max_size=2) as pool, pool.acquire() as conn:
+    async with open_parts(dsn, max_size=2) as parts, parts.pool.acquire() as conn:
         try:
             if args.print_sql:
-                sql = (
-                    await uninstall_sql(conn)
-                    if args.uninstall
-                    else await migration_sql(conn, footprint=args.footprint)
-                )
-                print(sql, end="")
+                if args.uninstall:
+                    print((await uninstall_plan(conn)).sql(), end="")
+                    return 0
+                if args.host_schema:
+                    # The reference tables first, as migrate --host-schema makes them.
+                    async with conn.transaction():
+                        print(host_schema_sql(args.host_id_type))
+                        await conn.execute(host_schema_sql(args.host_id_type))
+                        print((await plan(conn, grant=args.grant)).sql(), end="")
+                        raise _Printed
+                print((await plan(conn, grant=args.grant)).sql(), end="")
                 return 0
             if args.check:
                 return await _check(conn)
@@ -114,29 +130,38 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
                 removed = await uninstall(conn, say=_say)
                 print("uninstalled" if removed else "nothing of stall-nudge's was here")
                 return 0
-            async with pool.acquire() as monitor:
+            async with parts.pool.acquire() as monitor:
                 report = await migrate(
                     conn,
                     host_schema=args.host_schema,
                     host_id_type=args.host_id_type,
-                    footprint=args.footprint,
+                    grant=args.grant,
                     monitor=monitor,
-                    say=lambda line: (
-                        print(line, file=sys.stderr, flush=True)
-                        if line.startswith("index ")
-                        else _say(line)
-                    ),
+                    say=_say,
                 )
+        except _Printed:
+            return 0
         except MigrationError as exc:
             raise CliError(str(exc), status=1) from None
         except DATABASE_ERRORS as exc:
             raise CliError(f"migration failed: {describe(exc)}", status=1) from None
-    changed = report.created or report.removed
     print(
-        f"schema version {report.version}, footprint {report.footprint}"
-        + ("" if changed else ": nothing to do")
+        f"schema version {report.version}"
+        + ("" if report.repaired else ": nothing to do, the database is as this build makes it")
     )
+    if report.for_dba:
+        print(
+            "this role may not grant these on the host's tables; a DBA must run them:",
+            file=sys.stderr,
+        )
+        for sql in report.for_dba:
+            print(f"{sql};")
+        return EXIT_BEHIND
     return 0
+
+
+class _Printed(Exception):
+    pass
 
 
 async def _check(conn: Any) -> int:
@@ -151,5 +176,5 @@ async def _check(conn: Any) -> int:
         return EXIT_BEHIND
     state = await installed(conn)
     assert state is not None  # check found no problem: migrated
-    print(f"schema version {state.version}, footprint {state.footprint}: as migrate made it")
+    print(f"schema version {state.version}: as this build makes it")
     return 0

@@ -1,4 +1,11 @@
-"""``stall-nudge simulate``: the pacing simulator, policies side by side."""
+"""``stall-nudge simulate``: the pacing simulator, policies side by side.
+
+Each option is parsed by its argparse ``type`` (durations by the core's
+``parse_duration``), so a bad value is one line naming the option; what
+depends on several options (a ``--compare`` name a ``--policy`` defines,
+the scenario's own checks) is checked once they are all read. The plot is
+the simulator's own (``stall_sim.plot``).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,79 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .common import CliError
+from .common import CliError, duration, positive_duration
 from .jsonout import dumps
 
 if TYPE_CHECKING:
-    from stall_sim import Scenario, SimPolicy, SimResult
+    from stall_sim import ConsumerKind, Scenario, SimPolicy, SimResult
 
-__all__ = ["parse_duration", "parse_policy", "register"]
+__all__ = ["parse_policy", "register"]
 
 _BUILT_IN = "default, edge-only, fixed-<duration>"
+_T = TypeVar("_T")
+_N = TypeVar("_N", int, float)
+
+
+# -- option types (a bad value is argparse's error, one line naming the option) ----
+
+
+def integer(*, low: int | None = None) -> Callable[[str], int]:
+    """argparse type for a whole number, at least ``low``."""
+    return lambda text: _at_least(low, text, _parse(int, "an integer", text))
+
+
+def number(*, low: float | None = None) -> Callable[[str], float]:
+    """argparse type for a finite number, at least ``low``."""
+    return lambda text: _at_least(low, text, _parse(float, "a number", text))
+
+
+def share(text: str) -> float:
+    """argparse type for a share of the whole, from 0 to 1."""
+    value = _parse(float, "a number", text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}")
+    return value
+
+
+def days(text: str) -> timedelta:
+    """argparse type for a run's length in (fractional) days, above 0."""
+    value = _parse(float, "a number", text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    try:
+        return timedelta(days=value)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{value!r} days is too long") from None
+
+
+def consumer_kind(text: str) -> ConsumerKind:
+    """argparse type for how every pair's consumer answers a wake."""
+    from stall_sim import ConsumerKind
+
+    try:
+        return ConsumerKind(text)
+    except ValueError:
+        kinds = ", ".join(k.value for k in ConsumerKind)
+        raise argparse.ArgumentTypeError(f"expected one of {kinds}, got {text!r}") from None
+
+
+def _parse(kind: Callable[[str], _N], what: str, text: str) -> _N:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _at_least(low: float | None, text: str, value: _N) -> _N:
+    if low is not None and value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text!r}")
+    return value
+
+
+# -- the command ---------------------------------------------------------------------
 
 
 def register(subparsers: Any) -> None:
@@ -31,25 +102,81 @@ def register(subparsers: Any) -> None:
         ),
     )
     add = p.add_argument
-    add("--pairs", default="100", help="(endpoint, queue) pairs (default 100)")
-    add("--queues-per-endpoint", default="4", help="queues of each endpoint (default 4)")
-    add("--days", default="1", help="simulated days (default 1)")
-    add("--tick", default="15s", help="reaper tick (default 15s)")
-    add("--rate", default="1", help="arrivals per queue per hour (default 1; 0 for none)")
-    add("--burst", default="1", help="todos per arrival (default 1: Poisson single arrivals)")
-    add("--backlog", default="0", help="todos pending on every pair at the start (default 0)")
-    add("--unverified", default="0", help="share of unverified deliveries (default 0)")
-    add("--hookless", default="0", help="share of pairs no notify hook covers (default 0)")
+    add("--pairs", type=integer(low=1), default=100, help="(endpoint, queue) pairs (default 100)")
+    add(
+        "--queues-per-endpoint",
+        type=integer(low=1),
+        default=4,
+        help="queues of each endpoint (default 4)",
+    )
+    add("--days", type=days, default=timedelta(days=1), help="simulated days (default 1)")
+    add(
+        "--tick",
+        type=positive_duration,
+        default=timedelta(seconds=15),
+        help="reaper tick (default 15s)",
+    )
+    add(
+        "--rate",
+        type=number(low=0),
+        default=1.0,
+        help="arrivals per queue per hour (default 1; 0 for none)",
+    )
+    add(
+        "--burst",
+        type=integer(low=1),
+        default=1,
+        help="todos per arrival (default 1: Poisson single arrivals)",
+    )
+    add(
+        "--backlog",
+        type=integer(low=0),
+        default=0,
+        help="todos pending on every pair at the start (default 0)",
+    )
+    add("--unverified", type=share, default=0.0, help="share of unverified deliveries (default 0)")
+    add(
+        "--hookless",
+        type=share,
+        default=0.0,
+        help="share of pairs no notify hook covers (default 0)",
+    )
     add(
         "--consumer",
+        type=consumer_kind,
         default="one-shot",
         help="one-shot, batch, flaky or dead (default one-shot)",
     )
-    add("--batch", default="10", help="todos a batch consumer claims per wake (default 10)")
-    add("--claim-probability", default="0.5", help="flaky consumer's claim chance (default 0.5)")
-    add("--latency", default="1s", help="wake to claim (default 1s)")
-    add("--service", default="10s", help="consumer busy time per claimed todo (default 10s)")
-    add("--wake-loss", default="0", help="share of wakes lost, creation and nudge (default 0)")
+    add(
+        "--batch",
+        type=integer(low=1),
+        default=10,
+        help="todos a batch consumer claims per wake (default 10)",
+    )
+    add(
+        "--claim-probability",
+        type=share,
+        default=0.5,
+        help="flaky consumer's claim chance (default 0.5)",
+    )
+    add(
+        "--latency",
+        type=positive_duration,
+        default=timedelta(seconds=1),
+        help="wake to claim (default 1s)",
+    )
+    add(
+        "--service",
+        type=duration,
+        default=timedelta(seconds=10),
+        help="consumer busy time per claimed todo (default 10s)",
+    )
+    add(
+        "--wake-loss",
+        type=share,
+        default=0.0,
+        help="share of wakes lost, creation and nudge (default 0)",
+    )
     add(
         "--compare",
         default="default,edge-only,fixed-5m",
@@ -65,7 +192,7 @@ def register(subparsers: Any) -> None:
             "(unset keys keep the default's); repeatable"
         ),
     )
-    add("--seed", default="1", help="random seed (default 1)")
+    add("--seed", type=integer(), default=1, help="random seed (default 1)")
     add("--json", action="store_true", help="print the results as JSON")
     add(
         "--plot",
@@ -82,28 +209,28 @@ def run(args: argparse.Namespace) -> int:
     import attrs
 
     from stall_sim import simulate
+    from stall_sim.plot import SAMPLES
 
     scenario = _scenario(args)
     if args.plot:  # a plot may zoom in on the first minutes of a long run: sample finely
-        scenario = attrs.evolve(scenario, samples=_PLOT_SAMPLES)
+        scenario = attrs.evolve(scenario, samples=SAMPLES)
     customs = dict(parse_policy(spec) for spec in args.policy)
     policies = [_named_policy(name, customs) for name in _names(args.compare)]
-    seed = _number("--seed", args.seed, int)
     results = [
         simulate(
             scenario,
             policy,
-            workload=random.Random(f"{seed}:workload"),
-            chance=random.Random(f"{seed}:chance"),
+            workload=random.Random(f"{args.seed}:workload"),
+            chance=random.Random(f"{args.seed}:chance"),
         )
         for policy in policies
     ]
     if args.plot:
         _plot(args.plot, scenario, results)
     if args.json:
-        print(dumps(_as_json(scenario, seed, results)))
+        print(dumps(_as_json(scenario, args.seed, results)))
     else:
-        print(_describe(scenario, seed))
+        print(_describe(scenario, args.seed))
         print()
         print(format_table(results))
         if args.plot:
@@ -111,23 +238,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- parsing -----------------------------------------------------------------
+# -- what depends on several options ---------------------------------------------
 
 
-def parse_duration(option: str, text: str) -> timedelta:
-    """A positive duration (``90s``, ``5m``, ``1h30m``, plain seconds); CliError otherwise."""
-    duration = _duration(option, text)
-    if duration <= timedelta(0):
-        raise CliError(f"{option}: must be positive, got {text!r}")
-    return duration
-
-
-def _duration(option: str, text: str) -> timedelta:
-    from stall_core import parse_duration as parse_any_duration
-
+def _value(option: str, parse: Callable[[str], _T], text: str) -> _T:
+    """``parse(text)`` for a value argparse does not see whole, its error naming ``option``."""
     try:
-        return parse_any_duration(text)
-    except ValueError as exc:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
         raise CliError(f"{option}: {exc}") from None
 
 
@@ -150,13 +268,13 @@ def parse_policy(spec: str) -> tuple[str, SimPolicy]:
         if not eq or not value:
             raise CliError(f"--policy {name}: expected key=value, got {item.strip()!r}")
         if key == "threshold":
-            fields["threshold"] = parse_duration(option, value)
+            fields["threshold"] = _value(option, positive_duration, value)
         elif key == "backoff":
-            fields["backoff"] = tuple(parse_duration(option, step) for step in value.split("/"))
-        elif key == "cap":
-            fields["cap"] = _number(option, value, int, low=1)
-        elif key == "tick_limit":
-            fields["tick_limit"] = _number(option, value, int, low=1)
+            fields["backoff"] = tuple(
+                _value(option, positive_duration, step) for step in value.split("/")
+            )
+        elif key in ("cap", "tick_limit"):
+            fields[key] = _value(option, integer(low=1), value)
         else:
             raise CliError(
                 f"--policy {name}: unknown key {key!r} (threshold, backoff, cap, tick_limit)"
@@ -186,92 +304,62 @@ def _named_policy(name: str, customs: dict[str, SimPolicy]) -> SimPolicy:
     if name == "edge-only":
         return SimPolicy.edge_only()
     if name.startswith("fixed-"):
-        every = parse_duration(f"--compare {name}", name.removeprefix("fixed-"))
+        every = _value(f"--compare {name}", positive_duration, name.removeprefix("fixed-"))
         return SimPolicy.fixed(every, name=name)
     known = ", ".join([_BUILT_IN, *customs])
     raise CliError(f"--compare: unknown policy {name!r} (known: {known})")
 
 
-_N = TypeVar("_N", int, float)
-
-
-def _number(option: str, text: str, kind: Callable[[str], _N], *, low: float | None = None) -> _N:
-    try:
-        value = kind(text)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise CliError(f"{option}: expected {what}, got {text!r}") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise CliError(f"{option}: expected a finite number, got {text!r}")
-    if low is not None and value < low:
-        raise CliError(f"{option}: must be at least {low:g}, got {text!r}")
-    return value
-
-
-def _share(option: str, text: str) -> float:
-    value = _number(option, text, float)
-    if not 0 <= value <= 1:
-        raise CliError(f"{option}: expected a share between 0 and 1, got {text!r}")
-    return value
-
-
 def _scenario(args: argparse.Namespace) -> Scenario:
-    from stall_sim import Bursts, Consumer, ConsumerKind, Poisson, Scenario
+    from stall_sim import Bursts, Consumer, Poisson, Scenario
 
-    try:
-        kind = ConsumerKind(args.consumer)
-    except ValueError:
-        kinds = ", ".join(k.value for k in ConsumerKind)
-        raise CliError(f"--consumer: expected one of {kinds}, got {args.consumer!r}") from None
-    rate = _number("--rate", args.rate, float, low=0)
-    burst = _number("--burst", args.burst, int, low=1)
-    days = _number("--days", args.days, float)
-    if days <= 0:
-        raise CliError(f"--days: must be positive, got {args.days!r}")
-    consumer = Consumer(
-        kind=kind,
-        latency=parse_duration("--latency", args.latency),
-        service=_non_negative_duration("--service", args.service),
-        batch=_number("--batch", args.batch, int, low=1),
-        claim_probability=_share("--claim-probability", args.claim_probability),
-    )
     try:
         return Scenario(
-            pairs=_number("--pairs", args.pairs, int, low=1),
-            queues_per_endpoint=_number(
-                "--queues-per-endpoint", args.queues_per_endpoint, int, low=1
+            pairs=args.pairs,
+            queues_per_endpoint=args.queues_per_endpoint,
+            duration=args.days,
+            tick=args.tick,
+            arrivals=(
+                Poisson(per_hour=args.rate)
+                if args.burst == 1
+                else Bursts(per_hour=args.rate, size=args.burst)
             ),
-            duration=_days("--days", days),
-            tick=parse_duration("--tick", args.tick),
-            arrivals=Poisson(per_hour=rate) if burst == 1 else Bursts(per_hour=rate, size=burst),
-            backlog=_number("--backlog", args.backlog, int, low=0),
-            unverified_share=_share("--unverified", args.unverified),
-            hookless_share=_share("--hookless", args.hookless),
-            consumer=consumer,
-            wake_loss=_share("--wake-loss", args.wake_loss),
+            backlog=args.backlog,
+            unverified_share=args.unverified,
+            hookless_share=args.hookless,
+            consumer=Consumer(
+                kind=args.consumer,
+                latency=args.latency,
+                service=args.service,
+                batch=args.batch,
+                claim_probability=args.claim_probability,
+            ),
+            wake_loss=args.wake_loss,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
 
-def _days(option: str, days: float) -> timedelta:
+def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
     try:
-        return timedelta(days=days)
-    except OverflowError:
-        raise CliError(f"{option}: {days!r} days is too long") from None
+        from stall_sim.plot import plot
 
-
-def _non_negative_duration(option: str, text: str) -> timedelta:
-    return _duration(option, text)
+        plot(path, scenario, results, heading=_describe(scenario, seed=None))
+    except ImportError:
+        raise CliError(
+            "--plot needs matplotlib: pip install 'stall-nudge[plot]'", status=1
+        ) from None
+    except OSError as exc:
+        raise CliError(f"--plot: cannot write {path!r}: {exc.strerror or exc}", status=1) from None
 
 
 # -- output --------------------------------------------------------------------
 
 
 def _human(seconds: float | None) -> str:
-    from stall_core import format_duration
+    from stall_nudge._text import format_seconds
 
-    return "-" if seconds is None else format_duration(timedelta(seconds=seconds))
+    return "-" if seconds is None else format_seconds(seconds)
 
 
 _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (
@@ -309,7 +397,8 @@ def format_table(results: Sequence[SimResult]) -> str:
     return "\n".join(lines)
 
 
-def _describe(scenario: Scenario, seed: int) -> str:
+def _describe(scenario: Scenario, seed: int | None) -> str:
+    """The scenario in one line, and the seed when given."""
     from stall_sim import Bursts, ConsumerKind
 
     c = scenario.consumer
@@ -331,7 +420,8 @@ def _describe(scenario: Scenario, seed: int) -> str:
         f"backlog {scenario.backlog}, unverified {scenario.unverified_share:g}, "
         f"hookless {scenario.hookless_share:g}, consumer {consumer}, "
         f"latency {_human(c.latency.total_seconds())}, service "
-        f"{_human(c.service.total_seconds())}, wake loss {scenario.wake_loss:g}, seed {seed}"
+        f"{_human(c.service.total_seconds())}, wake loss {scenario.wake_loss:g}"
+        + ("" if seed is None else f", seed {seed}")
     )
 
 
@@ -388,138 +478,3 @@ def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dic
             for r in results
         ],
     }
-
-
-_Series = tuple[tuple[float, int], ...]
-
-#: Samples of each series over the run when plotting.
-_PLOT_SAMPLES = 4_000
-
-#: Dashes per policy: policies often coincide, so they differ by dash as well as colour.
-_DASHES = ("-", "--", ":", "-.")
-
-
-def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
-    """Draw what the policies differ on: nudges, consumer starts, backlog and waits."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError(
-            "--plot needs matplotlib: pip install 'stall-nudge[plot]'", status=1
-        ) from None
-    fig, ((nudges, starts), (backlog, waits)) = plt.subplots(2, 2, figsize=(12, 8.5))
-    run_s = scenario.duration.total_seconds()
-    settled_s = max(
-        _settled_at(series)
-        for r in results
-        for series in (r.nudges_over_time, r.started_over_time, r.backlog)
-    )
-    # When every series is flat long before the end, show the part that moves.
-    shown_s = min(run_s, settled_s * 1.15) if settled_s < run_s / 2 else run_s
-    scale, unit = (3_600.0, "hours") if shown_s >= 3 * 3_600 else (60.0, "minutes")
-    xlabel = f"simulated {unit}"
-    if shown_s < run_s:
-        xlabel += f" (nothing changes after {_human(settled_s)}; the run lasts {_human(run_s)})"
-    panels: tuple[tuple[Any, str, str, Callable[[SimResult], _Series]], ...] = (
-        (nudges, "Nudges sent (cumulative)", "nudges", lambda r: r.nudges_over_time),
-        (
-            starts,
-            "Consumers started by a wake (cumulative)",
-            "starts",
-            lambda r: r.started_over_time,
-        ),
-        (backlog, "Pending todos", "todos", lambda r: r.backlog),
-    )
-    for ax, title, what, series in panels:
-        for i, r in enumerate(results):
-            points = series(r)
-            ax.plot(
-                [t / scale for t, _ in points],
-                [n for _, n in points],
-                _DASHES[i % len(_DASHES)],
-                label=f"{r.policy} ({points[-1][1]:,} at the end)",
-            )
-        _count_axis(ax, [max(n for _, n in series(r)) for r in results], what)
-        ax.set(title=title, xlabel=xlabel)
-        ax.set_xlim(0, shown_s / scale)
-    _wait_panel(waits, results)
-    for ax in (nudges, starts, backlog, waits):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.suptitle(_describe(scenario, seed=0).rsplit(", seed", 1)[0], fontsize=8, wrap=True)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise CliError(f"--plot: cannot write {path!r}: {exc.strerror or exc}", status=1) from None
-    finally:
-        plt.close(fig)
-
-
-def _settled_at(series: _Series) -> float:
-    """The first sample instant (seconds) from which ``series`` no longer changes."""
-    last = series[-1][1]
-    settled = series[-1][0]
-    for at, value in reversed(series):
-        if value != last:
-            break
-        settled = at
-    return settled
-
-
-def _count_axis(ax: Any, values: Sequence[int], what: str) -> None:
-    """A count axis from 0; logarithmic above 10 when the policies differ 100-fold or more.
-
-    From 0, a constant count reads as what it is (a dead consumer's 10
-    pending todos), not as a flat line on a degenerate axis; the log scale
-    keeps a capped policy's few nudges visible next to an uncapped one's
-    thousands.
-    """
-    top = max(values, default=0)
-    smallest = min((v for v in values if v > 0), default=0)
-    if smallest and top >= 100 * smallest:
-        ax.set_yscale("symlog", linthresh=10)
-        ax.set_ylim(0, top * 2)
-        ax.set_ylabel(f"{what} (log above 10)")
-    else:
-        ax.set_ylim(0, max(1, top) * 1.1)
-        ax.set_ylabel(what)
-
-
-def _wait_panel(ax: Any, results: Sequence[SimResult]) -> None:
-    """The creation-to-claim wait of claimed todos as a CDF on a log time axis."""
-    floor = 0.1  # log axis: sub-tenth-second waits are drawn at 0.1 s
-    for i, r in enumerate(results):
-        if r.wait_percentiles:
-            xs = [max(w, floor) for w in r.wait_percentiles]
-            ax.step(
-                xs,
-                range(len(xs)),
-                _DASHES[i % len(_DASHES)],
-                where="post",
-                label=f"{r.policy} ({r.claims:,} claimed, {r.pending:,} pending)",
-            )
-    ax.set(
-        title="Wait from creation to claim (claimed todos)",
-        xlabel="seconds (log)",
-        ylabel="% of claimed todos (cumulative)",
-        ylim=(0, 101),
-    )
-    if ax.get_legend_handles_labels()[0]:
-        ax.set_xscale("log")
-    else:
-        pending = ", ".join(f"{r.policy}: {r.pending:,}" for r in results)
-        ax.text(
-            0.5,
-            0.5,
-            f"No todo was claimed under any policy.\nStill pending at the end: {pending}.",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-        ax.set_xticks([])
-        ax.set_yticks([])

@@ -6,7 +6,7 @@ import argparse
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .common import ATTENTION, FAILED, OK, CliError, add_dsn_argument, open_pool, resolve_dsn
+from .common import ATTENTION, FAILED, OK, CliError, add_dsn_argument, open_parts, resolve_dsn
 from .jsonout import dumps, seconds, utc
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ def register(subparsers: Any) -> None:
         "status",
         help="answer 'is my queue drained?' for every pair",
         description="List every (endpoint, queue) with pending work or a ledger row: pending "
-        "counts (VERIFIED: todos that pass the sender gate, a verified delivery or none, "
-        "which the sweep nudges for; UNVERIFIED: todos of unverified deliveries, claimed by "
+        "counts (SENDABLE: todos that pass the sender gate, a verified delivery or none, "
+        "which the sweep nudges for; HELD BY GATE: todos of unverified deliveries, claimed by "
         "pull only), oldest age, nudges, next due, the health of its hooks, and the sweep's "
         f"verdict. Pairs that need a person are marked {MARK}; names are shown with control "
         f"and invisible characters escaped and cut to {CELL} characters (--json has every "
@@ -49,11 +49,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from stall_core import PacingPolicy
+    from stall_nudge._pairs import needs_person
 
     dsn = resolve_dsn(args)
-    policy = PacingPolicy()
-    now, pairs, fleet = asyncio.run(_status(dsn, policy))
+    policy, now, pairs, fleet = asyncio.run(_status(dsn))
     if args.json:
         lines = [status_json(pairs, now, policy, fleet)]
     else:
@@ -65,53 +64,35 @@ def run(args: argparse.Namespace) -> int:
     return OK
 
 
-async def _status(dsn: str, policy: PacingPolicy) -> tuple[datetime, list[PairStatus], FleetRecord]:
-    from adapters.postgres import PostgresLedger
+async def _status(dsn: str) -> tuple[PacingPolicy, datetime, list[PairStatus], FleetRecord]:
+    """Every pair judged on the database's clock, as the sweep judges, and the fleet's record."""
     from stall_core import LedgerError
 
-    async with open_pool(dsn, max_size=1) as pool:
+    async with open_parts(dsn, max_size=1) as parts:
         try:
-            # Judged on the database's clock, as the sweep judges.
-            ledger = PostgresLedger(pool)
-            now, pairs = await ledger.status(policy=policy)
-            return now, pairs, await ledger.fleet()
+            now, pairs = await parts.ledger.status(policy=parts.policy)
+            return parts.policy, now, pairs, await parts.ledger.fleet()
         except LedgerError as exc:
             raise CliError(str(exc), status=FAILED) from None
 
 
 def fleet_lines(fleet: FleetRecord, now: datetime) -> list[str]:
-    """The footprint, the fleet's last sweep and full pass, and any advice, a line each."""
+    """The fleet's last sweep (what it judged) and its last full pass, a line each."""
     from stall_core import format_duration
-    from stall_nudge._text import age, text
+    from stall_nudge._text import age
 
     swept = "never" if fleet.swept_at is None else age(now - fleet.swept_at) + " ago"
     every = "" if fleet.interval is None else f" (every {format_duration(fleet.interval)})"
-    lines = [f"footprint {text(fleet.footprint)}; the fleet last swept {swept}{every}"]
-    if fleet.full_pass_took is not None:
-        lines[0] += f"; its last full pass took {format_duration(fleet.full_pass_took)}"
-    lines.extend(f"advice: {text(line)}" for line in fleet.advice)
+    line = f"the fleet last swept {swept}{every}"
+    if fleet.last_kind is not None:
+        line += f": a {fleet.last_kind} tick that judged {fleet.last_judged} pair(s)"
+    lines = [line]
+    if fleet.full_pass_at is not None and fleet.full_pass_took is not None:
+        lines.append(
+            f"its last full pass ran {age(now - fleet.full_pass_at)} ago: "
+            f"{fleet.full_pass_pairs} pair(s) in {format_duration(fleet.full_pass_took)}"
+        )
     return lines
-
-
-def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
-    """Whether the sweep can no longer get this pair's work claimed without a person.
-
-    Capped: woken five times, never claimed. Work older than the threshold
-    that nothing will wake: no receiver, or an inactive endpoint. Or that
-    the sweep is nudging into a receiver whose last delivery failed every
-    attempt: a dead receiver shows here at once, not only when ten failures
-    have disabled its hook (no-receiver) some fifty minutes later. Fresh
-    work does not count yet: a hook, a resume or a retry may come in time.
-    """
-    from stall_core import Verdict
-
-    if pair.verdict is Verdict.CAPPED:
-        return True
-    if pair.oldest_age is None or pair.oldest_age <= policy.threshold:
-        return False
-    if pair.verdict in {Verdict.NO_RECEIVER, Verdict.ENDPOINT_INACTIVE}:
-        return True
-    return pair.hook_failures > 0 and pair.verdict in {Verdict.DUE, Verdict.BACKING_OFF}
 
 
 def status_json(
@@ -121,18 +102,21 @@ def status_json(
     fleet: FleetRecord | None = None,
 ) -> str:
     """The JSON record of `status --json`: the instant judged at, the fleet, and every pair."""
+    from stall_nudge._pairs import needs_person
+
     return dumps(
         {
             "at": utc(now),
             "fleet": None
             if fleet is None
             else {
-                "footprint": fleet.footprint,
                 "swept_at": utc(fleet.swept_at),
                 "interval_s": seconds(fleet.interval),
+                "last_tick_kind": fleet.last_kind,
+                "last_tick_judged": fleet.last_judged,
                 "full_pass_at": utc(fleet.full_pass_at),
                 "full_pass_s": seconds(fleet.full_pass_took),
-                "advice": list(fleet.advice),
+                "full_pass_pairs": fleet.full_pass_pairs,
             },
             "pairs": [
                 {
@@ -143,6 +127,7 @@ def status_json(
                     "oldest_age_s": seconds(p.oldest_age),
                     "effective_nudges": p.effective_nudges,
                     "last_nudged_at": utc(p.last_nudged_at),
+                    "named_todo": p.named_todo,
                     "next_due_at": utc(p.next_due_at),
                     "hook_failures": p.hook_failures,
                     "hooks_disabled": p.hooks_disabled,
@@ -155,14 +140,14 @@ def status_json(
     )
 
 
-#: VERIFIED counts the pending todos that pass the sender gate (``pending_gated``),
-#: UNVERIFIED those it keeps out of nudges (``pending_ungated``): "gated" reads as
-#: "held back", the opposite of the first.
+#: SENDABLE counts the pending todos that pass the sender gate (``pending_gated``), HELD
+#: BY GATE those it keeps out of nudges (``pending_ungated``). Not "verified": a todo with
+#: no delivery passes too; not "gated", which a person reads as "held back".
 _HEADER = (
     "ENDPOINT",
     "QUEUE",
-    "VERIFIED",
-    "UNVERIFIED",
+    "SENDABLE",
+    "HELD BY GATE",
     "OLDEST",
     "NUDGES",
     "LAST NUDGE",
@@ -181,6 +166,7 @@ def render_table(
     were judged by (default: the default policy).
     """
     from stall_core import PacingPolicy, printable
+    from stall_nudge._pairs import needs_person
     from stall_nudge._text import age, until
 
     if not pairs:

@@ -22,6 +22,7 @@ from .common import (
     OK,
     CliError,
     add_dsn_argument,
+    duration,
     positive_duration,
     resolve_dsn,
 )
@@ -73,6 +74,22 @@ def register(subparsers: Any) -> None:
         "up first, then refunds (default: 60s; fit it under your grace period)",
     )
     parser.add_argument(
+        "--lookback",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="how far before the last tick a usual tick reads the host's claims and arrivals "
+        "again, so a transaction still open then is seen (default: 1m)",
+    )
+    parser.add_argument(
+        "--full-pass-interval",
+        type=positive_duration,
+        default=None,
+        metavar="DURATION",
+        help="the longest between two ticks that judge every pair: what no timestamp shows "
+        "(a delete, a hook re-enabled) is seen within it (default: 5m)",
+    )
+    parser.add_argument(
         "--refuse-private",
         action="store_true",
         help="also refuse hooks pointing at loopback, private or unique-local addresses "
@@ -118,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
             refuse_private=args.refuse_private,
             metrics=args.metrics,
             stop_timeout=args.stop_timeout,
+            lookback=args.lookback,
+            full_pass_interval=args.full_pass_interval,
         )
     )
 
@@ -141,6 +160,8 @@ def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict
             "outcome": "failed",
             "error": result.error,
             "at": None,
+            "kind": None,
+            "judged": 0,
             "charged": [],
             "drained": [],
             "queued": 0,
@@ -151,6 +172,8 @@ def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict
         "outcome": "skipped" if result.skipped else "ok",
         "error": None,
         "at": utc(result.now),
+        "kind": result.kind,
+        "judged": result.judged,
         "charged": [
             {
                 "endpoint_id": n.endpoint_id,
@@ -174,7 +197,8 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
     It names at most the tick limit's nudges, so it stays short whatever
     the names.
     """
-    from stall_core import format_duration, printable
+    from stall_core import printable
+    from stall_nudge._text import format_seconds
 
     at = report.now.isoformat(timespec="seconds")
     if report.skipped:
@@ -185,9 +209,10 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
         for n in report.charged
     )
     stats = reaper.stats
-    took = format_duration(timedelta(seconds=report.duration_s))
+    took = format_seconds(report.duration_s)
     return (
-        f"{at} tick {report.tick}: charged {len(report.charged)}"
+        f"{at} tick {report.tick}: {report.kind} pass judged {report.judged} pair(s), "
+        f"charged {len(report.charged)}"
         f"{' [' + woke + ']' if woke else ''}, drained {len(report.drained)}, "
         f"queued {report.queued}, refused {report.refused}; "
         f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped}; "
@@ -204,10 +229,19 @@ async def _sweep(
     refuse_private: bool,
     metrics: tuple[str, int] | None,
     stop_timeout: timedelta,
+    lookback: timedelta | None,
+    full_pass_interval: timedelta | None,
 ) -> int:
+    from adapters.postgres import LOOKBACK
+    from stall_core import FULL_PASS_INTERVAL
+
     try:
         async with stall_nudge.open_reaper(
-            dsn, refuse_private=refuse_private, stop_timeout=stop_timeout.total_seconds()
+            dsn,
+            refuse_private=refuse_private,
+            stop_timeout=stop_timeout.total_seconds(),
+            lookback=LOOKBACK if lookback is None else lookback,
+            full_pass_interval=full_pass_interval or FULL_PASS_INTERVAL,
         ) as reaper:
             if once:
                 return await _once(reaper, as_json=as_json)
@@ -258,7 +292,7 @@ async def _once(reaper: stall_nudge.Reaper, *, as_json: bool) -> int:
             print(dumps(record(failure, reaper)), flush=True)
         print(f"stall-nudge: error: tick 1 failed: {line(str(exc))}", file=sys.stderr)
         return FAILED
-    await reaper.drain()
+    await reaper.settle()
     print(dumps(record(report, reaper)) if as_json else _summary(report, reaper), flush=True)
     return ATTENTION if reaper.unrefunded else OK
 
