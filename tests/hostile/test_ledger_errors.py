@@ -24,7 +24,7 @@ class _BrokenConnection:
 
     fetch = fetchrow = fetchval = execute = _fail
 
-    def transaction(self) -> _BrokenTransaction:
+    def transaction(self, **options: object) -> _BrokenTransaction:
         return _BrokenTransaction(self._exc)
 
     def is_in_transaction(self) -> bool:
