@@ -8,13 +8,13 @@ from .test_cli import cli
 
 
 async def test_a_named_statement_is_printed_as_built() -> None:
-    """`sql tick_lean` prints the lean tick exactly as the ledger builds it."""
-    result = await cli("sql", "tick_lean")
+    """`sql tick_full tick_changed tick_judge` prints each tick statement as the ledger builds it."""
+    names = ("tick_full", "tick_changed", "tick_judge")
+    result = await cli("sql", *names)
 
-    assert 0 == result.status
-    assert f"-- statement: ledger.tick_lean\n{readable_statements()['tick_lean'].rstrip()}\n\n" == (
-        result.out
-    )
+    built = readable_statements()
+    expected = "".join(f"-- statement: ledger.{name}\n{built[name].rstrip()}\n\n" for name in names)
+    assert (0, expected) == (result.status, result.out)
 
 
 async def test_list_names_every_shipped_statement() -> None:
@@ -27,7 +27,7 @@ async def test_list_names_every_shipped_statement() -> None:
 
 async def test_an_unknown_name_is_a_usage_mistake() -> None:
     """A name no statement has exits 2 with one line naming it."""
-    result = await cli("sql", "tick_lean", "no_such")
+    result = await cli("sql", "tick_full", "no_such")
 
     assert (2, "stall-nudge: error: no statement named no_such (stall-nudge sql --list)\n") == (
         result.status,
