@@ -63,15 +63,18 @@ def test_an_age_under_a_second_is_zero_seconds() -> None:
 
 
 def test_the_fleet_line_writes_its_durations_with_format_duration() -> None:
-    """The last sweep's age is whole seconds; the interval and the full pass as they are."""
+    """Ages in whole seconds; the interval and the full pass's duration by format_duration."""
     fleet = FleetRecord(
-        footprint="lean",
         swept_at=NOW - timedelta(seconds=3.25),
         interval=timedelta(seconds=15),
-        full_pass_at=NOW,
+        last_kind="delta",
+        last_judged=7,
+        full_pass_at=NOW - timedelta(seconds=65.5),
         full_pass_took=timedelta(milliseconds=272.4),
+        full_pass_pairs=1200,
     )
 
     assert [
-        "footprint lean; the fleet last swept 3s ago (every 15s); its last full pass took 272ms"
+        "the fleet last swept 3s ago (every 15s): a delta tick that judged 7 pair(s)",
+        "its last full pass ran 1m5s ago: 1200 pair(s) in 272ms",
     ] == fleet_lines(fleet, NOW)
