@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from adapters.postgres import PostgresLedger
+from adapters.postgres import SCHEMA_VERSION, PostgresLedger
 from stall_testing import PostgresHost
 from tests import pg
 from tests.cli.conftest import SECRET, Hook, Result, cli
@@ -66,9 +66,13 @@ async def test_migrate_is_idempotent_and_asks_for_host_tables(pg_server: str) ->
     assert 1 == bare.status
     assert "--host-schema" in bare.err
     assert "Traceback" not in bare.err
-    assert 0 == created.status
-    assert "created table queue_stall_nudges\n" in created.out
-    assert (0, "schema version 4, footprint lean: nothing to do\n") == (again.status, again.out)
+    assert 0 == created.status, created.err
+    assert "repaired migrations not applied: 0005_baseline\n" in created.out
+    assert created.out.endswith(f"\nschema version {SCHEMA_VERSION}\n")
+    assert (
+        0,
+        f"schema version {SCHEMA_VERSION}: nothing to do, the database is as this build makes it\n",
+    ) == (again.status, again.out)
 
 
 async def test_sweep_once_wakes_the_stalled_queue(
@@ -214,23 +218,32 @@ async def test_demo_runs_on_the_embedded_default() -> None:
     assert "verdict: OK" in result.out
 
 
-async def test_status_shows_the_footprint_and_a_slow_full_pass(
-    pg_dsn: str, pg_pool: asyncpg.Pool
+async def test_status_shows_the_last_tick_and_the_last_full_pass(
+    pg_dsn: str, board: PostgresHost
 ) -> None:
-    """status and migrate --check say when the full pass takes more than a tenth of the interval."""
+    """status says the last tick's kind and pairs judged, and the last full pass's size and time."""
+    never = await cli("status", "--json", "--dsn", pg_dsn)
     await cli("sweep", "--once", "--dsn", pg_dsn)
-    quick = await cli("status", "--json", "--dsn", pg_dsn)
-    # As the fleet records it after a 900 ms full pass at a 5 s interval.
-    await pg_pool.execute("UPDATE stall_nudge.sweeps SET full_pass_ms = 900, interval_ms = 5000")
-    slow = await cli("status", "--json", "--dsn", pg_dsn)
+    swept = await cli("status", "--json", "--dsn", pg_dsn)
     table = await cli("status", "--dsn", pg_dsn)
-    check = await cli("migrate", "--check", "--dsn", pg_dsn)
 
-    fleet = json.loads(quick.out)["fleet"]
-    assert ("lean", []) == (fleet["footprint"], fleet["advice"])
-    assert fleet["swept_at"] is not None
-    [advice] = json.loads(slow.out)["fleet"]["advice"]
-    assert advice.startswith("the full pass took 900 ms, more than a tenth of the 5 s interval")
-    assert f"advice: {advice}" == table.out.splitlines()[-1]
-    assert table.out.splitlines()[-2].startswith("footprint lean; the fleet last swept ")
-    assert advice in check.out
+    assert {
+        "swept_at": None,
+        "last_tick_kind": None,
+        "full_pass_at": None,
+        "full_pass_s": None,
+    }.items() <= json.loads(never.out)["fleet"].items()
+    fleet = json.loads(swept.out)["fleet"]
+    # A ledger instance's first tick is a full pass; it judges both pairs of the board.
+    assert ("full", 2, 2) == (
+        fleet["last_tick_kind"],
+        fleet["last_tick_judged"],
+        fleet["full_pass_pairs"],
+    )
+    assert fleet["swept_at"] == fleet["full_pass_at"]
+    assert fleet["full_pass_s"] is not None
+    swept_line, full_pass_line = table.out.splitlines()[-2:]
+    assert swept_line.startswith("the fleet last swept ")
+    assert swept_line.endswith(": a full tick that judged 2 pair(s)")
+    assert full_pass_line.startswith("its last full pass ran ")
+    assert " ago: 2 pair(s) in " in full_pass_line
