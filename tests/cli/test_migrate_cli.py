@@ -1,17 +1,30 @@
-"""`stall-nudge migrate` with --footprint, --check, --print-sql and --uninstall, as a subprocess."""
+"""`stall-nudge migrate` with --check, --print-sql and --uninstall, as a subprocess.
+
+The plan itself (each problem, each repair) is tested in tests/postgres/test_migrate.py;
+these tests hold the command line to it: exit statuses, one line a problem, and what is
+printed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
+from adapters.postgres import SCHEMA_VERSION, host_schema_sql
 from tests import pg
 
 from .test_cli import cli
 
 pytestmark = pytest.mark.postgres
+
+CURRENT = f"schema version {SCHEMA_VERSION}: as this build makes it\n"
+NOT_MIGRATED = "problem: not migrated: run stall-nudge migrate\n"
 
 
 @pytest.fixture(name="blank_dsn")
@@ -23,83 +36,193 @@ async def _blank_dsn(pg_server: str) -> AsyncIterator[str]:
     await pg.drop_database(pg_server, name)
 
 
-async def test_check_exits_3_until_migrated_and_when_an_object_is_missing(blank_dsn: str) -> None:
-    """--check names every problem and exits 3; once migrated it exits 0, until a trigger goes."""
-    before = await cli("migrate", "--dsn", blank_dsn, "--check")
-    created = await cli(
-        "migrate", "--dsn", blank_dsn, "--host-schema", "--footprint", "incremental"
-    )
-    after = await cli("migrate", "--dsn", blank_dsn, "--check")
-    conn = await asyncpg.connect(blank_dsn)
+@pytest.fixture(name="host_dsn")
+async def _host_dsn(blank_dsn: str) -> str:
+    """A database with the reference host tables and nothing of ours."""
+    await execute(blank_dsn, host_schema_sql())
+    return blank_dsn
+
+
+async def execute(dsn: str, sql: str) -> None:
+    conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute("DROP TRIGGER stall_nudge_claim ON todos")
+        await conn.execute(sql)
     finally:
         await conn.close()
-    broken = await cli("migrate", "--dsn", blank_dsn, "--check")
-
-    assert (3, "problem: host tables missing: endpoints, deliveries, todos, notify_hooks\n") == (
-        before.status,
-        before.out,
-    )
-    assert 0 == created.status
-    assert "created trigger stall_nudge_claim on todos\n" in created.out
-    assert (0, "schema version 4, footprint incremental: as migrate made it\n") == (
-        after.status,
-        after.out,
-    )
-    assert 3 == broken.status
-    assert "problem: missing: trigger stall_nudge_claim on todos\n" in broken.out
 
 
-async def test_print_sql_prints_the_migration_and_changes_nothing(blank_dsn: str) -> None:
-    """--print-sql prints the concurrent index builds, then one transaction; nothing changes."""
-    await cli("migrate", "--dsn", blank_dsn, "--host-schema")
-    conn = await asyncpg.connect(blank_dsn)
+async def ours(dsn: str) -> list[str]:
+    """Every schema, relation, function and trigger of ours, by name."""
+    conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute("DROP SCHEMA stall_nudge CASCADE; DROP TABLE queue_stall_nudges")
+        rows = await conn.fetch(
+            "SELECT nspname AS name FROM pg_namespace WHERE nspname = 'stall_nudge'"
+            " UNION ALL SELECT relname FROM pg_class"
+            "  WHERE relname LIKE 'stall\\_nudge%' OR relname = 'queue_stall_nudges'"
+            " UNION ALL SELECT proname FROM pg_proc WHERE proname LIKE 'stall\\_nudge%'"
+            " UNION ALL SELECT tgname FROM pg_trigger WHERE tgname LIKE 'stall\\_nudge%'"
+        )
     finally:
         await conn.close()
-    printed = await cli("migrate", "--dsn", blank_dsn, "--print-sql", "--footprint", "incremental")
-    check = await cli("migrate", "--dsn", blank_dsn, "--check")
+    return sorted(r["name"] for r in rows)
 
-    assert 0 == printed.status
-    assert printed.out.startswith("-- stall-nudge schema version 4, footprint incremental")
-    assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS stall_nudge_pending" in printed.out
+
+async def psql_file(dsn: str, sql: str, tmp_path: Path) -> tuple[int | None, bytes]:
+    """Apply ``sql`` by hand, as docs/host-schema.md offers: psql -f, stopping at an error."""
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.skip("psql is not installed")
+    script = tmp_path / "printed.sql"
+    script.write_text(sql)
+    proc = await asyncio.create_subprocess_exec(
+        psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _, errors = await asyncio.wait_for(proc.communicate(), 600)
+    return proc.returncode, errors
+
+
+async def test_check_exits_3_until_migrated_and_when_an_object_is_missing(host_dsn: str) -> None:
+    """--check exits 3 with one line a problem (missing, INVALID) until migrate repairs them."""
+    before = await cli("migrate", "--dsn", host_dsn, "--check")
+    await cli("migrate", "--dsn", host_dsn)
+    after = await cli("migrate", "--dsn", host_dsn, "--check")
+    await execute(
+        host_dsn,
+        "DROP INDEX stall_nudge_arrivals; DROP TABLE stall_nudge.settings;"
+        " UPDATE pg_index SET indisvalid = false"
+        "  WHERE indexrelid = 'stall_nudge_claimed'::regclass",
+    )
+    broken = await cli("migrate", "--dsn", host_dsn, "--check")
+    repaired = await cli("migrate", "--dsn", host_dsn)
+    again = await cli("migrate", "--dsn", host_dsn, "--check")
+
+    assert (3, NOT_MIGRATED, "") == (before.status, before.out, before.err)
+    assert (0, CURRENT) == (after.status, after.out)
+    assert (3, "") == (broken.status, broken.err)
+    assert [
+        "problem: missing: index stall_nudge_arrivals on todos",
+        "problem: invalid: index stall_nudge_claimed on todos (an interrupted build)",
+        "problem: missing: stall_nudge.settings",
+        "problem: missing: the record of the host's schema (public)",
+        "problem: stall-nudge migrate repairs these",
+    ] == broken.out.splitlines()
+    assert 0 == repaired.status, repaired.err
+    assert (0, CURRENT) == (again.status, again.out)
+
+
+async def test_check_exits_1_only_when_it_cannot_run(blank_dsn: str) -> None:
+    """No host tables to compare with, or no server: one line on stderr, exit 1, no traceback."""
+    no_host = await cli("migrate", "--dsn", blank_dsn, "--check")
+    no_server = await cli("migrate", "--dsn", "postgresql://nobody@127.0.0.1:1/x", "--check")
+
+    assert (1, "") == (no_host.status, no_host.out)
+    assert ["stall-nudge: error: host tables missing: todos"] == [
+        line.partition(" (")[0] for line in no_host.err.splitlines()
+    ]
+    assert (1, "") == (no_server.status, no_server.out)
+    assert 1 == len(no_server.err.splitlines())
+    assert "cannot connect" in no_server.err
+
+
+async def test_print_sql_prints_the_migration_and_changes_nothing(
+    host_dsn: str, tmp_path: Path
+) -> None:
+    """--print-sql prints what migrate would run, schema-qualified, dropping nothing; it changes
+    nothing; applied by hand it leaves a database --check accepts, and then it prints nothing."""
+    printed = await cli("migrate", "--dsn", host_dsn, "--print-sql")
+    with_host = await cli("migrate", "--dsn", host_dsn, "--print-sql", "--host-schema")
+    unchanged = await ours(host_dsn)
+    check = await cli("migrate", "--dsn", host_dsn, "--check")
+    applied = await psql_file(host_dsn, printed.out, tmp_path)
+    accepted = await cli("migrate", "--dsn", host_dsn, "--check")
+    current = await cli("migrate", "--dsn", host_dsn, "--print-sql")
+
+    assert 0 == printed.status, printed.err
+    assert printed.out.startswith(f"-- stall-nudge schema version {SCHEMA_VERSION}: ")
+    assert (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS stall_nudge_pending\n"
+        '    ON "public".todos (endpoint_id, queue, created_at)'
+    ) in printed.out
+    assert 'CREATE TABLE IF NOT EXISTS "public".queue_stall_nudges (' in printed.out
     assert "BEGIN;\n" in printed.out
-    assert "CREATE OR REPLACE TRIGGER stall_nudge_claim" in printed.out
-    assert (3, "problem: not migrated: run stall-nudge migrate\n") == (check.status, check.out)
+    assert printed.out.endswith("COMMIT;\n")
+    assert [] == [line for line in printed.out.splitlines() if line.startswith("DROP")]
+    assert 0 == with_host.status, with_host.err
+    assert with_host.out.startswith(host_schema_sql())
+    assert with_host.out.endswith(printed.out)
+    assert [] == unchanged
+    assert (3, NOT_MIGRATED) == (check.status, check.out)
+    assert (0, b"") == applied
+    assert (0, CURRENT) == (accepted.status, accepted.out)
+    assert (0, "", "") == (current.status, current.out, current.err)
 
 
-async def test_uninstall_prints_then_removes_every_object(blank_dsn: str) -> None:
-    """--uninstall --print-sql shows the drops; --uninstall lists what it removed."""
-    await cli("migrate", "--dsn", blank_dsn, "--host-schema", "--footprint", "incremental")
+async def test_print_sql_after_damage_prints_the_repair_alone(
+    host_dsn: str, tmp_path: Path
+) -> None:
+    """On a damaged install --print-sql builds the missing index and no other object; applied
+    by hand, --check accepts the database."""
+    await cli("migrate", "--dsn", host_dsn)
+    await execute(host_dsn, "DROP INDEX stall_nudge_hooks")
 
-    printed = await cli("migrate", "--dsn", blank_dsn, "--uninstall", "--print-sql")
-    removed = await cli("migrate", "--dsn", blank_dsn, "--uninstall")
-    again = await cli("migrate", "--dsn", blank_dsn, "--uninstall")
+    printed = await cli("migrate", "--dsn", host_dsn, "--print-sql")
+    applied = await psql_file(host_dsn, printed.out, tmp_path)
+    accepted = await cli("migrate", "--dsn", host_dsn, "--check")
 
-    assert "DROP SCHEMA IF EXISTS stall_nudge CASCADE;" in printed.out
-    assert 0 == removed.status
-    assert "removed trigger stall_nudge_claim on todos\n" in removed.out
-    assert "removed table queue_stall_nudges\n" in removed.out
+    assert 0 == printed.status, printed.err
+    assert ["CREATE INDEX CONCURRENTLY IF NOT EXISTS stall_nudge_hooks"] == [
+        line
+        for line in printed.out.splitlines()
+        if line.startswith(("CREATE", "DROP", "ALTER", "GRANT", "REVOKE"))
+    ]
+    assert "-- missing: index stall_nudge_hooks on notify_hooks\n" in printed.out
+    assert (0, b"") == applied
+    assert (0, CURRENT) == (accepted.status, accepted.out)
+
+
+async def test_uninstall_prints_then_removes_every_object(host_dsn: str) -> None:
+    """--uninstall --print-sql shows the drops and changes nothing; --uninstall leaves nothing."""
+    await cli("migrate", "--dsn", host_dsn)
+    installed = await ours(host_dsn)
+
+    printed = await cli("migrate", "--dsn", host_dsn, "--uninstall", "--print-sql")
+    kept = await ours(host_dsn)
+    removed = await cli("migrate", "--dsn", host_dsn, "--uninstall")
+    left = await ours(host_dsn)
+    again = await cli("migrate", "--dsn", host_dsn, "--uninstall")
+
+    assert 0 == printed.status, printed.err
+    assert "DROP SCHEMA IF EXISTS stall_nudge CASCADE;\n" in printed.out
+    assert 'DROP TABLE IF EXISTS "public"."queue_stall_nudges";\n' in printed.out
+    assert 'DROP INDEX CONCURRENTLY IF EXISTS "public"."stall_nudge_pending";\n' in printed.out
+    assert installed == kept
+    assert "stall_nudge_pending" in installed
+    assert 0 == removed.status, removed.err
+    assert "removed: our indexes on the host's tables\n" in removed.out
     assert removed.out.endswith("uninstalled\n")
+    assert [] == left
     assert (0, "nothing of stall-nudge's was here\n") == (again.status, again.out)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--uninstall", "--footprint", "lean"), "--uninstall goes alone, or with --print-sql"),
-        (("--check", "--footprint", "lean"), "--check compares with what is recorded"),
+        (("--uninstall", "--check"), "--uninstall goes alone, or with --print-sql"),
+        (("--uninstall", "--grant", "sweeper"), "--uninstall goes alone, or with --print-sql"),
+        (("--check", "--grant", "sweeper"), "--check changes nothing: it takes no --grant"),
         (("--host-schema", "--check"), "--host-schema creates tables"),
+        (("--print-sql", "--check"), "not allowed with argument"),
+        (("--footprint", "lean"), "--footprint was retired: there is one footprint now"),
     ],
 )
 async def test_mixed_actions_are_usage_mistakes(
     blank_dsn: str, args: tuple[str, ...], message: str
 ) -> None:
-    """Options that do not go together exit 2 with one line, running nothing."""
+    """Options that do not go together, or retired ones, exit 2 with one line, running nothing."""
     result = await cli("migrate", "--dsn", blank_dsn, *args)
 
-    assert 2 == result.status
-    assert 1 == len(result.err.splitlines())
+    assert (2, "") == (result.status, result.out)
+    assert 1 == len(result.err.splitlines()), result.err
     assert message in result.err
+    assert [] == await ours(blank_dsn)
