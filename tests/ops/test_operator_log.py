@@ -1,4 +1,4 @@
-"""What the sweep loop says in its log: start, stop, one line a failure, and why a pair waits."""
+"""What the sweep loop says in its log: start, stop, and one line a failure."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import asyncpg
 import pytest
 
 import stall_nudge
-from stall_core import TickFailure
+from adapters.postgres import SCHEMA_VERSION
+from stall_core import PacingPolicy, TickFailure
 from stall_testing import PostgresHost
 from tests.postgres.proxy import BlackHoleProxy
 
-from .conftest import SECRET, Receiver, ago, stalled_pair
+from .conftest import Receiver, stalled_pair
 
 pytestmark = pytest.mark.postgres
 
@@ -51,8 +52,8 @@ async def test_the_loop_says_how_it_starts_and_what_its_stop_waits_for(
     start = next(m for m in said if m.startswith("starting: "))
     stop = next(m for m in said if m.startswith("stopping: "))
     assert re.fullmatch(
-        r"starting: version: \S+; schema version: 4; footprint: lean; interval: 50ms; "
-        r"tick limit: 4; "
+        rf"starting: version: \S+; schema version: {SCHEMA_VERSION}; host schema: public; "
+        rf"interval: 50ms; tick limit: {PacingPolicy().tick_limit}; "
         r"hooks refused: link-local and metadata addresses; stop within: 8s",
         start,
     ), start
@@ -134,48 +135,3 @@ async def test_a_database_freeze_logs_one_line_a_fault_and_no_traceback(
     assert [] == [r.getMessage() for r in caplog.records if "\n" in r.getMessage()]
     booking = next(m for m in messages(caplog, "adapters") if "could not book" in m)
     assert "timed out" in booking
-
-
-async def test_debug_says_why_each_other_pair_was_not_nudged(
-    pg_pool: asyncpg.Pool,
-    host: PostgresHost,
-    receiver: Receiver,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """At debug a tick explains every pair it left alone, from the status view's verdicts."""
-    for i in range(5):  # five due pairs, one more than a tick's limit
-        await stalled_pair(
-            host, receiver, endpoint=f"ep-due-{i}", queue="lane", todo=f"d-{i}", minutes=30 + i
-        )
-    await host.create_todo("f", endpoint_id="ep-due-0", queue="fresh", created_at=ago(0))
-    for queue, nudges in (("capped", 5), ("backing-off", 1)):
-        await host.create_todo(queue, endpoint_id="ep-due-0", queue=queue, created_at=ago(90))
-        await pg_pool.execute(
-            "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at) "
-            "VALUES ('ep-due-0', $1, $2, now() - interval '1 minute')",
-            queue,
-            nudges,
-        )
-    await host.add_endpoint("ep-nobody")
-    await host.create_todo("n", endpoint_id="ep-nobody", queue="lane", created_at=ago(30))
-    await host.add_endpoint("ep-paused", state="paused")
-    await host.add_hook("hook-p", endpoint_id="ep-paused", url=receiver.url, secret=SECRET)
-    await host.create_todo("p", endpoint_id="ep-paused", queue="lane", created_at=ago(30))
-    caplog.set_level(logging.DEBUG, logger="stall_nudge")
-    async with stall_nudge.open_reaper(pg_pool) as reaper:
-        report = await reaper.tick()
-        await reaper.settle()
-
-    why = dict(m.split(" not nudged: ", 1) for m in messages(caplog) if " not nudged: " in m)
-    assert 4 == len(report.charged)
-    assert {
-        "ep-due-0/lane": "held back by the tick limit (4 a tick, least-nudged first)",
-        "ep-due-0/capped": "capped: 5 nudges without a claim; silent until a claim",
-        "ep-due-0/fresh": "fresh: its oldest todo is younger than the 2m threshold",
-        "ep-nobody/lane": "no receiver: no enabled notify hook covers the queue",
-        "ep-paused/lane": "endpoint inactive: the endpoint is paused or disabled",
-    } == {k: v for k, v in why.items() if k != "ep-due-0/backing-off"}
-    assert re.fullmatch(
-        r"backing off until \d\d:\d\d:\d\d UTC \(1 of 5 nudges spent\)",
-        why["ep-due-0/backing-off"],
-    )
