@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from adapters.postgres import migrate
 from stall_testing import PostgresHost
 from tests import pg
 from tests.cli.conftest import SECRET, Hook, cli
@@ -92,7 +93,7 @@ async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
     assert [expected == 3] == [p["needs_person"] for p in pairs]
     _, row, *legend, fleet = text.out.splitlines()
     assert ("!" if expected == 3 else " ") == row[0]
-    assert fleet.startswith("footprint lean; the fleet last swept never"), fleet
+    assert "the fleet last swept never" == fleet
     assert (["! needs a person: 1 of 1 pair"] if expected == 3 else []) == legend
 
 
@@ -192,38 +193,67 @@ async def test_control_characters_are_escaped_in_every_output(
     assert [HOSTILE] == [p["queue"] for p in json.loads(as_json.out)["pairs"]]
 
 
-@pytest.fixture(name="locked_out_dsn")
-async def _locked_out_dsn(pg_server: str, pg_dsn: str) -> AsyncIterator[str]:
-    """A DSN for a role that can log in and see the tables but read none of them."""
-    role = pg.unique_name("stall_nobody")
-    conn = await asyncpg.connect(pg_server)
-    await conn.execute(f"CREATE ROLE {role} LOGIN")
-    await conn.close()
-    # The user part of the DSN becomes the role, whatever the server's DSN spells (a
-    # password or none, as the embedded server's has).
-    yield re.sub(r"^(postgres(?:ql)?://)[^@/]*@", rf"\g<1>{role}@", pg_dsn, count=1)
-    conn = await asyncpg.connect(pg_server)
-    await conn.execute(f"DROP ROLE {role}")
-    await conn.close()
+@pytest.fixture(name="role")
+async def _role(pg_server: str, pg_dsn: str) -> AsyncIterator[str]:
+    """A login role of its own, granted nothing; dropped, with what it was granted, afterwards."""
+    role = pg.unique_name("stall_sweeper")
+    admin = await asyncpg.connect(pg_server)
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        yield role
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            await conn.execute(f'DROP OWNED BY "{role}"')
+        finally:
+            await conn.close()
+        await admin.execute(f'DROP ROLE "{role}"')
+    finally:
+        await admin.close()
 
 
-async def test_a_failed_tick_is_a_json_record_and_exit_1(locked_out_dsn: str) -> None:
+@pytest.fixture(name="read_only_dsn")
+async def _read_only_dsn(pg_dsn: str, role: str) -> str:
+    """A DSN for a sweeping role with every grant the sweep needs, whose transactions are all
+    read-only (as on a standby): it passes the start-up check, and every tick fails."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        report = await migrate(conn, grant=role)
+        await conn.execute(f'ALTER ROLE "{role}" SET default_transaction_read_only = on')
+    finally:
+        await conn.close()
+    assert () == report.for_dba
+    return pg.with_user(pg_dsn, role)
+
+
+async def test_a_role_without_its_grants_is_refused_at_start_in_one_line(
+    pg_dsn: str, role: str
+) -> None:
+    """sweep --once as a role granted nothing: exit 1 before any tick, one line naming the fix."""
+    result = await cli("sweep", "--once", "--json", "--dsn", pg.with_user(pg_dsn, role))
+
+    assert (1, "") == (result.status, result.out)
+    [line] = result.err.splitlines()
+    assert line.startswith("stall-nudge: error: this role lacks "), line
+    assert line.endswith("with stall-nudge migrate --grant ROLE"), line
+
+
+async def test_a_failed_tick_is_a_json_record_and_exit_1(read_only_dsn: str) -> None:
     """sweep --once --json: a tick the database refuses prints a failed record and exits 1."""
-    result = await cli("sweep", "--once", "--json", "--dsn", locked_out_dsn)
+    result = await cli("sweep", "--once", "--json", "--dsn", read_only_dsn)
 
     assert 1 == result.status, result.err
     tick = json.loads(result.out)
     assert ("failed", 1, [], None) == (tick["outcome"], tick["tick"], tick["charged"], tick["at"])
-    assert "permission denied" in tick["error"]
-    assert 1 == len(result.err.splitlines())
+    assert "read-only transaction" in tick["error"]
+    assert 1 == len(result.err.splitlines()), result.err
     assert "Traceback" not in result.err
 
 
-async def test_the_loop_prints_a_record_for_each_failed_tick(locked_out_dsn: str) -> None:
+async def test_the_loop_prints_a_record_for_each_failed_tick(read_only_dsn: str) -> None:
     """The sidecar with --json prints failed ticks on stdout as records, and goes on."""
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "stall_nudge.cli", "sweep", "--interval", "50ms", "--json"),
-        *("--dsn", locked_out_dsn),
+        *("--dsn", read_only_dsn),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -278,14 +308,18 @@ async def test_idle_ticks_are_quiet_by_default_and_records_carry_fields(
     assert [(1, 1), (2, 0), (3, 0)] == [(r["tick"], len(r["charged"])) for r in records]
     assert {"ok"} == {r["outcome"] for r in records}
     assert "[tick=1 endpoint=ep-1 queue=lane-l nudge=1 todo=l-0]" in log
-    assert "tick 1: charged 1, drained 0, queued 1, refused 0 [tick=1]" in log
+    assert (
+        "tick 1: full pass judged 1 pair(s): charged 1, drained 0, queued 1, refused 0 [tick=1]"
+    ) in log
     assert [1] == logged_ticks(log)
 
 
 async def test_log_level_debug_shows_idle_ticks(pg_dsn: str) -> None:
-    """--log-level debug brings each idle tick's summary back."""
+    """--log-level debug brings each idle tick's summary back, with its kind and pairs judged."""
     records, log = await sidecar_log(pg_dsn, "--log-level", "debug", ticks=2)
 
-    assert [1, 2] == [r["tick"] for r in records]
-    assert "tick 1: charged 0, drained 0, queued 0, refused 0 [tick=1]" in log
-    assert "tick 2: charged 0, drained 0, queued 0, refused 0 [tick=2]" in log
+    # The first tick of an instance is a full pass; the next, a delta.
+    assert [(1, "full"), (2, "delta")] == [(r["tick"], r["kind"]) for r in records]
+    assert "tick 1: full pass judged 0 pair(s): charged 0, drained 0, queued 0, refused 0" in log
+    assert "tick 2: delta pass judged 0 pair(s): charged 0, drained 0, queued 0, refused 0" in log
+    assert [1, 2] == logged_ticks(log)[:2]  # a third may have run before the stop
