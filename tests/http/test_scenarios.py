@@ -147,8 +147,9 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     assert 0 == board.ledger["e1", "lane-l"].nudges
     requests = len(receiver.at("hook"))
 
-    # Past the next backoff, and even after more progress, the pair gets no nudge: the
-    # progress resets its row (stall_core.Reset), and nothing is sent with no hook.
+    # Past the next backoff, and even after more progress, the pair gets no nudge: nothing
+    # is sent with no hook, and the progress resets its row (stall_core.Reset), which keeps
+    # it (count 0, progressed_at stamped) for the nudge 1 that answers it.
     board.claim("t1", owner="puller", at=clock.advance(timedelta(minutes=10)))
     clock.advance(timedelta(minutes=10))
     report = await sweeper.tick()
@@ -156,7 +157,8 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     await sweeper.settle()
 
     assert (6, (), requests) == (sweeper.refunded, report.charged, len(receiver.at("hook")))
-    assert ("e1", "lane-l") not in board.ledger
+    reset = board.ledger["e1", "lane-l"]
+    assert (0, clock.now) == (reset.nudges, reset.progressed_at)
     assert 30 == requests
     assert ["t2", "t3", "t4", "t5"] == sorted(
         t.id for t in board.todos.values() if t.state == "pending"
