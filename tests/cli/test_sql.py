@@ -8,7 +8,7 @@ from .test_cli import cli
 
 
 async def test_a_named_statement_is_printed_as_built() -> None:
-    """`sql tick_full tick_changed tick_judge` prints each tick statement as the ledger builds it."""
+    """`sql tick_full tick_changed tick_judge` prints each as the ledger builds it."""
     names = ("tick_full", "tick_changed", "tick_judge")
     result = await cli("sql", *names)
 
