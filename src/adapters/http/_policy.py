@@ -1,4 +1,4 @@
-"""How hard one delivery tries: every number of DESIGN.md's retry rules, in one value.
+"""How hard one delivery tries: every number of the retry rules (docs/wake-contract.md).
 
 Theory of operation
 -------------------
