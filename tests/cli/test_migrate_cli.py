@@ -193,6 +193,7 @@ async def test_uninstall_prints_then_removes_every_object(host_dsn: str) -> None
     again = await cli("migrate", "--dsn", host_dsn, "--uninstall")
 
     assert 0 == printed.status, printed.err
+    assert "what migrate --uninstall runs on this database.\n" in printed.out
     assert "DROP SCHEMA IF EXISTS stall_nudge CASCADE;\n" in printed.out
     assert 'DROP TABLE IF EXISTS "public"."queue_stall_nudges";\n' in printed.out
     assert 'DROP INDEX CONCURRENTLY IF EXISTS "public"."stall_nudge_pending";\n' in printed.out

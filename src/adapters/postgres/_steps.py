@@ -58,6 +58,8 @@ class Plan:
     """What migrate would run on this database now, in order, and what it could not."""
 
     steps: tuple[Step, ...]
+    #: The command the plan is for, named in its script's first line.
+    command: str = "migrate"
     #: Statements this role may not run (grants on the host's tables): for a DBA.
     for_dba: tuple[str, ...] = ()
     #: Host indexes used instead of building ours: (ours, the host's).
@@ -74,9 +76,8 @@ class Plan:
         """The plan as a script a DBA can read and run with psql; nothing when there is nothing."""
         if not self.steps and not self.for_dba:
             return ""
-        out = [
-            f"-- stall-nudge schema version {SCHEMA_VERSION}: what migrate runs on this database."
-        ]
+        head = f"-- stall-nudge schema version {SCHEMA_VERSION}: what {self.command} runs"
+        out = [f"{head} on this database."]
         for phase, heading in (
             ("before", "-- Outside any transaction (builds concurrently; host writes go on):"),
             ("transaction", "BEGIN;"),

@@ -85,7 +85,7 @@ async def _uninstall_plan(conn: Connection, host_schema: str) -> Plan:
                 why="uninstall: our schema and its tables",
             )
         )
-    return Plan(steps=tuple(steps))
+    return Plan(steps=tuple(steps), command="migrate --uninstall")
 
 
 async def uninstall(conn: Connection, *, say: Say | None = None) -> tuple[str, ...]:
