@@ -57,6 +57,14 @@ class MigrationReport:
     for_dba: tuple[str, ...] = ()
 
 
+def _done(problem: str) -> str:
+    """What was done about ``problem``, as a line: a first install creates, a later one repairs."""
+    for found, done in (("missing: ", "created "), ("migrations not applied: ", "applied ")):
+        if problem.startswith(found):
+            return done + problem.removeprefix(found)
+    return f"repaired {problem}"
+
+
 def host_schema_sql(id_type: str = "text") -> str:
     """The reference host schema (demos and tests) with ids of ``id_type``."""
     if id_type not in HOST_ID_TYPES:
@@ -92,7 +100,7 @@ async def migrate(
         todo = await make_plan(conn, schema, grant=grant)
         await run_plan(conn, todo, monitor, tell, progress_every)
     for line in todo.problems:
-        tell(f"repaired {line}")
+        tell(_done(line))
     for ours, theirs in todo.used:
         tell(f"uses the host's index {theirs} instead of building {ours}")
     return MigrationReport(
