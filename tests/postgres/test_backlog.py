@@ -1,192 +1,119 @@
-"""The logs after a sweeper outage: compacted, a range at a time, then judged (Postgres only).
+"""A busy pair and a backlog after an outage, on the host's own rows (Postgres only).
 
-Every claim and every arrival while no sweeper ran waits in the logs. A tick
-that finds ``compact_at`` rows in one first compacts both, committing as it
-goes, and judges once it got through: no single statement has to read the
-whole backlog within the tick's timeout. Compacting keeps exactly what a
-tick reads: each pair's latest claim (none of a pair with no ledger row),
-and each pair's or endpoint's oldest change past the threshold. The
-differential test runs the same random histories with a ledger that compacts
-on nearly every tick (``test_postgres_differential.py``).
+A usual tick (a delta) reads the claims and arrivals stamped since its
+watermark. A pair whose consumer keeps up resets once and is not nudged
+again, however many claims it makes. After a sweeper outage the change set
+can be large: a bounded count finds that, and the tick is a full pass
+instead, which judges every pair exactly; the ticks after it are deltas
+again and charge, a tick limit at a time, what it held back.
 """
 
 from __future__ import annotations
 
-import itertools
-from datetime import datetime, timedelta
+import logging
+from datetime import timedelta
 
 import asyncpg
 import pytest
 
-from adapters.postgres import PostgresLedger
-from adapters.postgres.sql import queries
-from stall_core import ChargeOutcome, PacingPolicy
-from stall_testing import PostgresHost
-from tests.postgres.test_clock import SECRET, db_now
+from stall_testing import PostgresDriver, RecordingWake
+from stall_testing.contract import POLICY, stalled_queue, sweep
+from tests.support import T0, FakeClock, minutes
 
 pytestmark = pytest.mark.postgres
 
-
-@pytest.fixture(name="pg_pool")
-def _incremental(pg_pool_incremental: asyncpg.Pool) -> asyncpg.Pool:
-    """These checks are of the incremental footprint's logs: its database."""
-    return pg_pool_incremental
-
-
-POLICY = PacingPolicy()
-SQL = queries("adapters.postgres", "ledger.sql")
-HOURS_2 = timedelta(hours=2)
-MS = timedelta(milliseconds=1)
-#: Past every block of a small log.
-WHOLE_LOG = ((0, 0), (1_000_000, 0))
+#: Claims made while no sweeper ran: well past the most a delta reads (1,000 changes,
+#: docs/architecture.md "A delta"), so the first tick back must be a full pass.
+OUTAGE_CLAIMS = 3_000
+PAIRS = [f"q{i:02}" for i in range(30)]
 
 
-async def board(pool: asyncpg.Pool) -> tuple[PostgresHost, datetime]:
-    """An endpoint with a hook; the last full pass just ran, so ticks are usual ones."""
-    host = PostgresHost(pool)
-    await host.add_endpoint("ep")
-    await host.add_hook("hook", endpoint_id="ep", url="http://127.0.0.1:9/", secret=SECRET)
-    now = await db_now(pool)
-    await pool.execute(
-        "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)", now
-    )
-    return host, now
+async def test_a_busy_pair_resets_once_and_is_not_nudged_again(pg_pool: asyncpg.Pool) -> None:
+    """A nudged queue whose consumer keeps up: no nudge while it does, then nudge 1 again."""
+    driver = PostgresDriver(pg_pool, FakeClock(T0))
+    [old] = await stalled_queue(driver)
+    wake = RecordingWake()
+    first = await sweep(driver, T0 + POLICY.threshold + timedelta(seconds=1), wake)
+    assert [(1, old)] == [(n.number, n.todo.id) for n in first.charged]
+
+    # Every 15 s a todo arrives and the consumer claims the one before it: across deltas
+    # and the full passes the schedule calls for, for twice the first backoff step.
+    previous, at, kinds = old, driver.clock.now, set()
+    for i in range(2 * POLICY.backoff[0] // timedelta(seconds=15)):
+        at += timedelta(seconds=15)
+        await driver.create_todo(f"f{i}", endpoint_id="ep-1", queue="lane-l", created_at=at)
+        await driver.claim(previous, owner="consumer", at=at)
+        await driver.complete(previous)
+        previous = f"f{i}"
+        report = await sweep(driver, at, wake)
+        kinds.add(report.kind)
+        assert () == report.charged, i
+
+    row = (await driver.ledger_rows())["ep-1", "lane-l"]
+    assert ({"delta", "full"}, 0, True) == (kinds, row.nudges, row.progressed_at is not None)
+    # The consumer stops; its last todo stalls: the kept progress makes it a first nudge.
+    stalled = await sweep(driver, at + POLICY.threshold + timedelta(seconds=1), wake)
+    assert [(1, previous)] == [(n.number, n.todo.id) for n in stalled.charged]
+    assert [1, 1] == [n.number for n in wake.sent]
 
 
-async def log_claims(pool: asyncpg.Pool, queue: str, *claimed_at: datetime) -> None:
-    await pool.executemany(
-        "INSERT INTO stall_nudge.claims VALUES ('ep', $1, $2)", [(queue, at) for at in claimed_at]
-    )
-
-
-async def test_a_tick_resets_a_busy_pair_and_clears_its_claims(pg_pool: asyncpg.Pool) -> None:
-    """A hot queue's claims between two ticks are progress: its row and every claim go."""
-    host, now = await board(pg_pool)
-    await host.create_todo("fresh", endpoint_id="ep", queue="q", created_at=now)
-    await pg_pool.execute("INSERT INTO queue_stall_nudges VALUES ('ep', 'q', 2, $1)", now)
-    # The latest instant twice, then older ones; and a pair never nudged.
-    await log_claims(pg_pool, "q", now - MS, now - MS, *(now - i * MS for i in range(2, 3000)))
-    await log_claims(pg_pool, "never-nudged", *(now - i * MS for i in range(1, 100)))
-
-    outcome = await PostgresLedger(pg_pool).charge_due(policy=POLICY)
-
-    assert ((), ()) == (outcome.charged, outcome.drained)
-    left = await pg_pool.fetch("SELECT queue, claimed_at FROM stall_nudge.claims")
-    rows = await pg_pool.fetchval("SELECT count(*) FROM queue_stall_nudges")
-    assert ([], 0) == ([tuple(r) for r in left], rows)
-
-
-async def test_compacting_claims_keeps_each_pairs_latest_if_it_has_a_ledger_row(
-    pg_pool: asyncpg.Pool,
+async def test_a_backlog_after_an_outage_is_judged_by_one_full_pass(
+    pg_pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _, now = await board(pg_pool)
-    await pg_pool.execute("INSERT INTO queue_stall_nudges VALUES ('ep', 'nudged', 5, $1)", now)
-    await log_claims(pg_pool, "nudged", now - 3 * MS, now - MS, now - 2 * MS, now - MS)
-    await log_claims(pg_pool, "never-nudged", now, now - MS)
-
-    await pg_pool.execute(SQL["compact_claims"], *WHOLE_LOG)
-
-    left = await pg_pool.fetch("SELECT queue, claimed_at FROM stall_nudge.claims")
-    assert [("nudged", now - MS)] == [tuple(r) for r in left]
-
-
-async def test_compacting_changes_keeps_the_oldest_past_the_threshold_of_each(
-    pg_pool: asyncpg.Pool,
-) -> None:
-    _, now = await board(pg_pool)
-    past = now - POLICY.threshold - MS  # past the threshold (strictly older)
-    edge = now - POLICY.threshold  # exactly that old: not yet past it
-    changes = [
-        ("ep", "q", past - HOURS_2),
-        ("ep", "q", past),
-        ("ep", "q", None),  # '-infinity': a pair that lost a todo other than by a claim
-        ("ep", "q", edge),
-        ("ep", "q", now),
-        ("ep", None, past),
-        ("ep", None, past - HOURS_2),
-        ("ep", "r", past),
-        ("ep2", "q", past),
-    ]
-    await pg_pool.execute("DELETE FROM stall_nudge.changes")  # the hook's, looked at already
-    await pg_pool.executemany(
-        "INSERT INTO stall_nudge.changes VALUES ($1, $2, coalesce($3::timestamptz, '-infinity'))",
-        changes,
-    )
-
-    await pg_pool.execute(SQL["compact_changes"], now, POLICY.threshold // MS * 1000, *WHOLE_LOG)
-
-    left = await pg_pool.fetch(
-        "SELECT endpoint_id, queue, nullif(look_after, '-infinity') FROM stall_nudge.changes"
-        " ORDER BY endpoint_id, queue NULLS FIRST, look_after"
-    )
-    assert [
-        ("ep", None, past - HOURS_2),
-        ("ep", "q", None),
-        ("ep", "q", edge),
-        ("ep", "q", now),
-        ("ep", "r", past),
-        ("ep2", "q", past),
-    ] == [tuple(r) for r in left]
-
-
-async def test_a_backlog_is_compacted_over_ticks_then_judged(pg_pool: asyncpg.Pool) -> None:
-    """One compaction statement a tick: each commits its part; the tick that gets through judges."""
-    host, now = await board(pg_pool)
-    pairs = [f"q{i:02}" for i in range(30)]
-    for queue in pairs:  # capped an hour ago, work stalled, then claims: all reset
-        await host.create_todo(
-            f"t-{queue}", endpoint_id="ep", queue=queue, created_at=now - HOURS_2
-        )
+    """Thousands of claims while no sweeper ran: one full pass judges, deltas charge the rest."""
+    start = T0 + timedelta(hours=3)
+    driver = PostgresDriver(pg_pool, FakeClock(start))
+    await driver.add_endpoint("ep")
+    await driver.add_hook("hook", endpoint_id="ep")
+    for queue in PAIRS:  # stalled for hours, capped an hour ago: silent
+        await driver.create_todo(f"t-{queue}", endpoint_id="ep", queue=queue, created_at=T0)
         await pg_pool.execute(
-            "INSERT INTO queue_stall_nudges VALUES ('ep', $1, 5, $2)", queue, now - HOURS_2 / 2
+            "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at,"
+            " named_todo) VALUES ('ep', $1, $2, $3, $4)",
+            queue,
+            POLICY.cap,
+            start - timedelta(hours=1),
+            f"t-{queue}",
         )
-    await pg_pool.execute("DELETE FROM stall_nudge.changes")  # looked at already
-    # Interleaved, as claims arrive: every block holds claims of every pair.
-    await pg_pool.executemany(
-        "INSERT INTO stall_nudge.claims VALUES ('ep', $1, $2)",
-        [(queue, now - (i * 30 + k) * MS) for i in range(20) for k, queue in enumerate(pairs)],
+    wake = RecordingWake()
+    before = await sweep(driver, start, wake)
+    assert ("full", ()) == (before.kind, before.charged)
+
+    # The outage, shorter than a full-pass interval: todos arrive and are claimed at once,
+    # spread over every pair (progress for each), none of them the named ones.
+    await pg_pool.execute(
+        "INSERT INTO todos (id, endpoint_id, queue, state, created_at, claimed_at, claim_owner)"
+        " SELECT 'c-' || i, 'ep', ($1::text[])[i % $2 + 1], 'claimed', at, at, 'consumer'"
+        "   FROM generate_series(0, $3 - 1) i,"
+        "        LATERAL (SELECT $4::timestamptz + i * $5::interval) t(at)",
+        PAIRS,
+        len(PAIRS),
+        OUTAGE_CLAIMS,
+        start,
+        minutes(4) / OUTAGE_CLAIMS,
     )
-    blocks = [
-        await pg_pool.fetchval(SQL["log_blocks"], log)
-        for log in ("stall_nudge.claims", "stall_nudge.changes")
-    ]
-    ledger = PostgresLedger(pg_pool, compact_at=40, compact_for=1e-9)
+    with caplog.at_level(logging.INFO):
+        back = await sweep(driver, start + minutes(4), wake)
 
-    logged = [await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.claims")]
-    outcomes: list[ChargeOutcome] = []
-    while not (outcomes and outcomes[-1].charged) and len(outcomes) < 20:
-        outcomes.append(await ledger.charge_due(policy=POLICY))
-        logged.append(await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.claims"))
-
-    # One tick per block of either log (each claims block compacts some), the last one
-    # judging too.
-    assert (600, sum(blocks)) == (logged[0], len(outcomes)), (blocks, logged)
-    assert all(a > b for a, b in itertools.pairwise(logged[: blocks[0] + 1])), logged
-    assert [[(n.queue, n.number) for n in o.charged] for o in outcomes] == [
-        *([] for _ in range(sum(blocks) - 1)),
-        [(q, 1) for q in pairs[:4]],
+    limit = POLICY.tick_limit
+    assert "full" == back.kind
+    assert any("this tick is a full pass" in r.getMessage() for r in caplog.records)
+    assert [(q, f"t-{q}", 1) for q in PAIRS[:limit]] == [
+        (n.queue, n.todo.id, n.number) for n in back.charged
     ]
-    # The pairs the tick limit held back were reset: no row, no claim, held for nudge 1.
+    # The pairs the tick limit held back were reset (count 0, progress kept) and are held.
     held = await pg_pool.fetch("SELECT queue FROM stall_nudge.held ORDER BY queue")
-    rows = await pg_pool.fetch("SELECT queue FROM queue_stall_nudges ORDER BY queue")
-    assert (0, pairs[4:], pairs[:4]) == (
-        logged[-1],
-        [r["queue"] for r in held],
-        [r["queue"] for r in rows],
-    )
+    rows = await driver.ledger_rows()
+    assert PAIRS[limit:] == [r["queue"] for r in held]
+    assert {**dict.fromkeys(PAIRS[:limit], 1), **dict.fromkeys(PAIRS[limit:], 0)} == {
+        q: row.nudges for (_, q), row in rows.items()
+    }
 
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"compact_at": 0}, r"^compact_at must be an integer >= 1, got 0$"),
-        ({"compact_at": True}, r"^compact_at must be an integer >= 1, got True$"),
-        ({"compact_for": 0}, r"^compact_for must be a positive number of seconds, got 0$"),
-        ({"compact_for": 30.0}, r"^compact_for must be under timeout \(30.0\), got 30.0$"),
-    ],
-)
-async def test_bad_compaction_options_are_refused_naming_them(
-    pg_pool: asyncpg.Pool, options: dict[str, object], message: str
-) -> None:
-    with pytest.raises(ValueError, match=message):
-        PostgresLedger(pg_pool, **options)  # type: ignore[arg-type]
+    # Later ticks are deltas again and charge the held pairs, a tick limit at a time.
+    later = [
+        await sweep(driver, start + minutes(4) + timedelta(seconds=15 * k), wake)
+        for k in range(1, 3)
+    ]
+    assert [("delta", PAIRS[limit : 2 * limit]), ("delta", PAIRS[2 * limit : 3 * limit])] == [
+        (r.kind, [n.queue for n in r.charged]) for r in later
+    ]

@@ -1,9 +1,9 @@
-"""What the change log records for a ledger row deleted by hand (Postgres only).
+"""Changes no timestamp shows are judged by the next full pass: late, never wrong (Postgres only).
 
-The usual tick walks pair changes oldest first and stops once it has found
-what it may charge, so each change must be stamped no later than the oldest
-work it can give its pair: for a deleted row, the pair's oldest pending todo
-past the gate.
+A delta finds its pairs from the host's timestamps and our own tables. A
+ledger row an operator deletes by hand, or a delivery the host verifies
+later, moves no timestamp: the pair waits for the full pass, which judges
+every pair afresh on the host's rows, at most one full-pass interval later.
 """
 
 from __future__ import annotations
@@ -13,63 +13,64 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from adapters.postgres import PostgresLedger
-from stall_core import PacingPolicy
-from stall_testing import PostgresHost
-from tests.postgres.test_clock import SECRET, db_now
+from stall_core import FULL_PASS_INTERVAL
+from stall_testing import PostgresDriver, RecordingWake
+from stall_testing.contract import POLICY, sweep, until_nudged
+from tests.support import T0, FakeClock, minutes
 
 pytestmark = pytest.mark.postgres
 
-
-@pytest.fixture(name="pg_pool")
-def _incremental(pg_pool_incremental: asyncpg.Pool) -> asyncpg.Pool:
-    """These checks are of the incremental footprint's logs: its database."""
-    return pg_pool_incremental
+START = T0 + timedelta(hours=3)
 
 
-async def test_a_row_deleted_by_hand_is_looked_at_from_its_oldest_work(
+async def board(pool: asyncpg.Pool) -> PostgresDriver:
+    """ep-1 with a hook; ``gated`` (T0) waits on an unverified delivery in q and in ungated."""
+    driver = PostgresDriver(pool, FakeClock(START))
+    await driver.add_endpoint("ep-1")
+    await driver.add_hook("hook-1", endpoint_id="ep-1")
+    await driver.add_delivery("open", endpoint_id="ep-1", verified=False, received_at=T0)
+    for queue in ("q", "ungated"):
+        await driver.create_todo(
+            f"gated-{queue}", endpoint_id="ep-1", queue=queue, created_at=T0, delivery_id="open"
+        )
+    return driver
+
+
+async def test_a_ledger_row_deleted_by_hand_is_judged_afresh_by_the_next_full_pass(
     pg_pool: asyncpg.Pool,
 ) -> None:
-    """Stamped with the oldest pending todo past the gate; a pair with none logs nothing."""
-    host = PostgresHost(pg_pool)
-    await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url="http://127.0.0.1:9/", secret=SECRET)
-    now = await db_now(pg_pool)
-    held, work = now - timedelta(hours=3), now - timedelta(hours=2)
-    await host.add_delivery("open", endpoint_id="ep-1", verified=False, received_at=held)
-    await host.create_todo(
-        "gated", endpoint_id="ep-1", queue="q", created_at=held, delivery_id="open"
-    )
-    await host.create_todo("work", endpoint_id="ep-1", queue="q", created_at=work)
-    await host.create_todo("done", endpoint_id="ep-1", queue="empty", created_at=work)
-    await host.claim("done", owner="consumer", at=work)
-    await host.create_todo(
-        "ungated", endpoint_id="ep-1", queue="ungated", created_at=held, delivery_id="open"
-    )
-    # The pairs capped an hour ago; then an operator wipes the ledger.
-    await pg_pool.executemany(
-        "INSERT INTO queue_stall_nudges VALUES ('ep-1', $1, 5, $2)",
-        [(queue, now - timedelta(hours=1)) for queue in ("q", "empty", "ungated")],
-    )
-    await pg_pool.execute("DELETE FROM stall_nudge.changes; DELETE FROM stall_nudge.claims")
+    """The pair's next nudge is a first one, naming its oldest gate-passing todo."""
+    driver = await board(pg_pool)
+    await driver.create_todo("work", endpoint_id="ep-1", queue="q", created_at=T0 + minutes(1))
+    # Capped an hour ago: silent, its work claimable.
     await pg_pool.execute(
-        "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)", now
+        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', $1, $2, 'work')",
+        POLICY.cap,
+        START - timedelta(hours=1),
     )
+    wake = RecordingWake()
+    assert () == (await sweep(driver, START, wake)).charged
 
-    await pg_pool.execute("DELETE FROM queue_stall_nudges")
+    await pg_pool.execute("DELETE FROM queue_stall_nudges")  # an operator wipes the ledger
+    took, nudges = await until_nudged(driver, START + minutes(1), wake)
 
-    logged = await pg_pool.fetch("SELECT endpoint_id, queue, look_after FROM stall_nudge.changes")
-    assert [("ep-1", "q", work)] == [tuple(r) for r in logged]
-    # The next usual tick finds the pair and charges a first nudge for its oldest work.
-    ledger = PostgresLedger(pg_pool)
-    outcome = await ledger.charge_due(policy=PacingPolicy())
-    assert [("ep-1", "q", "work", 1)] == [
-        (n.endpoint_id, n.queue, n.todo.id, n.number) for n in outcome.charged
-    ]
-    # The gate lets the held-back todo through: its endpoint is logged, and the pair
-    # that had no work is judged at the next tick.
-    await pg_pool.execute("UPDATE deliveries SET verified = true WHERE id = 'open'")
-    outcome = await ledger.charge_due(policy=PacingPolicy())
-    assert [("ep-1", "ungated", "ungated", 1)] == [
-        (n.endpoint_id, n.queue, n.todo.id, n.number) for n in outcome.charged
-    ]
+    assert [("q", "work", 1)] == [(n.queue, n.todo.id, n.number) for n in nudges]
+    assert took <= FULL_PASS_INTERVAL
+    assert 1 == (await driver.ledger_rows())["ep-1", "q"].nudges
+
+
+async def test_a_delivery_verified_later_is_nudged_by_the_next_full_pass(
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """A pair whose only work waited on the gate: once the host verifies it, nudge 1."""
+    driver = await board(pg_pool)
+    wake = RecordingWake()
+    assert () == (await sweep(driver, START, wake)).charged
+
+    await driver.set_delivery_verified("open", True)
+    took, nudges = await until_nudged(driver, START + minutes(1), wake)
+
+    assert [("q", "gated-q", 1), ("ungated", "gated-ungated", 1)] == sorted(
+        (n.queue, n.todo.id, n.number) for n in nudges
+    )
+    assert took <= FULL_PASS_INTERVAL

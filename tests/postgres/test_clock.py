@@ -22,13 +22,14 @@ from aiohttp import web
 from adapters.postgres import PostgresLedger
 from stall_core import LedgerError, Nudge, PacingPolicy, Sweeper, TodoRef
 from stall_testing import PostgresHost, RecordingWake, skewed_env
-from tests.support import T0, FakeClock
+from tests.support import T0
 
 from .proxy import BlackHoleProxy
 
 pytestmark = pytest.mark.postgres
 
 SECRET = "whsec_" + "A" * 32
+POLICY = PacingPolicy()
 
 
 async def db_now(pool: asyncpg.Pool) -> datetime:
@@ -273,25 +274,30 @@ def _a_nudge() -> Nudge:
     )
 
 
-@pytest.fixture(name="either", params=["incremental", "lean"])
-def _either(request: pytest.FixtureRequest) -> tuple[str, asyncpg.Pool, str]:
-    """A database in each footprint: (footprint, pool, dsn)."""
-    suffix = "" if request.param == "lean" else "_incremental"
-    pool: asyncpg.Pool = request.getfixturevalue(f"pg_pool{suffix}")
-    return request.param, pool, request.getfixturevalue(f"pg_dsn{suffix}")
-
-
-async def test_a_claim_in_flight_during_a_charge_is_progress_at_the_next_tick(
-    either: tuple[str, asyncpg.Pool, str],
+@pytest.mark.parametrize(
+    ("claimed", "stamp", "after_charge"),
+    [
+        ("a", "now()", [(1, "b")]),
+        ("c", "now()", []),
+        ("c", "clock_timestamp()", [(1, "a")]),
+    ],
+    ids=["named-todo-departs", "other-todo-stamped-before", "other-todo-stamped-after"],
+)
+async def test_a_claim_in_flight_during_a_charge_counts_as_its_stamp_says_or_by_departure(
+    pg_pool: asyncpg.Pool,
+    pg_dsn: str,
+    claimed: str,
+    stamp: str,
+    after_charge: list[tuple[int, str]],
 ) -> None:
-    """A claim whose transaction began before a charge and commits after it still resets once.
+    """A claim whose transaction began before the last charge and commits after it.
 
-    Where the claim log is fed (incremental) it counts at the next tick, in commit
-    order; in the lean footprint its claimed_at is before the charge, so it is not
-    "after the last nudge": the capped pair stays silent, its work claimable.
+    Claiming the todo the charge named is progress at the next tick, whatever
+    the stamp (the named todo departed). A claim of another todo counts as its
+    stamp says: ``now()``, its transaction's start, is before the charge (no
+    progress: the capped pair stays silent, its work claimable);
+    ``clock_timestamp()`` once the charge committed is after it (progress).
     """
-    footprint, pg_pool, pg_dsn = either
-    reset = [(1, "b")] if footprint == "incremental" else []
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
     await host.add_hook("hook-1", endpoint_id="ep-1", url="http://127.0.0.1:9/", secret=SECRET)
@@ -300,51 +306,27 @@ async def test_a_claim_in_flight_during_a_charge_is_progress_at_the_next_tick(
         await host.create_todo(
             todo_id, endpoint_id="ep-1", queue="q", created_at=now - timedelta(hours=8)
         )
-    # Nudge 4 was 6 h and a second ago: nudge 5, the last, is due now.
+    # The nudge before the last was its backoff step and a second ago: the last is due now.
     await pg_pool.execute(
-        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', 4, $1)",
-        now - timedelta(hours=6, seconds=1),
+        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', $1, $2)",
+        POLICY.cap - 1,
+        now - POLICY.backoff[POLICY.cap - 2] - timedelta(seconds=1),
     )
     sweeper = Sweeper(ledger=PostgresLedger(pg_pool), wake=RecordingWake())
     consumer = await asyncpg.connect(pg_dsn)
     try:
+        # Its BEGIN fixed now(), before the charge; it claims once the charge committed.
         async with consumer.transaction():
-            # The consumer's claim: stamped now(), its transaction's start, before the charge.
-            await consumer.execute(
-                "UPDATE todos SET state = 'claimed', claimed_at = now() WHERE id = 'a'"
-            )
             during = await sweeper.tick()
+            await consumer.execute(
+                f"UPDATE todos SET state = 'claimed', claimed_at = {stamp} WHERE id = $1",
+                claimed,
+            )
         after = await sweeper.tick()
         again = await sweeper.tick()
     finally:
         await consumer.close()
 
-    assert [5] == [n.number for n in during.charged]
-    assert reset == [(n.number, n.todo.id) for n in after.charged]
+    assert [(POLICY.cap, "a")] == [(n.number, n.todo.id) for n in during.charged]
+    assert after_charge == [(n.number, n.todo.id) for n in after.charged]
     assert () == again.charged
-
-
-async def test_the_claim_log_stays_empty_for_a_queue_whose_consumer_keeps_up(
-    pg_pool_incremental: asyncpg.Pool,
-) -> None:
-    """A nudged queue whose consumer keeps up: its first claim resets the row; no claim stays."""
-    pg_pool = pg_pool_incremental
-    host = PostgresHost(pg_pool)
-    clock = FakeClock(T0)
-    ledger = PostgresLedger(pg_pool, clock=clock)
-    await host.add_endpoint("ep")
-    await host.add_hook("h", endpoint_id="ep", url="http://127.0.0.1:9/", secret=SECRET)
-    await host.create_todo("old", endpoint_id="ep", queue="lane", created_at=T0)
-    clock.set(T0 + timedelta(minutes=3))
-    assert 1 == len((await ledger.charge_due(policy=PacingPolicy())).charged)
-    previous = "old"
-    for i in range(30):
-        clock.advance(timedelta(seconds=15))
-        await host.create_todo(f"f{i}", endpoint_id="ep", queue="lane", created_at=clock())
-        await host.claim(previous, owner="consumer", at=clock())
-        previous = f"f{i}"
-        assert () == (await ledger.charge_due(policy=PacingPolicy())).charged
-
-    claims = await pg_pool.fetch("SELECT claimed_at FROM stall_nudge.claims")
-    rows = await pg_pool.fetchval("SELECT count(*) FROM queue_stall_nudges")
-    assert ([], 0) == ([r["claimed_at"] for r in claims], rows)

@@ -29,16 +29,9 @@ from stall_core import (
     Nudge,
     PacingPolicy,
     PairKey,
-    Progress,
 )
 from stall_testing import PostgresDriver, RecordingWake
-from stall_testing.contract import (
-    CommitOrderContract,
-    LedgerContract,
-    TimestampsContract,
-    stalled_queue,
-    sweep,
-)
+from stall_testing.contract import LedgerContract, stalled_queue, sweep
 from tests import pg
 from tests.support import T0, minutes
 
@@ -88,10 +81,6 @@ class _NamedLedger:
     def _named(self, nudge: Nudge) -> Nudge:
         todo = attrs.evolve(nudge.todo, id=self._ids.name(nudge.todo.id))
         return attrs.evolve(nudge, endpoint_id=self._ids.name(nudge.endpoint_id), todo=todo)
-
-    @property
-    def progress(self) -> Progress:
-        return self._ledger.progress
 
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
@@ -191,11 +180,20 @@ class TypedIdDriver(PostgresDriver):
     ) -> None:
         await super().claim(self.ids.id(todo_id), owner=owner, at=at)
 
-    async def complete(self, todo_id: str) -> None:
-        await super().complete(self.ids.id(todo_id))
+    async def complete(self, todo_id: str, *, unstamp: bool = False) -> None:
+        await super().complete(self.ids.id(todo_id), unstamp=unstamp)
 
-    async def requeue(self, todo_id: str) -> None:
-        await super().requeue(self.ids.id(todo_id))
+    async def requeue(self, todo_id: str, *, unstamp: bool = False) -> None:
+        await super().requeue(self.ids.id(todo_id), unstamp=unstamp)
+
+    async def move_todo(self, todo_id: str, queue: str) -> None:
+        await super().move_todo(self.ids.id(todo_id), queue)
+
+    async def delete_todo(self, todo_id: str) -> None:
+        await super().delete_todo(self.ids.id(todo_id))
+
+    async def set_delivery_verified(self, delivery_id: str, verified: bool) -> None:
+        await super().set_delivery_verified(self.ids.id(delivery_id), verified)
 
     async def ring(self, todo_id: str, *, at: datetime) -> None:
         await super().ring(self.ids.id(todo_id), at=at)
@@ -214,7 +212,11 @@ class TypedIdDriver(PostgresDriver):
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         rows = await super().ledger_rows()
         return {
-            (self.ids.name(e), q): attrs.evolve(row, endpoint_id=self.ids.name(e))
+            (self.ids.name(e), q): attrs.evolve(
+                row,
+                endpoint_id=self.ids.name(e),
+                named_todo=None if row.named_todo is None else self.ids.name(row.named_todo),
+            )
             for (e, q), row in rows.items()
         }
 
@@ -227,14 +229,14 @@ async def _ids_as_text(conn: asyncpg.Connection) -> None:
         )
 
 
-def _template(pg_server: str, id_type: str, footprint: str = "lean") -> Iterator[str]:
-    name = pg.unique_name(f"stall_template_{id_type}_{footprint}")
+def _template(pg_server: str, id_type: str) -> Iterator[str]:
+    name = pg.unique_name(f"stall_template_{id_type}")
 
     async def build() -> None:
         await pg.create_database(pg_server, name)
         conn = await asyncpg.connect(pg.with_database(pg_server, name))
         try:
-            await migrate(conn, host_schema=True, host_id_type=id_type, footprint=footprint)
+            await migrate(conn, host_schema=True, host_id_type=id_type)
         finally:
             await conn.close()
 
@@ -247,12 +249,6 @@ def _template(pg_server: str, id_type: str, footprint: str = "lean") -> Iterator
 def _uuid_template(pg_server: str) -> Iterator[str]:
     """A template database: the reference host with uuid ids, migrated."""
     yield from _template(pg_server, "uuid")
-
-
-@pytest.fixture(name="uuid_template_incremental", scope="session")
-def _uuid_template_incremental(pg_server: str) -> Iterator[str]:
-    """A template database: the reference host with uuid ids, migrated incremental."""
-    yield from _template(pg_server, "uuid", "incremental")
 
 
 @pytest.fixture(name="bigint_template", scope="session")
@@ -277,37 +273,30 @@ async def _typed_driver(
         await pg.drop_database(pg_server, name)
 
 
-class TestUuidHostLean(LedgerContract, TimestampsContract):
+class TestUuidHost(LedgerContract):
     @pytest.fixture(name="driver")
     async def _driver(self, pg_server: str, uuid_template: str) -> AsyncIterator[TypedIdDriver]:
         async for driver in _typed_driver(pg_server, uuid_template, "uuid"):
             yield driver
 
 
-class TestUuidHostIncremental(LedgerContract, CommitOrderContract):
-    @pytest.fixture(name="driver")
-    async def _driver(
-        self, pg_server: str, uuid_template_incremental: str
-    ) -> AsyncIterator[TypedIdDriver]:
-        async for driver in _typed_driver(pg_server, uuid_template_incremental, "uuid"):
-            yield driver
-
-
-class TestBigintHost(LedgerContract, TimestampsContract):
+class TestBigintHost(LedgerContract):
     @pytest.fixture(name="driver")
     async def _driver(self, pg_server: str, bigint_template: str) -> AsyncIterator[TypedIdDriver]:
         async for driver in _typed_driver(pg_server, bigint_template, "bigint"):
             yield driver
 
     async def test_the_ledger_speaks_ids_as_text(self, driver: TypedIdDriver) -> None:
-        """On a bigint host a nudge names the endpoint and todo by their ids' text form."""
+        """On a bigint host a nudge and its ledger row name the endpoint and todo by id text."""
         [todo] = await stalled_queue(driver)
         wake = RecordingWake()
 
         await sweep(driver, T0 + minutes(10), wake)
-        rows = await driver.pool.fetch("SELECT endpoint_id, queue FROM queue_stall_nudges")
+        rows = await driver.pool.fetch(
+            "SELECT endpoint_id, queue, named_todo FROM queue_stall_nudges"
+        )
 
-        assert [(driver.ids.id("ep-1"), "lane-l")] == [tuple(r) for r in rows]
+        assert [(driver.ids.id("ep-1"), "lane-l", driver.ids.id(todo))] == [tuple(r) for r in rows]
         assert [("ep-1", todo)] == [(n.endpoint_id, n.todo.id) for n in wake.sent]
 
     async def test_status_reads_a_bigint_host(self, driver: TypedIdDriver) -> None:

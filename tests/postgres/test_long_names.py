@@ -4,34 +4,43 @@ A btree entry stops near 2.7 kB, so our pending and claimed indexes split on
 the length of a pair's names (rule ``short_names``): longer ones are indexed
 by md5 of the pair's names, and our own tables key every pair by md5 too. A
 pair's todos are all on one side of the split, since it depends on the
-pair's names alone.
+pair's names alone. Each check runs with every tick a full pass, and with
+every tick after the ledger's first a delta (the long side is read by both).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 
 import asyncpg
 import pytest
 
-from adapters.postgres import PostgresLedger, host_schema_sql, migrate
+from adapters.postgres import PostgresLedger, check, host_schema_sql, migrate
 from stall_testing import PostgresDriver, RecordingWake
 from stall_testing.contract import POLICY, sweep
 from tests import pg
-from tests.postgres.pgboard import full_pass_done
 from tests.support import T0, minutes
 
 pytestmark = pytest.mark.postgres
 
 #: Random hex does not compress, so this queue name cannot fit a btree entry whole.
 LONG_QUEUE = "lane-" + secrets.token_hex(1600)
-#: The index design of the build before: one pending index keying the names whole.
+#: The index design of an earlier build: one pending index keying the names whole.
 OLD_PENDING_INDEX = """
 CREATE INDEX old_pending ON todos (endpoint_id text_pattern_ops, queue text_pattern_ops,
                                    created_at, id COLLATE "C")
     INCLUDE (delivery_id) WHERE state = 'pending'
 """
+#: The full-pass interval of each kind of run: every tick a full pass, or none after the first.
+FULL_PASS_INTERVALS = {"full": timedelta(microseconds=1), "delta": timedelta(days=1)}
+
+#: The ledger's first tick, before the todos are stalled (always a full pass), then the
+#: ticks that nudge: the todos just crossed the threshold; the first backoff step ended.
+FIRST_TICK = T0 + POLICY.threshold / 2
+NUDGE_1 = T0 + POLICY.threshold + timedelta(seconds=1)
+NUDGE_2 = NUDGE_1 + POLICY.backoff[0]
 
 
 @pytest.fixture(name="host_only_dsn")
@@ -49,27 +58,35 @@ async def _host_only_dsn(pg_server: str) -> AsyncIterator[str]:
     await pg.drop_database(pg_server, name)
 
 
-@pytest.fixture(name="driver", params=["lean", "incremental"])
-def _driver(request: pytest.FixtureRequest) -> PostgresDriver:
-    """The reference host on each footprint."""
-    pool_fixture = "pg_pool" if request.param == "lean" else "pg_pool_incremental"
-    return PostgresDriver(request.getfixturevalue(pool_fixture))
+@pytest.fixture(name="kind", params=sorted(FULL_PASS_INTERVALS))
+def _kind(request: pytest.FixtureRequest) -> str:
+    """What the ticks after the ledger's first are: full passes, or deltas."""
+    kind: str = request.param
+    return kind
 
 
-async def long_named_todo(driver: PostgresDriver) -> str:
-    """A verified todo created at T0 on (ep-1, LONG_QUEUE), with a hook covering it."""
+@pytest.fixture(name="driver")
+def _driver(pg_pool: asyncpg.Pool, kind: str) -> PostgresDriver:
+    """The reference host, its ledger's ticks after the first all of ``kind``."""
+    return PostgresDriver(pg_pool, full_pass_interval=FULL_PASS_INTERVALS[kind])
+
+
+async def long_named_todos(driver: PostgresDriver, count: int = 1) -> list[str]:
+    """``count`` verified todos created at T0 on (ep-1, LONG_QUEUE), with a hook covering it."""
     await driver.add_endpoint("ep-1")
     await driver.add_hook("hook-ep-1", endpoint_id="ep-1")
     await driver.add_delivery("dlv-1", endpoint_id="ep-1", verified=True, received_at=T0)
-    await driver.create_todo(
-        "t-1", endpoint_id="ep-1", queue=LONG_QUEUE, created_at=T0, delivery_id="dlv-1"
-    )
-    return "t-1"
+    ids = [f"t-{i}" for i in range(1, count + 1)]
+    for todo in ids:
+        await driver.create_todo(
+            todo, endpoint_id="ep-1", queue=LONG_QUEUE, created_at=T0, delivery_id="dlv-1"
+        )
+    return ids
 
 
-async def mark_full_pass_done(driver: PostgresDriver) -> None:
-    """Make the next incremental tick a usual one (it judges what changed), not a full pass."""
-    await full_pass_done(driver.pool, T0 + minutes(9))
+def kinds_expected(kind: str, ticks: int) -> list[str]:
+    """The kinds of ``ticks`` ticks of a fresh ledger: its first is always a full pass."""
+    return ["full", *[kind] * (ticks - 1)]
 
 
 async def test_migrate_succeeds_on_a_table_holding_a_long_name(host_only_dsn: str) -> None:
@@ -82,11 +99,16 @@ async def test_migrate_succeeds_on_a_table_holding_a_long_name(host_only_dsn: st
             f" VALUES ('t-1', 'ep-1', '{LONG_QUEUE}', 'pending', now())"
         )
         with pytest.raises(asyncpg.ProgramLimitExceededError, match="index row size"):
-            await conn.execute(OLD_PENDING_INDEX)  # the test's name is long enough to matter
+            await conn.execute(OLD_PENDING_INDEX)  # the name is long enough to matter
 
         report = await migrate(conn)
 
-        assert "index stall_nudge_pending_long on todos" in report.created
+        assert "missing: index stall_nudge_pending_long on todos" in report.repaired
+        assert () == (await check(conn)).problems
+        assert True is await conn.fetchval(
+            "SELECT indisvalid FROM pg_index"
+            " WHERE indexrelid = 'stall_nudge_pending_long'::regclass"
+        )
         assert 1 == await conn.fetchval(
             "SELECT count(*) FROM todos WHERE state = 'pending'"
             " AND md5(endpoint_id::text) = md5('ep-1') AND md5(queue) = md5($1)",
@@ -96,11 +118,12 @@ async def test_migrate_succeeds_on_a_table_holding_a_long_name(host_only_dsn: st
         await conn.close()
 
 
+@pytest.mark.parametrize("kind", ["full"], indirect=True)
 async def test_host_writes_of_long_named_todos_work_after_migrating(
     driver: PostgresDriver,
 ) -> None:
     """After migrating, the host creates, claims, requeues and completes a long-named todo."""
-    todo = await long_named_todo(driver)
+    [todo] = await long_named_todos(driver)
 
     await driver.claim(todo, owner="consumer", at=T0 + minutes(1))
     await driver.requeue(todo)
@@ -108,7 +131,7 @@ async def test_host_writes_of_long_named_todos_work_after_migrating(
     await driver.complete(todo)
 
     assert "done" == (await driver.todos())[todo].state
-    # Both claims reached the claimed index's long side, which the progress probe reads.
+    # The claimed todo is found by the long side's key (md5 of the pair's names).
     assert 1 == await driver.pool.fetchval(
         "SELECT count(*) FROM todos WHERE claimed_at IS NOT NULL"
         " AND md5(endpoint_id::text) = md5('ep-1') AND md5(queue) = md5($1)",
@@ -116,42 +139,56 @@ async def test_host_writes_of_long_named_todos_work_after_migrating(
     )
 
 
-@pytest.mark.parametrize("full_pass", [True, False], ids=["full-pass", "usual-tick"])
 async def test_a_long_named_pair_is_nudged_backs_off_and_drains(
-    driver: PostgresDriver, full_pass: bool
+    driver: PostgresDriver, kind: str
 ) -> None:
     """A pair with a long queue name is nudged, charged again after its backoff, and drained."""
-    todo = await long_named_todo(driver)
-    if not full_pass:
-        await mark_full_pass_done(driver)
+    [todo] = await long_named_todos(driver)
     wake = RecordingWake()
 
-    await sweep(driver, T0 + minutes(10), wake)
-    await sweep(driver, T0 + minutes(16), wake)
-    await driver.claim(todo, owner="consumer", at=T0 + minutes(17))
+    reports = [await sweep(driver, at, wake) for at in (FIRST_TICK, NUDGE_1, NUDGE_2)]
+    await driver.claim(todo, owner="consumer", at=NUDGE_2 + minutes(1))
     await driver.complete(todo)
-    last = await sweep(driver, T0 + minutes(18), wake)
+    reports.append(await sweep(driver, NUDGE_2 + minutes(2), wake))
 
+    assert kinds_expected(kind, 4) == [r.kind for r in reports]
     assert [(LONG_QUEUE, todo, 1), (LONG_QUEUE, todo, 2)] == [
         (n.queue, n.todo.id, n.number) for n in wake.sent
     ]
-    assert 1 == len(last.drained)
+    assert (("ep-1", LONG_QUEUE),) == reports[-1].drained
     assert {} == await driver.ledger_rows()
 
 
-async def test_a_long_named_pairs_claim_is_progress(driver: PostgresDriver) -> None:
-    """A claim in a long-named pair after its nudge resets it to nudge 1 at once."""
-    todo = await long_named_todo(driver)
-    await driver.create_todo(
-        "t-2", endpoint_id="ep-1", queue=LONG_QUEUE, created_at=T0, delivery_id="dlv-1"
-    )
+async def claim_another(driver: PostgresDriver, at: datetime) -> None:
+    """A claim stamped after the last nudge, of a todo it did not name."""
+    await driver.claim("t-2", owner="consumer", at=at)
+
+
+async def delete_the_named(driver: PostgresDriver, at: datetime) -> None:
+    """The todo the last nudge named departs: its row is deleted, no claim stamped."""
+    await driver.delete_todo("t-1")
+
+
+@pytest.mark.parametrize(
+    ("progress", "renamed"),
+    [(claim_another, "t-1"), (delete_the_named, "t-2")],
+    ids=["claim", "departure"],
+)
+async def test_a_long_named_pairs_progress_counts(
+    driver: PostgresDriver,
+    kind: str,
+    progress: Callable[[PostgresDriver, datetime], Awaitable[None]],
+    renamed: str,
+) -> None:
+    """A claim after the nudge, or the named todo departing, resets a long pair to nudge 1."""
+    await long_named_todos(driver, count=3)
     wake = RecordingWake()
 
-    await sweep(driver, T0 + minutes(10), wake)
-    await sweep(driver, T0 + minutes(16), wake)
-    await driver.claim(todo, owner="consumer", at=T0 + minutes(17))
-    await sweep(driver, T0 + minutes(18), wake)
+    reports = [await sweep(driver, at, wake) for at in (FIRST_TICK, NUDGE_1, NUDGE_2)]
+    await progress(driver, NUDGE_2 + minutes(1))
+    reports.append(await sweep(driver, NUDGE_2 + minutes(2), wake))
 
-    assert [1, 2, 1] == [n.number for n in wake.sent]
+    assert kinds_expected(kind, 4) == [r.kind for r in reports]
+    assert [(1, "t-1"), (2, "t-1"), (1, renamed)] == [(n.number, n.todo.id) for n in wake.sent]
     _, [status] = await PostgresLedger(driver.pool, clock=driver.clock).status(policy=POLICY)
-    assert (minutes(18), 1) == (status.oldest_age, status.pending_gated)
+    assert (NUDGE_2 + minutes(2) - T0, 2) == (status.oldest_age, status.pending_gated)
