@@ -5,7 +5,7 @@
     .venv/bin/python -m benchmarks.fleet --dsn postgresql://postgres@127.0.0.1:5432/test
 
 For each fleet size: a fresh throwaway database (the reference host schema,
-migrated lean; dropped at the end) holds ``--pairs`` stalled (endpoint,
+migrated; dropped at the end) holds ``--pairs`` stalled (endpoint,
 queue) pairs, each with a hook pointing at a loopback receiver run here that
 answers 204, so every sweep wants more than the tick limit (4). N processes
 ``python -m stall_nudge.cli sweep --interval ... --json`` start one after
@@ -167,7 +167,7 @@ async def board(server: str, pairs: int, url: str) -> AsyncIterator[str]:
         dsn = with_database(server, name)
         conn = await asyncpg.connect(dsn)
         try:
-            await migrate(conn, host_schema=True, footprint="lean")
+            await migrate(conn, host_schema=True)
             secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             await conn.execute(
                 "INSERT INTO endpoints (id, state)"

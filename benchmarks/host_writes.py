@@ -44,7 +44,7 @@ from adapters.postgres import host_indexes, host_schema_sql, migrate
 from benchmarks._server import run_on_server, server_parser
 from stall_testing import create_database, drop_database, with_database
 
-#: Writes per variant; each is one create and one claim.
+#: Writes per variant; each is a todo's life: created, claimed, completed.
 WRITES = 3_000
 #: A host that claims the next todo of a queue keeps an index like this one of its own.
 HOST_CLAIM_INDEX = (
@@ -66,9 +66,9 @@ Write = Callable[[str], Awaitable[None]]
 class Host:
     """One variant's database: its connection, its write, that write explained, the times seen.
 
-    The explained write performs the same create and claim under ``EXPLAIN
-    (ANALYZE)`` and appends the server's execution time of both, in µs, to
-    ``server_us``.
+    The explained write performs the same life under ``EXPLAIN (ANALYZE)``
+    and appends the server's execution time of its three statements, in µs,
+    to ``server_us``.
     """
 
     conn: asyncpg.Connection
@@ -133,7 +133,7 @@ async def host_database(dsn: str, stack: AsyncExitStack, migrated: bool, then: s
 async def host_write_rates(
     dsn: str, names: list[str], writes: int = WRITES
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Creates + claims per second of each variant, interleaved; and each one's server µs."""
+    """Lives per second of each variant, interleaved; and each one's server µs a life."""
     async with AsyncExitStack() as stack:
         built = [(name, await host_database(dsn, stack, *VARIANTS[name])) for name in names]
         for _, host in built:  # past asyncpg's prepare and the server's first plans
@@ -168,8 +168,8 @@ async def run(dsn: str, writes: int) -> None:
         await conn.close()
     print(
         f"PostgreSQL {version} (fsync {durability[0]}, synchronous_commit {durability[1]}):"
-        f" {writes:,} creates + claims per variant, interleaved; uuid ids, the host's own"
-        " claim index"
+        f" {writes:,} lives (create, claim, complete) per variant, interleaved; uuid ids,"
+        " the host's own claim index"
     )
     rates, server = await host_write_rates(dsn, list(VARIANTS), writes)
     for name, rate in rates.items():
