@@ -12,7 +12,7 @@ them against your host.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from stall_core import FULL_PASS_INTERVAL, Nudge, PacingPolicy, Sweeper, TickReport
@@ -547,6 +547,46 @@ class LedgerContract:
         assert () == quiet.charged
         assert [(3, ids[0])] == [(n.number, n.todo.id) for n in due.charged]
 
+    async def test_a_claim_of_another_todo_stamped_after_the_nudge_is_progress(
+        self, driver: BoardDriver
+    ) -> None:
+        """A claim stamped after the last nudge, of a todo it did not name: nudge 1 again."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        for minute in (10, 15):
+            await sweep(driver, T0 + minutes(minute), wake)
+        await driver.claim(ids[2], owner="puller", at=T0 + minutes(15) + timedelta(seconds=1))
+
+        report = await sweep(driver, T0 + minutes(15) + timedelta(seconds=15), wake)
+
+        assert [(1, ids[0])] == [(n.number, n.todo.id) for n in report.charged]
+
+    async def test_a_deleted_todo_the_nudge_did_not_name_is_not_progress(
+        self, driver: BoardDriver
+    ) -> None:
+        """Another todo of the pair deleted: no reset, nudge 3 comes a full step after nudge 2."""
+        ids = await stalled_queue(driver, todos=3)
+        await _not_progress(driver, lambda: driver.delete_todo(ids[2]), ids[0])
+
+    async def test_a_todo_the_nudge_did_not_name_moved_away_is_not_progress(
+        self, driver: BoardDriver
+    ) -> None:
+        """Another todo moved to another queue: no reset, nudge 3 a full step after nudge 2."""
+        ids = await stalled_queue(driver, todos=3)
+        await _not_progress(driver, lambda: driver.move_todo(ids[2], "lane-m"), ids[0])
+
+    async def test_a_named_todo_moved_away_and_back_has_not_departed(
+        self, driver: BoardDriver
+    ) -> None:
+        """The named todo pending in its pair again by the next tick: read now, not departed."""
+        ids = await stalled_queue(driver, todos=3)
+
+        async def away_and_back() -> None:
+            await driver.move_todo(ids[0], "lane-m")
+            await driver.move_todo(ids[0], "lane-l")
+
+        await _not_progress(driver, away_and_back, ids[0])
+
     async def test_a_claim_stamped_ahead_of_the_ledger_counts_once(
         self, driver: BoardDriver
     ) -> None:
@@ -649,6 +689,22 @@ class LedgerContract:
         assert [2] == [n.number for n in nudges]
         assert took <= FULL_PASS_INTERVAL
 
+    async def test_a_hook_disabled_and_enabled_again_is_not_a_departure(
+        self, driver: BoardDriver
+    ) -> None:
+        """A receiver gone and back keeps the count: the next nudge is nudge 2."""
+        await stalled_queue(driver)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await driver.set_hook_enabled("hook-ep-1", False)
+        await sweep(driver, T0 + minutes(16), wake)
+        await driver.set_hook_enabled("hook-ep-1", True)
+
+        took, nudges = await until_nudged(driver, T0 + minutes(17), wake)
+
+        assert [2] == [n.number for n in nudges]
+        assert took <= FULL_PASS_INTERVAL
+
     async def test_a_requeued_todo_is_work_again(self, driver: BoardDriver) -> None:
         """A todo claimed and given back is pending work: its pair is nudged again."""
         [todo] = await stalled_queue(driver)
@@ -686,6 +742,32 @@ class LedgerContract:
     ) -> None:
         """A consumer whose claim reads the time before nudge 5 and commits after: it drains."""
         await _drains(driver, late_claim=True)
+
+
+async def _not_progress(
+    driver: BoardDriver, change: Callable[[], Awaitable[None]], named: str
+) -> None:
+    """After nudge 2 (T0 + 15 min), ``change`` is no progress: lane-l's next nudge is nudge 3.
+
+    Ticks every minute until nudge 3 is due: it comes one backoff step after
+    nudge 2, naming ``named``, and nothing comes before it (a full pass runs
+    in between on a ledger that has them).
+    """
+    wake = RecordingWake()
+    for minute in (10, 15):
+        await sweep(driver, T0 + minutes(minute), wake)
+    await change()
+
+    charged = []
+    at = T0 + minutes(16)
+    while at <= T0 + minutes(15) + POLICY.backoff[1]:
+        report = await sweep(driver, at, wake)
+        charged += [
+            (n.number, n.todo.id, n.charged_at) for n in report.charged if n.queue == "lane-l"
+        ]
+        at += minutes(1)
+
+    assert [(3, named, T0 + minutes(15) + POLICY.backoff[1])] == charged
 
 
 async def _drains(

@@ -17,6 +17,7 @@ from ._errors import DATABASE_ERRORS, describe
 from ._grants import missing_privileges
 from ._hooks import PostgresHooks
 from ._ledger import (
+    DELTA_BOUND,
     LOOKBACK,
     TICK_LOCK_KEY,
     TICKS,
@@ -48,6 +49,7 @@ from ._uninstall import uninstall, uninstall_plan
 
 __all__ = [
     "DATABASE_ERRORS",
+    "DELTA_BOUND",
     "GUEST_SEARCH_PATH",
     "HOST_ID_TYPES",
     "HOST_TABLES",

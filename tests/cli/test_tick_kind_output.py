@@ -1,0 +1,164 @@
+"""Every tick reports its kind and the pairs it judged, on the command line (issue 26, item 2).
+
+`sweep --once` (its JSON record, its line, its debug log), the sweep loop,
+and `status` (the fleet's line and JSON: the last tick's kind, the last
+full pass), each run as a subprocess against real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import sys
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from adapters.postgres import PostgresLedger
+from stall_core import PacingPolicy
+from stall_testing import PostgresHost
+from tests.cli.conftest import SECRET, Hook, cli
+
+pytestmark = pytest.mark.postgres
+
+POLICY = PacingPolicy()
+#: How the ledger's debug line ends: the pairs judged, then how long the tick took.
+JUDGED_IN = r" pair\(s\) in \d+\.\d ms"
+
+
+@pytest.fixture(name="board")
+async def _board(pg_pool: asyncpg.Pool, hook: Hook) -> PostgresHost:
+    """Two pairs: ep-1/lane-l stalled (l-0 its oldest), ep-1/fresh not yet."""
+    host = PostgresHost(pg_pool)
+    now: datetime = await pg_pool.fetchval("SELECT clock_timestamp()")
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    for i, age in enumerate((3 * POLICY.threshold, 2 * POLICY.threshold)):
+        await host.create_todo(f"l-{i}", endpoint_id="ep-1", queue="lane-l", created_at=now - age)
+    await host.create_todo("f-0", endpoint_id="ep-1", queue="fresh", created_at=now)
+    return host
+
+
+async def test_sweep_once_reports_a_full_pass_and_the_pairs_it_judged(
+    pg_dsn: str, board: PostgresHost, hook: Hook
+) -> None:
+    """A one-shot sweep is a new instance: a full pass, in its JSON record, its line and its log."""
+    as_json = await cli("sweep", "--once", "--json", "--log-level", "debug", "--dsn", pg_dsn)
+    as_text = await cli("sweep", "--once", "--dsn", pg_dsn)
+
+    assert (0, 0) == (as_json.status, as_text.status), as_json.err + as_text.err
+    record = json.loads(as_json.out)
+    assert ("ok", "full", 2) == (record["outcome"], record["kind"], record["judged"])
+    assert [("lane-l", 1)] == [(c["queue"], c["nudge"]) for c in record["charged"]]
+    assert re.search(r"tick: full pass judged 2" + JUDGED_IN, as_json.err), as_json.err
+    # The second one-shot finds lane-l backing off: judged, not charged.
+    assert re.search(r" tick 1: full pass judged 2 pair\(s\), charged 0,", as_text.out)
+
+
+async def _two_sweeps(proc: asyncio.subprocess.Process) -> list[dict[str, Any]]:
+    """The loop's first two JSON records of ticks that swept (a skipped one says nothing)."""
+    assert proc.stdout is not None
+    swept: list[dict[str, Any]] = []
+    async with asyncio.timeout(60):  # only a hang reaches it
+        while len(swept) < 2:
+            line = await proc.stdout.readline()
+            assert line, "the loop ended before its second sweep"
+            record = json.loads(line)
+            if record["outcome"] != "skipped":
+                swept.append(record)
+    return swept
+
+
+async def test_the_sweep_loop_runs_a_full_pass_then_deltas_and_says_which(
+    pg_dsn: str, board: PostgresHost, hook: Hook
+) -> None:
+    """The loop's first tick is a full pass; the next judges what changed: nothing here."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "stall_nudge.cli",
+        "sweep",
+        "--interval",
+        "200ms",
+        "--json",
+        "--log-level",
+        "debug",
+        "--dsn",
+        pg_dsn,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        swept = await _two_sweeps(proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err_bytes = await asyncio.wait_for(proc.communicate(), 30)
+    err = err_bytes.decode()
+
+    assert 0 == proc.returncode, err
+    assert [("full", 2, [("lane-l", 1)]), ("delta", 0, [])] == [
+        (r["kind"], r["judged"], [(c["queue"], c["nudge"]) for c in r["charged"]]) for r in swept
+    ]
+    assert re.search(r"tick: full pass judged 2" + JUDGED_IN, err), err
+    assert re.search(r"tick: delta pass judged 0" + JUDGED_IN, err), err
+    assert re.search(r"tick \d+: delta pass judged 0 pair\(s\): charged 0, drained 0", err), err
+
+
+async def test_status_reports_the_last_tick_kind_and_the_last_full_pass(
+    pg_dsn: str, pg_pool: asyncpg.Pool, board: PostgresHost
+) -> None:
+    """status says what the fleet's last tick judged, and when its last full pass ran."""
+    never_json = await cli("status", "--json", "--dsn", pg_dsn)
+    never_text = await cli("status", "--dsn", pg_dsn)
+    ledger = PostgresLedger(pg_pool)
+    full = await ledger.charge_due(policy=POLICY)
+    delta = await ledger.charge_due(policy=POLICY)
+    as_json = await cli("status", "--json", "--dsn", pg_dsn)
+    as_text = await cli("status", "--dsn", pg_dsn)
+
+    assert (0, 0, 0, 0) == (never_json.status, never_text.status, as_json.status, as_text.status)
+    assert ("full", 2, "delta", 0) == (full.kind, full.judged, delta.kind, delta.judged)
+
+    fleet = json.loads(never_json.out)["fleet"]
+    assert (None, None, None) == (fleet["swept_at"], fleet["last_tick_kind"], fleet["full_pass_at"])
+    assert "the fleet last swept never" in never_text.out.splitlines()
+    assert "its last full pass" not in never_text.out
+
+    fleet = json.loads(as_json.out)["fleet"]
+    assert ("delta", 0, 2) == (
+        fleet["last_tick_kind"],
+        fleet["last_tick_judged"],
+        fleet["full_pass_pairs"],
+    )
+    assert (delta.now, full.now) == (
+        datetime.fromisoformat(fleet["swept_at"]),
+        datetime.fromisoformat(fleet["full_pass_at"]),
+    )
+    assert timedelta(0) <= timedelta(seconds=fleet["full_pass_s"])
+    lines = as_text.out.splitlines()
+    assert any(
+        re.fullmatch(r"the fleet last swept \S+ ago: a delta tick that judged 0 pair\(s\)", line)
+        for line in lines
+    ), lines
+    assert any(
+        re.fullmatch(r"its last full pass ran \S+ ago: 2 pair\(s\) in \S+", line) for line in lines
+    ), lines
+
+
+async def test_sweep_takes_a_lookback_and_refuses_a_bad_one_by_name(
+    pg_dsn: str, board: PostgresHost, hook: Hook
+) -> None:
+    """--lookback 0s is a lookback; a negative or unreadable one is a usage error naming it."""
+    none = await cli("sweep", "--once", "--json", "--lookback", "0s", "--dsn", pg_dsn)
+    negative = await cli("sweep", "--once", "--lookback=-1s", "--dsn", pg_dsn)
+    unreadable = await cli("sweep", "--once", "--lookback", "soon", "--dsn", pg_dsn)
+
+    assert (0, "full") == (none.status, json.loads(none.out)["kind"]), none.err
+    for bad in (negative, unreadable):
+        assert 2 == bad.status
+        assert bad.err.startswith("stall-nudge: error: --lookback: "), bad.err
+        assert "Traceback" not in bad.err
