@@ -27,7 +27,7 @@ pytestmark = pytest.mark.postgres
 
 POLICY = PacingPolicy()
 #: How the ledger's debug line ends: the pairs judged, then how long the tick took.
-JUDGED_IN = r" pair\(s\) in \d+\.\d ms"
+JUDGED_IN = r" pair\(s\) in (\d+ms|\d+(\.\d+)?s)"
 
 
 @pytest.fixture(name="board")

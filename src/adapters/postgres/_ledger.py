@@ -250,7 +250,8 @@ class PostgresLedger:
                 took_ms if kind == "full" else None,
             )
         self._started = True
-        _log.debug("tick: %s pass judged %d pair(s) in %.1f ms", kind, outcome.judged, took_ms)
+        took = format_duration(timedelta(milliseconds=took_ms))
+        _log.debug("tick: %s pass judged %d pair(s) in %s", kind, outcome.judged, took)
         return outcome
 
     async def _changed(
