@@ -53,6 +53,7 @@ import asyncpg
 import attrs
 
 from adapters.postgres import (
+    DELTA_BOUND,
     LOOKBACK,
     PostgresLedger,
     charge_due_parameters,
@@ -280,9 +281,9 @@ def churning(host: asyncpg.Pool, board: Board, rng: random.Random) -> Any:
 
 
 async def explain(pool: Any, kind: str, now: datetime) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of one tick statement, rolled back."""
-    sql = for_host(ledger_statements(), "public")[f"tick_{kind}"]
-    extra = () if kind == "full" else (now - LOOKBACK, now - FULL_PASS_INTERVAL)
+    """EXPLAIN (ANALYZE, BUFFERS) of a full pass, or of a delta's finding, rolled back."""
+    sql = for_host(ledger_statements(), "public")["tick_full" if kind == "full" else "tick_changed"]
+    extra = () if kind == "full" else (now - LOOKBACK, now - FULL_PASS_INTERVAL, DELTA_BOUND)
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
