@@ -120,7 +120,7 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
         assert [1] == [n.number for n in (await sweeper.tick()).charged]
         await dispatcher.settle()
         await sweeper.settle()
-    assert (5, 0) == (sweeper.refunded, board.ledger["e1", "lane-l"].nudges)
+    assert (len(policy.backoff) + 1, 0) == (sweeper.refunded, board.ledger["e1", "lane-l"].nudges)
     # Four host wakes fail too: nine failed deliveries in a row.
     for i in range(4):
         await dispatcher.notify(
