@@ -17,7 +17,7 @@ CHANNEL = "todo_ready"
 
 
 async def full_pass_done(pool: asyncpg.Pool | asyncpg.Connection, at: datetime) -> None:
-    """Record a fleet full pass at ``at``: the next incremental tick is then a usual one."""
+    """Record a fleet full pass at ``at``: the next tick is then a delta."""
     await pool.execute(
         "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)"
         " ON CONFLICT (singleton) DO UPDATE SET swept_at = $1, full_pass_at = $1",

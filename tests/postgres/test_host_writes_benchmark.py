@@ -1,4 +1,4 @@
-"""The host-writes benchmark prices what it says: each variant is its footprint less its part."""
+"""The host-writes benchmark prices what it says: each variant is our indexes less its part."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_every_variant_is_priced() -> None:
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-async def test_a_variant_is_its_footprint_less_its_part(pg_server: str, name: str) -> None:
+async def test_a_variant_is_our_indexes_less_its_part(pg_server: str, name: str) -> None:
     """Our indexes on the host's tables are the variant's, no trigger of ours; both lives land."""
     async with AsyncExitStack() as stack:
         host = await host_database(pg_server, stack, *VARIANTS[name])

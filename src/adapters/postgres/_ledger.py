@@ -150,8 +150,8 @@ class PostgresLedger:
     compare-and-sets each row it writes on the row as locked, for older
     builds that sweep without the lock during a deploy.
 
-    A usual tick (``tick_delta``) judges only the pairs whose decision can
-    have changed since the last judging tick, found from the host's own
+    A usual tick, a delta (``tick_changed``, then ``tick_judge``), judges only
+    the pairs whose decision can have changed since the last judging tick, found from the host's own
     timestamps since a watermark (that tick's ``now`` less ``lookback``, so a
     transaction still open then is seen), the rows whose backoff ended, the
     pairs the tick limit held back, and the rows nudged since the last full
