@@ -38,8 +38,10 @@ one todo's claims and requeues happen in turn. From that the checker has the
 least and the most the tick can have read: the pair's ``latest_claim``, and
 whether the todo the row names ``has_departed``. ``made_progress`` on the
 least is progress the tick surely saw; on the most, progress it may have
-seen (the rule is monotone in both). No window, no slack: only the clocks'
-own reads.
+seen (the rule is monotone in both). The only latitude is a host statement's
+own commit span, read off the database clock around it: nothing is widened
+by a tolerance, and a write neither bound explains is flagged
+(``tests/stress/test_soak_check.py`` plants claims on each side of the bounds).
 
 - with no row, only nudge 1 is legal;
 - a charge that surely saw progress is nudge 1 (``missed_reset`` otherwise);
