@@ -214,10 +214,11 @@ class Sweeper:
         """Wait until every wake handed over so far has its outcome, and every refund is done.
 
         Close the wake transport first (or settle it): a receipt resolves only
-        when the transport has finished with its nudge.
+        when the transport has finished with its nudge. Cancelling the wait
+        (a bound around it) leaves the refunds running: ``abandon`` stops them.
         """
         while self._receipts:
-            await asyncio.gather(*list(self._receipts), return_exceptions=True)
+            await asyncio.wait(list(self._receipts))
 
     async def abandon(self) -> int:
         """Stop following the receipts handed over so far, without refunding them.

@@ -306,12 +306,11 @@ class Reaper:
         self._begin_stop()
         await self._dispatcher.close(deadline=self._until_deliveries_end())
         # Receipts are all resolved now; each refund is one bounded ledger call. The
-        # shield keeps the bound from cancelling the refunds themselves: ``abandon``
-        # does, and counts the nudges whose refund had not finished.
-        settling = asyncio.ensure_future(self._sweeper.settle())
+        # bound stops the wait, not the refunds: ``abandon`` does, and counts the nudges
+        # whose refund had not finished.
         try:
             async with asyncio.timeout(self._until_stop_ends()):
-                await asyncio.shield(settling)
+                await self._sweeper.settle()
         except TimeoutError:
             kept = await self._sweeper.abandon()
             log.warning(
@@ -319,9 +318,9 @@ class Reaper:
                 "(one backoff step late, never work lost)",
                 kept,
             )
-        finally:
-            settling.cancel()  # a no-op once settled; cancelled from outside, it cuts them off
-            await asyncio.gather(settling, return_exceptions=True)
+        except asyncio.CancelledError:
+            await self._sweeper.abandon()
+            raise
 
     async def _abandon(self) -> None:
         """Stop at once: no refunds, no waiting for deliveries."""
