@@ -10,6 +10,7 @@ HYPOTHESIS_PROFILE: ``ci`` (the default, full example counts) or ``dev``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -51,6 +52,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     stack = config.stash.get(_SHARED, None)
     if stack is not None:
         stack.close()
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Undo what an in-process ``stall-nudge`` call set up (root handlers, our loggers' levels).
+
+    ``cli.main`` configures logging for a process; run in a test, it would
+    leave the library's loggers at warning for every later test in the worker.
+    """
+    root = logging.getLogger()
+    ours = [logging.getLogger(name) for name in ("stall_core", "adapters", "stall_nudge")]
+    handlers, level, levels = root.handlers[:], root.level, [lg.level for lg in ours]
+    yield
+    root.handlers[:], root.level = handlers, level
+    for logger, was in zip(ours, levels, strict=True):
+        logger.setLevel(was)
 
 
 @pytest.fixture(name="pg_server", scope="session")
