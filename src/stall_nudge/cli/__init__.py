@@ -28,7 +28,6 @@ from typing import Any, NoReturn
 
 from . import migrate, simulate, sql, status, sweep
 from .common import CliError
-from .text import printable
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -124,7 +123,9 @@ class _Formatter(logging.Formatter):
             f"{name}={getattr(record, name)}" for name in _FIELDS if hasattr(record, name)
         )
         message = record.getMessage() + (f" [{fields}]" if fields else "")
-        safe = logging.makeLogRecord({**record.__dict__, "msg": printable(message), "args": None})
+        from stall_nudge._text import line  # loads the library only when a line is written
+
+        safe = logging.makeLogRecord({**record.__dict__, "msg": line(message), "args": None})
         # A traceback keeps its lines: it comes from our code, not from a sender.
         return super().format(safe)
 
@@ -157,7 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         status: int = run(args)
     except CliError as exc:
-        print(f"stall-nudge: error: {printable(str(exc))}", file=sys.stderr)
+        from stall_nudge._text import line
+
+        print(f"stall-nudge: error: {line(str(exc))}", file=sys.stderr)
         return exc.status
     except KeyboardInterrupt:
         return 130
