@@ -116,12 +116,17 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
                     print((await uninstall_plan(conn)).sql(), end="")
                     return 0
                 if args.host_schema:
-                    # The reference tables first, as migrate --host-schema makes them.
-                    async with conn.transaction():
+                    # The reference tables first, as migrate --host-schema makes them, then
+                    # the plan on them: rolled back, since --print-sql changes nothing.
+                    tr = conn.transaction()
+                    await tr.start()
+                    try:
                         print(host_schema_sql(args.host_id_type))
                         await conn.execute(host_schema_sql(args.host_id_type))
                         print((await plan(conn, grant=args.grant)).sql(), end="")
-                        raise _Printed
+                    finally:
+                        await tr.rollback()
+                    return 0
                 print((await plan(conn, grant=args.grant)).sql(), end="")
                 return 0
             if args.check:
@@ -139,8 +144,6 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
                     monitor=monitor,
                     say=_say,
                 )
-        except _Printed:
-            return 0
         except MigrationError as exc:
             raise CliError(str(exc), status=1) from None
         except DATABASE_ERRORS as exc:
@@ -158,10 +161,6 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
             print(f"{sql};")
         return EXIT_BEHIND
     return 0
-
-
-class _Printed(Exception):
-    pass
 
 
 async def _check(conn: Any) -> int:
