@@ -36,6 +36,7 @@ from stall_core import (
     plan_tick,
     refunded_row,
     reset_row,
+    swept_recently,
     work_of,
 )
 
@@ -436,9 +437,7 @@ class MemoryBoard:
         """Plan and apply one tick at ``clock()`` with no await in between: atomic on one loop."""
         now = aware("clock()", self._clock())
         swept = self._swept_at
-        if self._tick_held or (
-            every is not None and swept is not None and swept <= now < swept + every
-        ):
+        if self._tick_held or swept_recently(swept, now, every):
             return ChargeOutcome(now=now, skipped=True, swept_at=swept)
         self._swept_at = now
         pairs = self.pair_states()
