@@ -76,7 +76,7 @@ def pair_status(
 ) -> PairStatus:
     """The verdict the sweep's own ``decide`` gives this pair at ``now``."""
     decision = decide(pair, row, now, policy)
-    if isinstance(decision, Reset):  # the row goes, and the verdict is the pair's reason
+    if isinstance(decision, Reset):  # the row keeps the progress; the verdict is the reason
         decision = Idle(reason=decision.reason)
     next_due: datetime | None = None
     match decision:

@@ -7,8 +7,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from adapters.postgres import DATABASE_ERRORS, describe
-
-from ._text import text
+from stall_core import printable_text
 
 __all__ = ["FAULT_LOGGERS", "OneLineFaults", "one_line_faults", "start_line"]
 
@@ -21,8 +20,7 @@ FAULT_LOGGERS = ("asyncpg.pool", "adapters.http")
 def start_line(fields: Mapping[str, str]) -> str:
     """``starting: key: value; ...``, the facts in the order given.
 
-    The reaper gives version, interval, tick limit, address policy and stop
-    bound; the schema version and host schema join them here as more fields.
+    The reaper gives them (``Reaper.start_fields``).
     """
     return "starting: " + "; ".join(f"{key}: {value}" for key, value in fields.items())
 
@@ -39,7 +37,7 @@ class OneLineFaults(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         fault = record.exc_info[1] if record.exc_info else None
         if isinstance(fault, DATABASE_ERRORS):
-            record.msg = f"{record.getMessage()}: {text(describe(fault))}"
+            record.msg = f"{record.getMessage()}: {printable_text(describe(fault))}"
             record.args = None
             record.exc_info = None
             record.exc_text = None

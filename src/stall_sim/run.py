@@ -403,8 +403,7 @@ class _Run:
             stalled = first_stalled_tick(oldest_created_us, self.threshold_us, tick_us)
             if stalled > tick:
                 tick = stalled
-        # else: a row without gated work is drained on the next sweep.
-        # mirrors stall_core.decide: a pair with no work left is a Drain
+        # else (mirrors stall_core.decide): a row without gated work is a Drain next sweep.
         progressed = has_unconsumed_claim(pair.last_claim_us, charged_us)
         if gated and charged_us is not None and not progressed:
             if pair.due_tick is None:
