@@ -39,12 +39,12 @@ from ._decide import (
     swept_recently,
     work_of,
 )
-from ._durations import format_duration, parse_duration
+from ._durations import format_duration, format_seconds, parse_duration
 from ._policy import PacingPolicy
 from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
 from ._status import PairStatus, Verdict, pair_status
 from ._sweeper import Clock, Sweeper, TickFailure, TickReport
-from ._text import printable
+from ._text import printable, printable_text
 from ._values import (
     QUARANTINE_QUEUE,
     TICK_KINDS,
@@ -103,6 +103,7 @@ __all__ = [
     "decide",
     "effective_nudges",
     "format_duration",
+    "format_seconds",
     "full_pass_due",
     "has_departed",
     "is_candidate",
@@ -117,6 +118,7 @@ __all__ = [
     "positive_int",
     "positive_seconds",
     "printable",
+    "printable_text",
     "refunded_row",
     "reset_row",
     "starts_over",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "format_seconds", "parse_duration"]
 
 #: Each unit and its length; the parser and the formatter read the same table.
 _UNITS: dict[str, timedelta] = {
@@ -38,6 +38,11 @@ def parse_duration(text: str) -> timedelta:
         return sum((float(number) * _UNITS[unit] for number, unit in parts), timedelta(0))
     except OverflowError:
         raise ValueError(f"{text!r} is too long a duration") from None
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration given in seconds (a setting, a timeout), written as ``format_duration``."""
+    return format_duration(timedelta(seconds=seconds))
 
 
 def format_duration(delta: timedelta) -> str:

@@ -35,7 +35,7 @@ import attrs
 from ._decide import next_sweep_in
 from ._policy import PacingPolicy
 from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
-from ._text import TEXT_WIDTH, printable
+from ._text import printable, printable_text
 from ._values import Nudge, PairKey, positive_seconds
 
 __all__ = ["Clock", "Sweeper", "TickFailure", "TickReport"]
@@ -99,11 +99,6 @@ def _fields(tick: int, nudge: Nudge) -> dict[str, Any]:
     }
 
 
-def _error(exc: BaseException) -> str:
-    """An error's text for a log line: escaped, and cut, since it may quote a name."""
-    return printable(str(exc), width=TEXT_WIDTH)
-
-
 class Sweeper:
     """One tick's work against the ports (charge, wake, refund); ``run`` repeats it.
 
@@ -164,7 +159,7 @@ class Sweeper:
                     printable(nudge.queue),
                     nudge.number,
                     printable(nudge.todo.id),
-                    _error(exc),
+                    printable_text(str(exc)),
                     # A refusal is an expected outcome; anything else deserves its traceback.
                     exc_info=not isinstance(exc, WakeError),
                     extra=_fields(self._ticks, nudge),
@@ -270,7 +265,7 @@ class Sweeper:
                 printable(nudge.endpoint_id),
                 printable(nudge.queue),
                 nudge.number,
-                _error(exc),
+                printable_text(str(exc)),
                 exc_info=not isinstance(exc, LedgerError),
                 extra=_fields(self._ticks, nudge),
             )
@@ -318,7 +313,7 @@ class Sweeper:
                 log.error(
                     "tick %d: sweep failed, the loop continues: %s",
                     self._ticks,
-                    _error(exc),
+                    printable_text(str(exc)),
                     exc_info=not isinstance(exc, LedgerError),
                     extra={"tick": self._ticks},
                 )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["CUT", "NAME_WIDTH", "TEXT_WIDTH", "printable"]
+__all__ = ["CUT", "NAME_WIDTH", "TEXT_WIDTH", "printable", "printable_text"]
 
 #: The most code points a name takes where a person reads it: a UUID and then some.
 NAME_WIDTH = 64
@@ -106,3 +106,8 @@ def printable(text: str, width: int = NAME_WIDTH) -> str:
         if len(text) <= width:
             return "".join(pieces)
     return "".join(pieces[:kept]) + CUT
+
+
+def printable_text(text: str) -> str:
+    """An error text or a reason, ours but possibly quoting names: escaped, cut to TEXT_WIDTH."""
+    return printable(text, width=TEXT_WIDTH)

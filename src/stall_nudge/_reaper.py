@@ -41,6 +41,7 @@ from stall_core import (
     TickFailure,
     TickReport,
     TodoRef,
+    format_seconds,
     positive_seconds,
 )
 
@@ -49,7 +50,6 @@ from ._connect import close_pool
 from ._logs import one_line_faults, start_line
 from ._startup import check_database
 from ._tally import Health, Tally
-from ._text import format_seconds
 from ._wire_clock import read_clock
 
 __all__ = ["Reaper", "open_reaper"]

@@ -22,8 +22,7 @@ from adapters.postgres import (
     missing_privileges,
     missing_tables,
 )
-
-from ._text import format_seconds
+from stall_core import format_seconds
 
 __all__ = ["StartupError", "check_database"]
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from stall_core import TickFailure, TickReport
+from stall_core import TickFailure, TickReport, format_seconds
 
 from . import _text
 
@@ -108,7 +108,7 @@ class Tally:
                 )
             reason = (
                 f"no successful tick within {READY_INTERVALS} intervals "
-                f"({_text.format_seconds(READY_INTERVALS * interval)}): "
+                f"({format_seconds(READY_INTERVALS * interval)}): "
                 f"tick {success.tick} {what}, {ago}"
             )
         return Health(running=running, ready=False, reason=reason, last_success_at=at)

@@ -2,9 +2,10 @@
 
 Names a sender chose go through ``stall_core.printable`` (escaped, cut to
 64 code points); the texts here are ours but may quote them (an error, a
-readiness reason), so they are escaped and cut too, wider. Every duration is
-written by ``stall_core.format_duration`` (``format_seconds`` for one given
-in seconds); an age or a wait, in whole seconds (``age``, ``until``), so a
+readiness reason), so they are escaped and cut too, wider
+(``stall_core.printable_text``, and ``line`` here for a whole line). Every
+duration is written by ``stall_core.format_duration`` (``format_seconds``
+for one given in seconds); an age or a wait, in whole seconds (``age``, ``until``), so a
 printed age reads ``9s ago`` beside ``1m9s ago``, never ``9.066s ago``.
 """
 
@@ -14,29 +15,17 @@ from datetime import datetime, timedelta
 
 from stall_core import format_duration, printable
 
-__all__ = ["LINE_WIDTH", "TEXT_WIDTH", "age", "format_seconds", "line", "text", "until"]
+__all__ = ["LINE_WIDTH", "age", "line", "until"]
 
-#: The most an error text or a reason takes: it may quote names.
-TEXT_WIDTH = 1024
 #: The most one log line's message takes, its fields included.
 LINE_WIDTH = 4096
 
 _SECOND = timedelta(seconds=1)
 
 
-def text(value: str) -> str:
-    """An error text or a reason, escaped and cut to ``TEXT_WIDTH``."""
-    return printable(value, width=TEXT_WIDTH)
-
-
 def line(value: str) -> str:
     """A whole log line or error line, escaped and cut to ``LINE_WIDTH``."""
     return printable(value, width=LINE_WIDTH)
-
-
-def format_seconds(value: float) -> str:
-    """A duration given in seconds (a setting, a timeout, how long a tick took)."""
-    return format_duration(timedelta(seconds=value))
 
 
 def age(delta: timedelta | None) -> str:

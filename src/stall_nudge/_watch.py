@@ -36,10 +36,10 @@ from stall_core import (
     WakeError,
     WakePort,
     WakeReceipt,
+    format_seconds,
 )
 
 from ._tally import Tally
-from ._text import format_seconds
 from ._wire_clock import WireClock
 
 __all__ = ["BoundedDispatcher", "WatchedHooks", "WatchedLedger"]

@@ -14,9 +14,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from adapters.postgres import DATABASE_ERRORS, BoundedPool, describe, ledger_statements
-from stall_core import Clock
-
-from ._text import format_seconds
+from stall_core import Clock, format_seconds
 
 __all__ = ["WireClock", "read_clock"]
 

@@ -39,10 +39,9 @@ from aiohttp import HttpVersion10, web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from stall_core import LedgerError
+from stall_core import LedgerError, printable_text
 
 from ._reaper import Reaper
-from ._text import text
 from .metrics import ReaperCollector
 from .status_page import CONTENT_SECURITY_POLICY, render_page
 
@@ -147,7 +146,8 @@ class _Handlers:
 
     async def readyz(self, _: web.BaseRequest) -> web.Response:
         health = self._reaper.health()
-        return web.Response(status=200 if health.ready else 503, text=text(health.reason) + "\n")
+        reason = printable_text(health.reason)
+        return web.Response(status=200 if health.ready else 503, text=reason + "\n")
 
     async def page(self, _: web.BaseRequest) -> web.Response:
         # One status read at a time: a page left open in many tabs costs one query each.
@@ -155,7 +155,7 @@ class _Handlers:
             try:
                 now, pairs = await self._reaper.status()
             except LedgerError as exc:
-                return web.Response(status=503, text=text(str(exc)) + "\n")
+                return web.Response(status=503, text=printable_text(str(exc)) + "\n")
         body = render_page(
             now,
             pairs,

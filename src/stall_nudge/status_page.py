@@ -16,13 +16,13 @@ import hashlib
 import html
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from stall_core import PacingPolicy, PairStatus, format_duration, printable
+from stall_core import PacingPolicy, PairStatus, format_seconds, printable, printable_text
 
 from ._pairs import by_urgency, hook_trouble, needs_person
 from ._tally import Health
-from ._text import age, text, until
+from ._text import age, until
 
 __all__ = ["CONTENT_SECURITY_POLICY", "ROW_LIMIT", "render_page"]
 
@@ -146,11 +146,11 @@ def render_page(
         state = "ready" if health.ready else "unready"
         lines.append(
             f'<p class="{state}">Sweep {"ready" if health.ready else "not ready"}: '
-            f"{html.escape(text(health.reason), quote=True)}</p>"
+            f"{html.escape(printable_text(health.reason), quote=True)}</p>"
         )
     lines.append(
         f"<p>As of {now.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, on the database's clock; "
-        f"refreshes every {format_duration(timedelta(seconds=refresh_s))}.</p>"
+        f"refreshes every {format_seconds(refresh_s)}.</p>"
     )
     if not ordered:
         lines.append("<p>No pending work and no ledger rows: every queue is drained.</p>")

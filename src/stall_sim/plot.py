@@ -7,10 +7,9 @@ a plot is drawn, so the simulator itself needs nothing beyond the core.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import Any
 
-from stall_core import format_duration
+from stall_core import format_seconds
 
 from .result import Series, SimResult
 from .scenario import Scenario
@@ -48,7 +47,8 @@ def plot(path: str, scenario: Scenario, results: Sequence[SimResult], *, heading
     scale, unit = (3_600.0, "hours") if shown_s >= 3 * 3_600 else (60.0, "minutes")
     xlabel = f"simulated {unit}"
     if shown_s < run_s:
-        xlabel += f" (nothing changes after {_seconds(settled_s)}; the run lasts {_seconds(run_s)})"
+        settled, run = format_seconds(settled_s), format_seconds(run_s)
+        xlabel += f" (nothing changes after {settled}; the run lasts {run})"
     panels: tuple[tuple[Any, str, str, Callable[[SimResult], Series]], ...] = (
         (nudges, "Nudges sent (cumulative)", "nudges", lambda r: r.nudges_over_time),
         (
@@ -147,7 +147,3 @@ def _wait_panel(ax: Any, results: Sequence[SimResult]) -> None:
         )
         ax.set_xticks([])
         ax.set_yticks([])
-
-
-def _seconds(seconds: float) -> str:
-    return format_duration(timedelta(seconds=seconds))

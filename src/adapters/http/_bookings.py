@@ -20,14 +20,11 @@ from datetime import datetime
 
 import attrs
 
-from stall_core import Clock, HookDirectory, HookTarget, aware, printable
+from stall_core import Clock, HookDirectory, HookTarget, aware, printable, printable_text
 
-__all__ = ["TEXT_WIDTH", "Bookings"]
+__all__ = ["Bookings"]
 
 log = logging.getLogger("adapters.http")
-
-#: Where log lines cut an outcome's or an error's text (it may quote a URL or a name).
-TEXT_WIDTH = 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -44,8 +41,7 @@ def _fault(exc: BaseException) -> str:
     """One line naming why a booking failed; never a traceback."""
     if isinstance(exc, TimeoutError):
         return f"timed out ({str(exc).strip() or 'no answer'})"
-    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-    return text[:200]
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0]
 
 
 class Bookings:
@@ -106,7 +102,7 @@ class Bookings:
                 log.warning(
                     "hook %s: could not book a failed delivery (%s); %d kept for the next flush",
                     printable(failure.hook.id),
-                    printable(_fault(exc), width=TEXT_WIDTH),
+                    printable_text(_fault(exc)),
                     len(self._failures),
                 )
                 self._schedule_flush()
@@ -122,7 +118,7 @@ class Bookings:
                     "hook %s disabled after %d consecutive failed deliveries (last: %s)",
                     printable(failure.hook.id),
                     health.consecutive_failures,
-                    printable(failure.reason, width=TEXT_WIDTH),
+                    printable_text(failure.reason),
                 )
         return True
 
@@ -146,7 +142,7 @@ class Bookings:
                 log.warning(
                     "could not book %d delivered messages (%s); kept for the next flush",
                     len(kept),
-                    printable(_fault(exc), width=TEXT_WIDTH),
+                    printable_text(_fault(exc)),
                 )
             finally:
                 self._in_batch = frozenset()

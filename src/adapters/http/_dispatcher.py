@@ -40,7 +40,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
@@ -60,13 +60,15 @@ from stall_core import (
     WakeReceipt,
     aware,
     format_duration,
+    format_seconds,
     positive_int,
     positive_seconds,
     printable,
+    printable_text,
 )
 
 from ._address import AddressRefusedError, GuardedResolver, check_host, guarded_socket
-from ._bookings import TEXT_WIDTH, Bookings
+from ._bookings import Bookings
 from ._message import STALLED, ReadyMessage, ReadyMeta, ReadyTodo, encode_message
 from ._policy import DeliveryPolicy
 from ._retry import is_delivered, is_retryable, parse_retry_after, retry_delay
@@ -264,15 +266,14 @@ class HookDispatcher:
         self._accepting = False
         loop = asyncio.get_running_loop()
         ends = loop.time() + deadline
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout=deadline)
-        except TimeoutError:
-            # A deadline of 0 times out even when nothing is in flight: that is no news.
-            if self._outstanding:
+        if not self._idle.is_set():
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout=deadline)
+            except TimeoutError:
                 log.warning(
                     "closing with %d deliveries unfinished after %s: abandoned",
                     self._outstanding,
-                    format_duration(timedelta(seconds=deadline)),
+                    format_seconds(deadline),
                 )
         for timer in self._timers:
             timer.cancel()
@@ -396,7 +397,7 @@ class HookDispatcher:
                     "hook %s: refused for %s: %s; no request sent",
                     printable(hook.id),
                     label,
-                    printable(str(exc), width=TEXT_WIDTH),
+                    printable_text(str(exc)),
                 )
                 await self._bookings.failed(hook, f"refused: {exc}")
         if not usable:
@@ -516,7 +517,7 @@ class HookDispatcher:
                 printable(delivery.shown_url),
                 job.attempts_made,
                 delivery.label,
-                printable(outcome.detail, width=TEXT_WIDTH),
+                printable_text(outcome.detail),
                 format_duration(delay),
             )
             job.timer = asyncio.get_running_loop().call_later(
@@ -531,7 +532,7 @@ class HookDispatcher:
                 printable(delivery.hook.id),
                 printable(delivery.shown_url),
                 delivery.label,
-                printable(outcome.detail.removeprefix("refused: "), width=TEXT_WIDTH),
+                printable_text(outcome.detail.removeprefix("refused: ")),
             )
             await self._bookings.failed(delivery.hook, outcome.detail)
             return True, False
@@ -542,7 +543,7 @@ class HookDispatcher:
             printable(delivery.shown_url),
             delivery.label,
             job.attempts_made,
-            printable(outcome.detail, width=TEXT_WIDTH),
+            printable_text(outcome.detail),
         )
         await self._bookings.failed(delivery.hook, outcome.detail)
         return True, False

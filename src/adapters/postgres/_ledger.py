@@ -30,6 +30,7 @@ from stall_core import (
     TodoRef,
     aware,
     format_duration,
+    format_seconds,
     full_pass_due,
     pair_status,
     positive_seconds,
@@ -361,7 +362,7 @@ class PostgresLedger:
                     await tx.commit()
                     idle = True
         except TimeoutError:
-            took = format_duration(timedelta(seconds=self._timeout))
+            took = format_seconds(self._timeout)
             raise LedgerError(f"{what} failed: timed out after {took}") from None
         finally:
             if conn is not None:

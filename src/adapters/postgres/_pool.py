@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
 from adapters.postgres.sql import for_host, queries
-from stall_core import format_duration
+from stall_core import format_seconds
 
 from ._errors import DATABASE_ERRORS
 from ._types import PooledConnection
@@ -73,9 +72,7 @@ class BoundedPool:
                     result = await getattr(conn, method)(_qualified(query, schema), *args)
                 done = True
         except TimeoutError:
-            raise TimeoutError(
-                f"timed out after {format_duration(timedelta(seconds=self._timeout))}"
-            ) from None
+            raise TimeoutError(f"timed out after {format_seconds(self._timeout)}") from None
         finally:
             if conn is not None:
                 await hand_back(self._pool, conn, idle=done, within=self._timeout)

@@ -357,7 +357,7 @@ def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
 
 
 def _human(seconds: float | None) -> str:
-    from stall_nudge._text import format_seconds
+    from stall_core import format_seconds
 
     return "-" if seconds is None else format_seconds(seconds)
 

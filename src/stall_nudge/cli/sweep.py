@@ -197,8 +197,7 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
     It names at most the tick limit's nudges, so it stays short whatever
     the names.
     """
-    from stall_core import printable
-    from stall_nudge._text import format_seconds
+    from stall_core import format_seconds, printable
 
     at = report.now.isoformat(timespec="seconds")
     if report.skipped:
