@@ -56,8 +56,11 @@ class WatchedLedger:
     """The ledger as the reaper's sweeper drives it: each tick also reads for the operator.
 
     After each charge it sets the wire clock from the tick's ``now`` (read
-    just after this host's clock) and counts the ledger's rows. Neither can
-    fail the tick: a failure is one line at warning.
+    just after this host's clock), and counts the ledger's rows after a tick
+    that can have changed how many there are (a charge or a drain), and at
+    each full pass (for anything else: a hand edit, a migrate), so a quiet
+    delta costs no count. Neither can fail the tick: a failure is one line
+    at warning.
     """
 
     def __init__(
@@ -79,6 +82,8 @@ class WatchedLedger:
         asked_at = self._clock.host()
         outcome = await self._ledger.charge_due(policy=policy, every=every)
         self._clock.measured(outcome.now, asked_at)
+        if not (outcome.charged or outcome.drained or outcome.kind == "full"):
+            return outcome
         try:
             counted = await self._pool.fetchrow(ledger_statements()["count_ledger_rows"])
             self._tally.ledger_rows = counted[0]

@@ -90,7 +90,7 @@ SELECT endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at
   FROM @queue_stall_nudges;
 
 -- statement: count_ledger_rows
--- How many ledger rows there are (the metrics' gauge, read after each tick).
+-- How many ledger rows there are (the metrics' gauge, read after a tick that may change it).
 SELECT count(*) FROM @queue_stall_nudges;
 
 -- statement: sweep_record
