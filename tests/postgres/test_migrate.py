@@ -153,6 +153,12 @@ DAMAGES: dict[str, tuple[str, str]] = {
         "different: index stall_nudge_hooks on notify_hooks",
     ),
     "extra table": ("CREATE TABLE stall_nudge.notes (x int)", "extra: table notes"),
+    "extra view": ("CREATE VIEW stall_nudge.glance AS SELECT 1 AS x", "extra: view glance"),
+    "extra sequence": ("CREATE SEQUENCE stall_nudge.counter", "extra: sequence counter"),
+    "extra view in the host's schema": (
+        "CREATE VIEW stall_nudge_glance AS SELECT 1 AS x",
+        "extra: view stall_nudge_glance",
+    ),
     "extra function": (
         "CREATE FUNCTION stall_nudge.helper() RETURNS int LANGUAGE sql AS 'SELECT 1'",
         "extra: function helper()",

@@ -39,7 +39,17 @@ from ._catalog import (
 )
 from ._grants import plan_grants
 from ._manifest import HOST_TABLES, OUR_TABLES, host_indexes, migrations, qualified
-from ._steps import SCHEMA_VERSION, Plan, Step, drop_host_index, drop_object, literal, table_of
+from ._steps import (
+    RELATION_KINDS,
+    SCHEMA_VERSION,
+    Plan,
+    Step,
+    drop_host_index,
+    drop_object,
+    drop_trigger,
+    literal,
+    table_of,
+)
 from ._types import Connection
 
 __all__ = [
@@ -89,8 +99,7 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     for key in sorted(k for k in present if k[0] == "trigger"):
         steps.append(
             Step(
-                sql=f"DROP TRIGGER IF EXISTS {quote_ident(key[1])} ON "
-                f"{table_of(key[2], host_schema)}",
+                sql=drop_trigger(key[1], key[2], host_schema),
                 why=f"extra: trigger {key[1]} on {key[2]} (no build of ours keeps one)",
                 phase="before",
                 locks_host=True,
@@ -232,8 +241,8 @@ def _repairs(
         else sorted(
             k
             for k in ours
-            if k[0] in ("function", "relation")
-            or (k[0] == "table" and k[1] not in {t.rsplit(".", 1)[-1] for t in OUR_TABLES})
+            if k[0] == "function"
+            or (k[0] in RELATION_KINDS and k[1] not in {t.rsplit(".", 1)[-1] for t in OUR_TABLES})
         )
     )
     extra_tables = {name for kind, name, _ in extra if kind == "table"}

@@ -115,9 +115,13 @@ def table_of(name: str, host_schema: str) -> str:
     return f"{quote_ident(schema)}.{quote_ident(name)}"
 
 
+#: The kinds of relation the catalog read (``objects``) names, each its own DROP.
+RELATION_KINDS = ("table", "view", "materialized view", "sequence", "foreign table")
+
+
 def drop_object(kind: str, name: str, on_table: str, host_schema: str) -> str:
-    if kind == "table":
-        return f"DROP TABLE IF EXISTS {table_of(name, host_schema)} CASCADE"
+    if kind in RELATION_KINDS:
+        return f"DROP {kind.upper()} IF EXISTS {table_of(name, host_schema)} CASCADE"
     if kind == "index":
         schema = host_schema if on_table == LEDGER_TABLE else OUR_SCHEMA
         return f"DROP INDEX IF EXISTS {quote_ident(schema)}.{quote_ident(name)}"
@@ -132,8 +136,12 @@ def drop_object(kind: str, name: str, on_table: str, host_schema: str) -> str:
         return (
             f"DROP FUNCTION IF EXISTS {quote_ident(schema)}.{quote_ident(proc)}({arguments} CASCADE"
         )
-    schema = host_schema if name.startswith(PREFIX) else OUR_SCHEMA
-    return f"DROP TABLE IF EXISTS {quote_ident(schema)}.{quote_ident(name)} CASCADE"
+    raise ValueError(f"no drop for an object of kind {kind!r}")
+
+
+def drop_trigger(name: str, on_table: str, host_schema: str) -> str:
+    """An earlier build's trigger on a host table (the drop locks the table: ``locks_host``)."""
+    return f"DROP TRIGGER IF EXISTS {quote_ident(name)} ON {table_of(on_table, host_schema)}"
 
 
 def drop_host_index(name: str, host_schema: str) -> str:

@@ -6,13 +6,21 @@ The host's rows stay as they are. ``uninstall_plan`` is what
 
 from __future__ import annotations
 
-from adapters.postgres.sql import queries, quote_ident
+from adapters.postgres.sql import queries
 
 from ._catalog import guest_session, objects
 from ._grants import grant_statement
 from ._manifest import HOST_TABLES, LEDGER_TABLE, OUR_SCHEMA, PREFIX, SWEEPER_PRIVILEGES, on_host
 from ._migrate import PROGRESS_EVERY, Say, run_plan
-from ._steps import Plan, Step, drop_host_index, drop_object, table_of
+from ._steps import (
+    RELATION_KINDS,
+    Plan,
+    Step,
+    drop_host_index,
+    drop_object,
+    drop_trigger,
+    table_of,
+)
 from ._types import Connection
 
 __all__ = [
@@ -46,14 +54,13 @@ async def _uninstall_plan(conn: Connection, host_schema: str) -> Plan:
         elif kind == "trigger" and on_table in HOST_TABLES:
             steps.append(
                 Step(
-                    sql=f"DROP TRIGGER IF EXISTS {quote_ident(name)} ON "
-                    f"{table_of(on_table, host_schema)}",
+                    sql=drop_trigger(name, on_table, host_schema),
                     why="uninstall: our triggers on the host's tables",
                     phase="before",
                     locks_host=True,
                 )
             )
-    if await conn.fetchval("SELECT to_regclass('stall_nudge.grants') IS NOT NULL"):
+    if ("table", "grants", "") in present:
         for row in await conn.fetch(_SQL["recorded_grants"]):
             steps += [
                 Step(
@@ -64,7 +71,7 @@ async def _uninstall_plan(conn: Connection, host_schema: str) -> Plan:
                 if on_host(p.target)
             ]
     for kind, name, on_table in sorted(present):
-        if kind in ("table", "function", "relation") and name.startswith(PREFIX):
+        if kind in ("function", *RELATION_KINDS) and name.startswith(PREFIX):
             steps.append(
                 Step(
                     sql=drop_object(kind, name, on_table, host_schema),

@@ -1,7 +1,7 @@
 -- Queries of `stall-nudge migrate`, loaded by adapters/postgres/sql.py: the catalog
 -- reads that plan a migration, a check and an uninstall. What a plan runs is in
 -- migrations/ (numbered, each applied once), host_indexes.sql, and the statements
--- adapters.postgres._migrate writes from these reads. Those up to host_schema run under
+-- adapters.postgres._plan, _steps, _grants and _uninstall write from these reads. Those up to host_schema run under
 -- the caller's search_path, so every name in them is qualified; migrate then resolves
 -- names in pg_catalog alone for the rest of its session.
 
@@ -82,10 +82,9 @@ SELECT c.relname::pg_catalog.text AS name
 SELECT version FROM stall_nudge.migrations ORDER BY version;
 
 -- name: namespaces
--- The oids of our schema and of the host's ($1), and of this session's temporary schema.
+-- The oids of our schema and of the host's ($1).
 SELECT (SELECT oid FROM pg_namespace WHERE nspname = 'stall_nudge') AS ours,
-       (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host,
-       pg_my_temp_schema() AS scratch;
+       (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host;
 
 -- name: objects
 -- Every object of ours in the catalog: whatever is in our schema ($1), the ledger and whatever carries our prefix in the host's ($2), and the indexes and triggers with our prefix on the host's tables ($3), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
@@ -106,7 +105,8 @@ tables AS (
         OR (c.relnamespace = $2
             AND c.relname = ANY ($3::name[]))
 )
-SELECT CASE WHEN o.relkind = ANY ('{r,p}') THEN 'table' ELSE 'relation' END AS kind,
+SELECT CASE o.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                     WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
        o.relname::text AS name, ''::text AS on_table,
        (SELECT json_agg(json_build_object(
                    'name', a.attname, 'type', format_type(a.atttypid, a.atttypmod),

@@ -75,10 +75,9 @@ SELECT c.relname::pg_catalog.text AS name
 SELECT version FROM stall_nudge.migrations ORDER BY version;
 
 -- statement: namespaces
--- The oids of our schema and of the host's ($1), and of this session's temporary schema.
+-- The oids of our schema and of the host's ($1).
 SELECT (SELECT oid FROM pg_namespace WHERE nspname = 'stall_nudge') AS ours,
-       (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host,
-       pg_my_temp_schema() AS scratch;
+       (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host;
 
 -- statement: objects
 -- Every object of ours in the catalog: whatever is in our schema ($1), the ledger and whatever carries our prefix in the host's ($2), and the indexes and triggers with our prefix on the host's tables ($3), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
@@ -99,7 +98,8 @@ tables AS (
         OR (c.relnamespace = $2
             AND c.relname = ANY ($3::name[]))
 )
-SELECT CASE WHEN o.relkind = ANY ('{r,p}') THEN 'table' ELSE 'relation' END AS kind,
+SELECT CASE o.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                     WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
        o.relname::text AS name, ''::text AS on_table,
        (SELECT json_agg(json_build_object(
                    'name', a.attname, 'type', format_type(a.atttypid, a.atttypmod),
