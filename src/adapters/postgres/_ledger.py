@@ -248,7 +248,7 @@ class PostgresLedger:
                 interval_ms,
                 kind,
                 outcome.judged,
-                took_ms if kind == "full" else None,
+                took_ms,
             )
         self._started = True
         took = format_duration(timedelta(milliseconds=took_ms))

@@ -1,5 +1,5 @@
 -- The Postgres ledger's other statements: the tick lock, the fleet's record, refunds,
--- the delta's bound, and inspection. Each query starts with a "-- name: NAME" line and a
+-- and inspection. Each query starts with a "-- name: NAME" line and a
 -- one-line description; adapters/postgres/sql.py loads them once, with every
 -- {{rule(...)}} expanded from rules.sql and each @table qualified with the host's schema.
 -- The tick's charging statements are built from the parts in tick.sql. Every policy
@@ -13,24 +13,22 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
        (SELECT g.host_schema FROM stall_nudge.settings g) AS host_schema;
 
 -- name: tick_lock
--- Take the fleet's tick lock for this transaction (or learn another instance holds it), then read the time, the fleet's record and the host's schema.
+-- Take the fleet's tick lock for this transaction (or learn another instance holds it), then read the time and when the fleet last swept.
 -- $1 the tick lock's key, $2 statement and lock timeout (ms, as text), for the rest of this
 -- transaction. It also makes the transaction a guest's (guest) and turns JIT off (compiling a
 -- statement of a few index probes costs far more than running it). The record read here is
 -- this statement's snapshot, taken before the lock: enough for an instance that did not get
--- the lock to pace itself by. One that did reads it again (tick_record). Transaction-level
+-- the lock to pace itself by. One that did reads the whole record (tick_record). Transaction-level
 -- only, so it works behind a transaction-pooling PgBouncer. Every name is qualified: the
 -- session's search_path still holds when this statement is parsed.
-SELECT l.got, pg_catalog.clock_timestamp() AS now, s.swept_at, s.judged_to, s.full_pass_at,
-       s.full_pass_pairs, g.host_schema
+SELECT l.got, pg_catalog.clock_timestamp() AS now, s.swept_at
   FROM (SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
                pg_catalog.set_config('statement_timeout', $2, true),
                pg_catalog.set_config('lock_timeout', $2, true),
                pg_catalog.set_config('jit', 'off', true),
                pg_catalog.pg_try_advisory_xact_lock($1) AS got
         OFFSET 0) l
-  LEFT JOIN stall_nudge.sweeps s ON true
-  LEFT JOIN stall_nudge.settings g ON true;
+  LEFT JOIN stall_nudge.sweeps s ON true;
 
 -- name: tick_record
 -- With the tick lock held: the time and the fleet's record, in a snapshot taken after the lock.
@@ -53,12 +51,12 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 -- name: record_sweep
 -- The fleet's record of this sweep: when it swept (database time) and at what interval, what it judged, and for a full pass when, how long and how many pairs.
 -- $1 now, $2 the sweeping instance's interval (ms; NULL: keep the last), $3 the tick's kind
--- (delta or full), $4 pairs judged, $5 the full pass's duration (ms; NULL: not a full pass).
+-- (delta or full), $4 pairs judged, $5 how long it took (ms; kept for a full pass).
 -- judged_to is where the next delta reads from (less its lookback).
 INSERT INTO stall_nudge.sweeps AS s (swept_at, interval_ms, judged_to, last_kind, last_judged,
                                      full_pass_at, full_pass_ms, full_pass_pairs)
-VALUES ($1, $2, $1, $3, $4, CASE WHEN $5::float8 IS NOT NULL THEN $1::timestamptz END, $5,
-        CASE WHEN $5::float8 IS NOT NULL THEN $4::int END)
+VALUES ($1, $2, $1, $3, $4, CASE WHEN $3 = 'full' THEN $1::timestamptz END,
+        CASE WHEN $3 = 'full' THEN $5::float8 END, CASE WHEN $3 = 'full' THEN $4::int END)
 ON CONFLICT (singleton) DO UPDATE
    SET swept_at = EXCLUDED.swept_at,
        interval_ms = coalesce(EXCLUDED.interval_ms, s.interval_ms),
@@ -100,7 +98,7 @@ SELECT endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at
 SELECT count(*) FROM @queue_stall_nudges;
 
 -- name: sweep_record
--- The fleet's record of its sweeps, for status and migrate --check.
+-- The fleet's record of its sweeps, for status.
 SELECT s.swept_at, s.interval_ms, s.last_kind, s.last_judged, s.full_pass_at, s.full_pass_ms,
        s.full_pass_pairs
   FROM (SELECT 1) one
