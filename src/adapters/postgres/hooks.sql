@@ -6,8 +6,8 @@
 -- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
 SELECT h.id::text AS id, h.endpoint_id::text AS endpoint_id, h.url, h.secret
   FROM @notify_hooks h
- WHERE h.endpoint_id = {{endpoint_key($1)}} AND h.enabled
-   AND (h.queues IS NULL OR $2 = ANY (h.queues))
+ CROSS JOIN (SELECT {{endpoint_key($1)}} AS key) k
+ WHERE {{covers(h, k.key, $2)}} AND h.enabled
  ORDER BY h.id;
 
 -- name: record_success

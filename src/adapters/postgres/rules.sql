@@ -42,7 +42,7 @@
 -- A todo whose pair's names fit an entry of a plain index (a btree entry stops near
 -- 2.7 kB): our indexes keyed by the names hold only these, so no host write can fail
 -- because of a name's length. The others are in the _long indexes, keyed by md5.
-(octet_length({todo}.endpoint_id::text) + octet_length({todo}.queue) <= 2000)
+{{short_pair({todo}.endpoint_id, {todo}.queue)}}
 
 -- rule: short_pair(endpoint_id, queue)
 -- The pair's names fit a plain index entry, as short_names says of its todos.
@@ -121,6 +121,21 @@ EXISTS (SELECT 1 FROM @todos named_t
 (({backoff_us}::bigint[])[LEAST(GREATEST({nudges}, 1), cardinality({backoff_us}::bigint[]))]
  * interval '1 microsecond')
 
+-- rule: backoff_over(last_nudged_at, nudges, now, backoff_us)
+-- mirrors stall_core.next_due_at
+-- A row's backoff step after its nudge number nudges has ended at now.
+({last_nudged_at} <= {now}::timestamptz - {{backoff_step({nudges}, {backoff_us})}})
+
+-- rule: charge_order(pair)
+-- mirrors stall_core.charge_order
+-- Least nudged since progress (spent), oldest work, then names by code point.
+{pair}.spent, {pair}.created_at, {pair}.endpoint_id COLLATE "C", {pair}.queue COLLATE "C"
+
+-- rule: covers(hook, key, queue)
+-- The hook is the endpoint's and its queue filter covers the queue (NULL: all), as
+-- adapters.memory's MemoryHooks.covers reads a hook.
+({hook}.endpoint_id = {key} AND ({hook}.queues IS NULL OR {queue} = ANY ({hook}.queues)))
+
 -- rule: endpoint_active(key)
 -- mirrors stall_core.is_candidate
 -- Only an active endpoint's queues are nudged.
@@ -131,5 +146,4 @@ EXISTS (SELECT 1 FROM @endpoints active_e WHERE active_e.id = {key} AND active_e
 -- An enabled notify hook of the endpoint whose queue filter covers the queue (NULL: all):
 -- without one a pair is never charged.
 EXISTS (SELECT 1 FROM @notify_hooks receiver_h
-         WHERE receiver_h.endpoint_id = {key} AND receiver_h.enabled
-           AND (receiver_h.queues IS NULL OR {queue} = ANY (receiver_h.queues)))
+         WHERE {{covers(receiver_h, {key}, {queue})}} AND receiver_h.enabled)

@@ -91,7 +91,7 @@ arrived AS (
     -- Pending todos that crossed the threshold since the watermark, outside the quarantine
     -- queue (never work).
     SELECT a.endpoint_id, a.queue FROM @todos a
-     WHERE a.state = 'pending' AND a.created_at >= $7::timestamptz - $2 * interval '1 microsecond'
+     WHERE a.state = 'pending' AND NOT {{stalled(a.created_at, $7, $2)}}
        AND {{stalled(a.created_at, $1, $2)}} AND a.queue <> $6
      LIMIT $9
 ),
@@ -118,8 +118,8 @@ changed AS (
       FROM generate_series(0, $4 - 1) AS s (nudges)
      CROSS JOIN LATERAL (SELECT r.endpoint_id, r.queue FROM @queue_stall_nudges r
                           WHERE r.nudges = s.nudges
-                            AND r.last_nudged_at > $7::timestamptz - {{backoff_step(s.nudges, $3)}}
-                            AND r.last_nudged_at <= $1::timestamptz - {{backoff_step(s.nudges, $3)}}
+                            AND NOT {{backoff_over(r.last_nudged_at, s.nudges, $7, $3)}}
+                            AND {{backoff_over(r.last_nudged_at, s.nudges, $1, $3)}}
                          OFFSET 0) r
     UNION
     -- Rows nudged since the last full pass whose named todo departed (the full pass
@@ -137,7 +137,7 @@ changed AS (
     -- The pairs the tick limit held back, best first: only the first tick_limit can be
     -- charged now.
     (SELECT h.endpoint_id, h.queue FROM stall_nudge.held h
-      ORDER BY h.spent, h.created_at, h.endpoint_id COLLATE "C", h.queue COLLATE "C"
+      ORDER BY {{charge_order(h)}}
       LIMIT $5)
 )
 
@@ -207,17 +207,16 @@ assessed AS MATERIALIZED (
      WHERE j.todo_id IS NOT NULL
 ),
 ranked AS (
-    -- mirrors stall_core.is_due, stall_core.charge_order
+    -- mirrors stall_core.is_due
     -- Every due pair (a candidate with no row or progress, or below the cap with its
     -- backoff over), ranked least nudged, oldest work, then names by code point.
     SELECT a.*,
-           row_number() OVER (ORDER BY a.spent, a.created_at, a.endpoint_id COLLATE "C",
-                                       a.queue COLLATE "C") AS rank
+           row_number() OVER (ORDER BY {{charge_order(a)}}) AS rank
       FROM assessed a
      WHERE {{stalled(a.created_at, $1, $2)}}
        AND (a.row_ctid IS NULL OR a.progressed
             OR (a.nudges < $4
-                AND a.last_nudged_at <= $1::timestamptz - {{backoff_step(a.nudges, $3)}}))
+                AND {{backoff_over(a.last_nudged_at, a.nudges, $1, $3)}}))
        AND {{endpoint_active(a.key)}} AND {{has_receiver(a.key, a.queue)}}
 ),
 charged AS (
@@ -335,5 +334,5 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
         SELECT coalesce(max(c.consecutive_failures) FILTER (WHERE c.enabled), 0) AS hook_failures,
                count(*) FILTER (WHERE NOT c.enabled) AS hooks_disabled
           FROM @notify_hooks c
-         WHERE c.endpoint_id = f.key AND (c.queues IS NULL OR f.queue = ANY (c.queues))) h
+         WHERE {{covers(c, f.key, f.queue)}}) h
  ORDER BY f.endpoint_id COLLATE "C", f.queue COLLATE "C"

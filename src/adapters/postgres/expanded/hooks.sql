@@ -2,8 +2,8 @@
 -- The enabled hooks of an endpoint whose queue filter covers a queue (NULL covers all).
 SELECT h.id::text AS id, h.endpoint_id::text AS endpoint_id, h.url, h.secret
   FROM @notify_hooks h
- WHERE h.endpoint_id = (json_populate_record(NULL::@endpoints, json_build_object('id', $1::text))).id AND h.enabled
-   AND (h.queues IS NULL OR $2 = ANY (h.queues))
+ CROSS JOIN (SELECT (json_populate_record(NULL::@endpoints, json_build_object('id', $1::text))).id AS key) k
+ WHERE (h.endpoint_id = k.key AND (h.queues IS NULL OR $2 = ANY (h.queues))) AND h.enabled
  ORDER BY h.id;
 
 -- statement: record_success

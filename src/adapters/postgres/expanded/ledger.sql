@@ -234,21 +234,19 @@ assessed AS MATERIALIZED (
      WHERE j.todo_id IS NOT NULL
 ),
 ranked AS (
-    -- mirrors stall_core.is_due, stall_core.charge_order
+    -- mirrors stall_core.is_due
     -- Every due pair (a candidate with no row or progress, or below the cap with its
     -- backoff over), ranked least nudged, oldest work, then names by code point.
     SELECT a.*,
-           row_number() OVER (ORDER BY a.spent, a.created_at, a.endpoint_id COLLATE "C",
-                                       a.queue COLLATE "C") AS rank
+           row_number() OVER (ORDER BY a.spent, a.created_at, a.endpoint_id COLLATE "C", a.queue COLLATE "C") AS rank
       FROM assessed a
      WHERE (a.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond')
        AND (a.row_ctid IS NULL OR a.progressed
             OR (a.nudges < $4
-                AND a.last_nudged_at <= $1::timestamptz - (($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3::bigint[]))]
- * interval '1 microsecond')))
+                AND (a.last_nudged_at <= $1::timestamptz - (($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3::bigint[]))]
+ * interval '1 microsecond'))))
        AND EXISTS (SELECT 1 FROM @endpoints active_e WHERE active_e.id = a.key AND active_e.state = 'active') AND EXISTS (SELECT 1 FROM @notify_hooks receiver_h
-         WHERE receiver_h.endpoint_id = a.key AND receiver_h.enabled
-           AND (receiver_h.queues IS NULL OR a.queue = ANY (receiver_h.queues)))
+         WHERE (receiver_h.endpoint_id = a.key AND (receiver_h.queues IS NULL OR a.queue = ANY (receiver_h.queues))) AND receiver_h.enabled)
 ),
 charged AS (
     -- mirrors stall_core.plan_tick, stall_core.charge_row, stall_core.charge_stamp
@@ -358,7 +356,7 @@ arrived AS (
     -- Pending todos that crossed the threshold since the watermark, outside the quarantine
     -- queue (never work).
     SELECT a.endpoint_id, a.queue FROM @todos a
-     WHERE a.state = 'pending' AND a.created_at >= $7::timestamptz - $2 * interval '1 microsecond'
+     WHERE a.state = 'pending' AND NOT (a.created_at < $7::timestamptz - $2::bigint * interval '1 microsecond')
        AND (a.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond') AND a.queue <> $6
      LIMIT $9
 ),
@@ -388,10 +386,10 @@ changed AS (
       FROM generate_series(0, $4 - 1) AS s (nudges)
      CROSS JOIN LATERAL (SELECT r.endpoint_id, r.queue FROM @queue_stall_nudges r
                           WHERE r.nudges = s.nudges
-                            AND r.last_nudged_at > $7::timestamptz - (($3::bigint[])[LEAST(GREATEST(s.nudges, 1), cardinality($3::bigint[]))]
- * interval '1 microsecond')
-                            AND r.last_nudged_at <= $1::timestamptz - (($3::bigint[])[LEAST(GREATEST(s.nudges, 1), cardinality($3::bigint[]))]
- * interval '1 microsecond')
+                            AND NOT (r.last_nudged_at <= $7::timestamptz - (($3::bigint[])[LEAST(GREATEST(s.nudges, 1), cardinality($3::bigint[]))]
+ * interval '1 microsecond'))
+                            AND (r.last_nudged_at <= $1::timestamptz - (($3::bigint[])[LEAST(GREATEST(s.nudges, 1), cardinality($3::bigint[]))]
+ * interval '1 microsecond'))
                          OFFSET 0) r
     UNION
     -- Rows nudged since the last full pass whose named todo departed (the full pass
@@ -519,21 +517,19 @@ assessed AS MATERIALIZED (
      WHERE j.todo_id IS NOT NULL
 ),
 ranked AS (
-    -- mirrors stall_core.is_due, stall_core.charge_order
+    -- mirrors stall_core.is_due
     -- Every due pair (a candidate with no row or progress, or below the cap with its
     -- backoff over), ranked least nudged, oldest work, then names by code point.
     SELECT a.*,
-           row_number() OVER (ORDER BY a.spent, a.created_at, a.endpoint_id COLLATE "C",
-                                       a.queue COLLATE "C") AS rank
+           row_number() OVER (ORDER BY a.spent, a.created_at, a.endpoint_id COLLATE "C", a.queue COLLATE "C") AS rank
       FROM assessed a
      WHERE (a.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond')
        AND (a.row_ctid IS NULL OR a.progressed
             OR (a.nudges < $4
-                AND a.last_nudged_at <= $1::timestamptz - (($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3::bigint[]))]
- * interval '1 microsecond')))
+                AND (a.last_nudged_at <= $1::timestamptz - (($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3::bigint[]))]
+ * interval '1 microsecond'))))
        AND EXISTS (SELECT 1 FROM @endpoints active_e WHERE active_e.id = a.key AND active_e.state = 'active') AND EXISTS (SELECT 1 FROM @notify_hooks receiver_h
-         WHERE receiver_h.endpoint_id = a.key AND receiver_h.enabled
-           AND (receiver_h.queues IS NULL OR a.queue = ANY (receiver_h.queues)))
+         WHERE (receiver_h.endpoint_id = a.key AND (receiver_h.queues IS NULL OR a.queue = ANY (receiver_h.queues))) AND receiver_h.enabled)
 ),
 charged AS (
     -- mirrors stall_core.plan_tick, stall_core.charge_row, stall_core.charge_stamp
@@ -689,8 +685,7 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
        w.id AS todo_id, w.created_at, t.title,
        EXISTS (SELECT 1 FROM @endpoints active_e WHERE active_e.id = f.key AND active_e.state = 'active') AS endpoint_active,
        EXISTS (SELECT 1 FROM @notify_hooks receiver_h
-         WHERE receiver_h.endpoint_id = f.key AND receiver_h.enabled
-           AND (receiver_h.queues IS NULL OR f.queue = ANY (receiver_h.queues))) AS has_receiver,
+         WHERE (receiver_h.endpoint_id = f.key AND (receiver_h.queues IS NULL OR f.queue = ANY (receiver_h.queues))) AND receiver_h.enabled) AS has_receiver,
        coalesce((SELECT claimed_t.claimed_at FROM @todos claimed_t
            WHERE (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
              AND claimed_t.endpoint_id = f.key AND claimed_t.queue = f.queue
@@ -747,6 +742,6 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
         SELECT coalesce(max(c.consecutive_failures) FILTER (WHERE c.enabled), 0) AS hook_failures,
                count(*) FILTER (WHERE NOT c.enabled) AS hooks_disabled
           FROM @notify_hooks c
-         WHERE c.endpoint_id = f.key AND (c.queues IS NULL OR f.queue = ANY (c.queues))) h
+         WHERE (c.endpoint_id = f.key AND (c.queues IS NULL OR f.queue = ANY (c.queues)))) h
  ORDER BY f.endpoint_id COLLATE "C", f.queue COLLATE "C"
 
