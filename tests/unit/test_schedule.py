@@ -31,6 +31,7 @@ from stall_core import (
     latest_claim,
     plan_tick,
     reset_row,
+    work_of,
 )
 from tests.support import T0, minutes
 
@@ -82,14 +83,11 @@ class Loop:
         pending = {i: t for i, t in self.todos.items() if t.pending}
         if not pending and KEY not in self.rows:
             return []
-        oldest = min(pending.items(), key=lambda it: (it[1].created_at, it[0]), default=None)
         return [
             PairState(
                 endpoint_id="ep",
                 queue="lane",
-                oldest=None
-                if oldest is None
-                else TodoRef(id=oldest[0], created_at=oldest[1].created_at),
+                oldest=work_of(TodoRef(id=i, created_at=t.created_at) for i, t in pending.items()),
                 endpoint_active=self.active,
                 has_receiver=True,
                 latest_claim=latest_claim(t.claimed_at for t in self.todos.values()),
