@@ -72,7 +72,7 @@ BATCH = 200_000
 
 async def run(dsn: str, *, todos: int, writes: int, ticks: int) -> None:
     board = Board(100, 100, todos)
-    async with board_database(dsn, board) as (host, sweeper, _):
+    async with board_database(dsn, board) as (host, sweeper):
         clock = FakeClock(NOW)
         ledger = PostgresLedger(sweeper, clock=clock)
         steady = []

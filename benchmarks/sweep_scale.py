@@ -58,6 +58,7 @@ from adapters.postgres import (
     LOOKBACK,
     PostgresLedger,
     charge_due_parameters,
+    host_schema_sql,
     ledger_statements,
     migrate,
 )
@@ -194,7 +195,9 @@ class Ticks:
 
 
 @asynccontextmanager
-async def board_database(dsn: str, board: Board) -> AsyncIterator[tuple[asyncpg.Pool, Any, str]]:
+async def board_database(
+    dsn: str, board: Board
+) -> AsyncIterator[tuple[asyncpg.Pool, asyncpg.Pool]]:
     """A fresh database holding ``board`` and our migration; yields (host pool, sweeper pool)."""
     name = f"stall_bench_{uuid.uuid4().hex[:10]}"
     await create_database(dsn, name)
@@ -209,7 +212,7 @@ async def board_database(dsn: str, board: Board) -> AsyncIterator[tuple[asyncpg.
             db, user=SWEEPER, min_size=1, max_size=2, server_settings={"jit": "off"}
         )
         try:
-            yield host, sweeper, db
+            yield host, sweeper
         finally:
             await sweeper.close()
             await host.close()
@@ -219,8 +222,6 @@ async def board_database(dsn: str, board: Board) -> AsyncIterator[tuple[asyncpg.
 
 async def migrate_board(conn: asyncpg.Connection, board: Board) -> None:
     """Load the host's rows, migrate, grant the sweeping role, cap every pair."""
-    from adapters.postgres import host_schema_sql
-
     await conn.execute(host_schema_sql("uuid"))
     await conn.execute(HOST_INDEX)
     async with conn.transaction():
@@ -307,7 +308,7 @@ async def run_board(
     suffix = "" if board.pairs <= 10_000 else "_100k"
     figures: dict[str, float] = {}
     print(f"board: {board.pairs:,} pairs, {board.todos:,} pending todos", flush=True)
-    async with board_database(dsn, board) as (host, sweeper, _):
+    async with board_database(dsn, board) as (host, sweeper):
         clock = FakeClock(NOW)
         ledger = PostgresLedger(sweeper, clock=clock)
         if "steady" in parts:

@@ -1,4 +1,4 @@
-"""Time helpers the suites share; the clock itself is stall_testing's."""
+"""Time helpers and the tick log's duration pattern, shared by the suites."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from datetime import timedelta
 
 from stall_testing import T0, FakeClock
 
-__all__ = ["T0", "FakeClock", "examples", "minutes"]
+__all__ = ["JUDGED_IN", "T0", "FakeClock", "examples", "minutes"]
+
+#: How a tick's debug log line ends: the pairs it judged, then how long the tick took.
+JUDGED_IN = r" pair\(s\) in (\d+ms|\d+(\.\d+)?s)"
 
 
 def minutes(n: float) -> timedelta:

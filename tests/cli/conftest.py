@@ -1,15 +1,20 @@
-"""Shared by the CLI tests: run the command as a subprocess, and a loopback notify hook."""
+"""Shared by the CLI tests: run the command as a subprocess, a loopback notify hook, a board."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime
 
+import asyncpg
 import attrs
 import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
+
+from stall_core import PacingPolicy
+from stall_testing import PostgresHost
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -75,3 +80,28 @@ async def _hook() -> AsyncIterator[Hook]:
     await hook.start()
     yield hook
     await hook.stop()
+
+
+@pytest.fixture(name="board")
+async def _board(pg_pool: asyncpg.Pool, hook: Hook) -> PostgresHost:
+    """A migrated database with two pairs: ep-1/lane-l stalled (l-0 its oldest), ep-1/fresh not yet.
+
+    lane-l's todos wait on a verified delivery; ``hook`` is ep-1's notify hook.
+    """
+    host = PostgresHost(pg_pool)
+    now: datetime = await pg_pool.fetchval("SELECT clock_timestamp()")
+    threshold = PacingPolicy().threshold
+    await host.add_endpoint("ep-1")
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_delivery("d1", endpoint_id="ep-1", verified=True, received_at=now)
+    for i, age in enumerate((3 * threshold, 2 * threshold)):
+        await host.create_todo(
+            f"l-{i}",
+            endpoint_id="ep-1",
+            queue="lane-l",
+            created_at=now - age,
+            delivery_id="d1",
+            title=f"item {i}",
+        )
+    await host.create_todo("f-0", endpoint_id="ep-1", queue="fresh", created_at=now)
+    return host

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks_run import last_line
 
 
 @pytest.mark.parametrize(
@@ -21,14 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 )
 def test_a_small_run_prints_its_last_line(args: tuple[str, ...], line: str) -> None:
     """Run as docs/benchmarks.md prints it, at a small size."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks." + args[0], *args[1:]],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    last = last_line(*args)
 
-    assert 0 == done.returncode, done.stderr
-    assert re.fullmatch(line, done.stdout.splitlines()[-1]), done.stdout
+    assert re.fullmatch(line, last), last

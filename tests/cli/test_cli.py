@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 import sys
-from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -17,27 +16,6 @@ from tests import pg
 from tests.cli.conftest import SECRET, Hook, Result, cli
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(name="board")
-async def _board(pg_pool: asyncpg.Pool, hook: Hook) -> PostgresHost:
-    """A migrated database with one stalled pair (ep-1, lane-l) and one fresh pair."""
-    host = PostgresHost(pg_pool)
-    now = datetime.now(UTC)
-    await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
-    await host.add_delivery("d1", endpoint_id="ep-1", verified=True, received_at=now)
-    for i, age in enumerate((30, 20)):
-        await host.create_todo(
-            f"l-{i}",
-            endpoint_id="ep-1",
-            queue="lane-l",
-            created_at=now - timedelta(minutes=age),
-            delivery_id="d1",
-            title=f"item {i}",
-        )
-    await host.create_todo("f-0", endpoint_id="ep-1", queue="fresh", created_at=now)
-    return host
 
 
 async def test_help_and_version() -> None:

@@ -21,26 +21,12 @@ import pytest
 from adapters.postgres import PostgresLedger
 from stall_core import PacingPolicy
 from stall_testing import PostgresHost
-from tests.cli.conftest import SECRET, Hook, cli
+from tests.cli.conftest import Hook, cli
+from tests.support import JUDGED_IN
 
 pytestmark = pytest.mark.postgres
 
 POLICY = PacingPolicy()
-#: How the ledger's debug line ends: the pairs judged, then how long the tick took.
-JUDGED_IN = r" pair\(s\) in (\d+ms|\d+(\.\d+)?s)"
-
-
-@pytest.fixture(name="board")
-async def _board(pg_pool: asyncpg.Pool, hook: Hook) -> PostgresHost:
-    """Two pairs: ep-1/lane-l stalled (l-0 its oldest), ep-1/fresh not yet."""
-    host = PostgresHost(pg_pool)
-    now: datetime = await pg_pool.fetchval("SELECT clock_timestamp()")
-    await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
-    for i, age in enumerate((3 * POLICY.threshold, 2 * POLICY.threshold)):
-        await host.create_todo(f"l-{i}", endpoint_id="ep-1", queue="lane-l", created_at=now - age)
-    await host.create_todo("f-0", endpoint_id="ep-1", queue="fresh", created_at=now)
-    return host
 
 
 async def test_sweep_once_reports_a_full_pass_and_the_pairs_it_judged(

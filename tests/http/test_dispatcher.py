@@ -409,10 +409,10 @@ async def test_full_queue_drops_counts_and_raises(
     assert "dropped e1/lane-l todo t1 (stalled)" in caplog.text
 
 
-async def test_drain_waits_for_retries(
+async def test_settle_waits_for_retries(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
-    """drain returns only after a delivery's pending retries have run."""
+    """settle returns only after a delivery's pending retries have run."""
     board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     receiver.script("hook", 500, 500)
 

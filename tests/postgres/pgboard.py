@@ -5,24 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
 
 import asyncpg
 
-#: switchboard's tables; the sweep reads them and must never write them.
-HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
+from adapters.postgres import HOST_TABLES
 
 #: The channel the host's creation path notifies on, payload "<endpoint_id>:<queue>".
 CHANNEL = "todo_ready"
-
-
-async def full_pass_done(pool: asyncpg.Pool | asyncpg.Connection, at: datetime) -> None:
-    """Record a fleet full pass at ``at``: the next tick is then a delta."""
-    await pool.execute(
-        "INSERT INTO stall_nudge.sweeps (swept_at, full_pass_at) VALUES ($1, $1)"
-        " ON CONFLICT (singleton) DO UPDATE SET swept_at = $1, full_pass_at = $1",
-        at,
-    )
 
 
 async def host_rows(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, list[dict[str, object]]]:

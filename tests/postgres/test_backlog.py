@@ -16,15 +16,16 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from adapters.postgres import DELTA_BOUND
 from stall_testing import PostgresDriver, RecordingWake
 from stall_testing.contract import POLICY, stalled_queue, sweep
 from tests.support import T0, FakeClock, minutes
 
 pytestmark = pytest.mark.postgres
 
-#: Claims made while no sweeper ran: well past the most a delta reads (1,000 changes,
+#: Claims made while no sweeper ran: well past the most a delta reads (DELTA_BOUND changes,
 #: docs/architecture.md "A delta"), so the first tick back must be a full pass.
-OUTAGE_CLAIMS = 3_000
+OUTAGE_CLAIMS = 3 * DELTA_BOUND
 PAIRS = [f"q{i:02}" for i in range(30)]
 
 
@@ -50,7 +51,12 @@ async def test_a_busy_pair_resets_once_and_is_not_nudged_again(pg_pool: asyncpg.
         assert () == report.charged, i
 
     row = (await driver.ledger_rows())["ep-1", "lane-l"]
-    assert ({"delta", "full"}, 0, True) == (kinds, row.nudges, row.progressed_at is not None)
+    # The first claim (15 s after nudge 1) reset it; none after it counts again.
+    assert ({"delta", "full"}, 0, first.now + timedelta(seconds=15)) == (
+        kinds,
+        row.nudges,
+        row.progressed_at,
+    )
     # The consumer stops; its last todo stalls: the kept progress makes it a first nudge.
     stalled = await sweep(driver, at + POLICY.threshold + timedelta(seconds=1), wake)
     assert [(1, previous)] == [(n.number, n.todo.id) for n in stalled.charged]

@@ -8,14 +8,14 @@ every pair afresh on the host's rows, at most one full-pass interval later.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import asyncpg
 import pytest
 
-from stall_core import FULL_PASS_INTERVAL
+from stall_core import FULL_PASS_INTERVAL, TickReport
 from stall_testing import PostgresDriver, RecordingWake
-from stall_testing.contract import POLICY, sweep, until_nudged
+from stall_testing.contract import POLICY, sweep
 from tests.support import T0, FakeClock, minutes
 
 pytestmark = pytest.mark.postgres
@@ -36,6 +36,17 @@ async def board(pool: asyncpg.Pool) -> PostgresDriver:
     return driver
 
 
+async def until_charged(
+    driver: PostgresDriver, since: datetime, wake: RecordingWake
+) -> tuple[timedelta, TickReport]:
+    """Sweep every minute from ``since`` until a tick charges: how long after, and that tick."""
+    at = since
+    while not (report := await sweep(driver, at, wake)).charged:
+        assert at < since + FULL_PASS_INTERVAL, "no tick charged within a full-pass interval"
+        at += minutes(1)
+    return at - since, report
+
+
 async def test_a_ledger_row_deleted_by_hand_is_judged_afresh_by_the_next_full_pass(
     pg_pool: asyncpg.Pool,
 ) -> None:
@@ -52,10 +63,11 @@ async def test_a_ledger_row_deleted_by_hand_is_judged_afresh_by_the_next_full_pa
     assert () == (await sweep(driver, START, wake)).charged
 
     await pg_pool.execute("DELETE FROM queue_stall_nudges")  # an operator wipes the ledger
-    took, nudges = await until_nudged(driver, START + minutes(1), wake)
+    took, report = await until_charged(driver, START + minutes(1), wake)
 
-    assert [("q", "work", 1)] == [(n.queue, n.todo.id, n.number) for n in nudges]
-    assert took <= FULL_PASS_INTERVAL
+    assert [("q", "work", 1)] == [(n.queue, n.todo.id, n.number) for n in report.charged]
+    # The deltas miss it; the full pass an interval after the first tick (START) charges it.
+    assert (FULL_PASS_INTERVAL - minutes(1), "full") == (took, report.kind)
     assert 1 == (await driver.ledger_rows())["ep-1", "q"].nudges
 
 
@@ -68,9 +80,10 @@ async def test_a_delivery_verified_later_is_nudged_by_the_next_full_pass(
     assert () == (await sweep(driver, START, wake)).charged
 
     await driver.set_delivery_verified("open", True)
-    took, nudges = await until_nudged(driver, START + minutes(1), wake)
+    took, report = await until_charged(driver, START + minutes(1), wake)
 
     assert [("q", "gated-q", 1), ("ungated", "gated-ungated", 1)] == sorted(
-        (n.queue, n.todo.id, n.number) for n in nudges
+        (n.queue, n.todo.id, n.number) for n in report.charged
     )
-    assert took <= FULL_PASS_INTERVAL
+    # The deltas miss it; the full pass an interval after the first tick (START) charges it.
+    assert (FULL_PASS_INTERVAL - minutes(1), "full") == (took, report.kind)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from stall_core import PacingPolicy
+from tests.benchmarks_run import last_line
 
 pytestmark = pytest.mark.postgres
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = ("--sidecars", "2", "--intervals", "4", "--interval", "1")
 LINE = re.compile(
     r"fleet: sidecars=(?P<sidecars>\d+) sweeps_per_interval=(?P<sweeps>\d+\.\d+)"
@@ -25,18 +22,10 @@ def test_two_sidecars_sweep_at_most_once_an_interval_and_wake_at_most_the_tick_l
     pg_server: str,
 ) -> None:
     """Sweeps are an interval apart by design, so both figures hold whatever the machine's speed."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.fleet", *SMALL, "--dsn", pg_server],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    last = last_line("fleet", *SMALL, "--dsn", pg_server)
 
-    assert 0 == done.returncode, done.stderr
-    found = LINE.fullmatch(done.stdout.splitlines()[-1])
-    assert found is not None, done.stdout
+    found = LINE.fullmatch(last)
+    assert found is not None, last
     assert "2" == found["sidecars"]
     # At most one sweep an interval (sweeps are at least an interval apart), and some.
     assert 0 < float(found["sweeps"]) <= 1.0

@@ -165,6 +165,7 @@ from stall_core import (
     plan_tick,
     refunded_row,
     reset_row,
+    work_of,
 )
 from stall_testing import (
     HOST_SQL,
@@ -265,15 +266,14 @@ class Facts:
 
 def pair_state(endpoint: str, facts: Facts, row: LedgerRow | None) -> PairState:
     """The core's view of the pair, as the tick statement reads it from these rows."""
-    work = sorted(
-        (t.created_at, todo_id)
-        for todo_id, t in facts.todos.items()
-        if t.state == "pending" and t.gated
-    )
     return PairState(
         endpoint_id=endpoint,
         queue=QUEUE,
-        oldest=TodoRef(id=work[0][1], created_at=work[0][0]) if work else None,
+        oldest=work_of(
+            TodoRef(id=todo_id, created_at=t.created_at)
+            for todo_id, t in facts.todos.items()
+            if t.state == "pending" and t.gated
+        ),
         endpoint_active=facts.endpoint_state == "active",
         has_receiver=facts.receiver,
         latest_claim=latest_claim(t.claimed_at for t in facts.todos.values()),
@@ -565,10 +565,12 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
     def live(n: int, stamp: datetime, progressed_at: datetime | None = None) -> LedgerRow:
         # The row a charge left: it names the pair's oldest work, as the charge did, or
         # nothing (an older build's row).
-        work = sorted(
-            (t.created_at, i) for i, t in todos.items() if t.state == "pending" and t.gated
+        work = work_of(
+            TodoRef(id=i, created_at=t.created_at)
+            for i, t in todos.items()
+            if t.state == "pending" and t.gated
         )
-        named = work[0][1] if work and rng.random() >= 0.1 else None
+        named = work.id if work is not None and rng.random() >= 0.1 else None
         return LedgerRow(
             endpoint_id=lane_id,
             queue=QUEUE,

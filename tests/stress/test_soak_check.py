@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from stall_core import LedgerRow, Nudge, TodoRef, charge_row, reset_row
+from stall_core import LedgerRow, Nudge, TodoRef, charge_row, refunded_row, reset_row
 from tests.stress.soak_check import (
     VIOLATIONS,
     ChargeRecord,
@@ -266,7 +266,7 @@ class Record:
                 if step.refunded if step.written is None else step.written:
                     # The compare-and-set matched the row of the charge it names.
                     row = charge_row(c.nudge)
-                    write("UPDATE", _refunded(row), c.stamp)
+                    write("UPDATE", refunded_row(row, c.nudge), c.stamp)
             elif isinstance(step, Drop):
                 resets.append(next(seq))
                 row = None
@@ -284,17 +284,6 @@ class Record:
             ledger_resets=resets,
             policy=SOAK_POLICY,
         )
-
-
-def _refunded(row: LedgerRow) -> LedgerRow:
-    return LedgerRow(
-        endpoint_id=row.endpoint_id,
-        queue=row.queue,
-        nudges=row.nudges - 1,
-        last_nudged_at=row.last_nudged_at,
-        named_todo=row.named_todo,
-        progressed_at=row.progressed_at,
-    )
 
 
 def _backoff() -> list[Step]:
