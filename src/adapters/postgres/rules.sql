@@ -84,6 +84,17 @@ SELECT oldest_w.id, oldest_w.created_at
           ORDER BY long_t.created_at, long_t.id::text COLLATE "C"
           LIMIT 1)) oldest_w
 
+-- rule: pair_work(head, head_at, key, endpoint_id, queue, quarantine)
+-- mirrors stall_core.work_of
+-- The pair's work as oldest_work says, taking the head the full pass's skip scan already
+-- read (find_every_pair: head, head_at) where there is one, so no pair is looked up twice.
+SELECT {head} AS id, {head_at} AS created_at
+ WHERE {head} IS NOT NULL AND {queue} <> {quarantine}
+UNION ALL
+SELECT o.id, o.created_at
+  FROM ({{oldest_work({key}, {endpoint_id}, {queue}, {quarantine})}}) o
+ WHERE {head} IS NULL
+
 -- rule: latest_claim(key, endpoint_id, queue)
 -- mirrors stall_core.latest_claim
 -- The latest claimed_at of any todo of the pair, or NULL: one backward descent of the

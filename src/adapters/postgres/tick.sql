@@ -175,12 +175,8 @@ judged AS MATERIALIZED (
     SELECT f.endpoint_id, f.queue, f.key, w.id AS todo_id, w.created_at,
            r.ctid AS row_ctid, r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at
       FROM found f
-      LEFT JOIN LATERAL (SELECT f.head AS id, f.head_at AS created_at
-                          WHERE f.head IS NOT NULL AND f.queue <> $6
-                         UNION ALL
-                         SELECT o.id, o.created_at
-                           FROM ({{oldest_work(f.key, f.endpoint_id, f.queue, $6)}}) o
-                          WHERE f.head IS NULL) w ON true
+      LEFT JOIN LATERAL ({{pair_work(f.head, f.head_at, f.key, f.endpoint_id, f.queue, $6)}}) w
+        ON true
       LEFT JOIN @queue_stall_nudges r ON {{pair_is(r, f.endpoint_id, f.queue)}}
 ),
 assessed AS MATERIALIZED (
@@ -325,7 +321,8 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
        h.hook_failures, h.hooks_disabled
   FROM found f
   LEFT JOIN counts n ON n.endpoint_id = f.endpoint_id AND n.queue = f.queue
-  LEFT JOIN LATERAL ({{oldest_work(f.key, f.endpoint_id, f.queue, $1)}}) w ON true
+  LEFT JOIN LATERAL ({{pair_work(f.head, f.head_at, f.key, f.endpoint_id, f.queue, $1)}}) w
+    ON true
   LEFT JOIN @todos t ON t.id = {{todo_key(w.id)}}
   LEFT JOIN @queue_stall_nudges r ON {{pair_is(r, f.endpoint_id, f.queue)}}
  CROSS JOIN LATERAL (

@@ -163,10 +163,10 @@ judged AS MATERIALIZED (
            r.ctid AS row_ctid, r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at
       FROM found f
       LEFT JOIN LATERAL (SELECT f.head AS id, f.head_at AS created_at
-                          WHERE f.head IS NOT NULL AND f.queue <> $6
-                         UNION ALL
-                         SELECT o.id, o.created_at
-                           FROM (SELECT oldest_w.id, oldest_w.created_at
+ WHERE f.head IS NOT NULL AND f.queue <> $6
+UNION ALL
+SELECT o.id, o.created_at
+  FROM (SELECT oldest_w.id, oldest_w.created_at
   FROM ((SELECT work_t.id::text AS id, work_t.created_at
            FROM @todos work_t
           WHERE f.queue <> $6 AND (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
@@ -191,7 +191,8 @@ judged AS MATERIALIZED (
                       WHERE gate_u.id = long_t.delivery_id AND NOT gate_u.verified)))
           ORDER BY long_t.created_at, long_t.id::text COLLATE "C"
           LIMIT 1)) oldest_w) o
-                          WHERE f.head IS NULL) w ON true
+ WHERE f.head IS NULL) w
+        ON true
       LEFT JOIN @queue_stall_nudges r ON (md5(r.endpoint_id) = md5(f.endpoint_id::text) AND md5(r.queue) = md5(f.queue)
  AND r.endpoint_id = f.endpoint_id::text AND r.queue = f.queue)
 ),
@@ -446,10 +447,10 @@ judged AS MATERIALIZED (
            r.ctid AS row_ctid, r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at
       FROM found f
       LEFT JOIN LATERAL (SELECT f.head AS id, f.head_at AS created_at
-                          WHERE f.head IS NOT NULL AND f.queue <> $6
-                         UNION ALL
-                         SELECT o.id, o.created_at
-                           FROM (SELECT oldest_w.id, oldest_w.created_at
+ WHERE f.head IS NOT NULL AND f.queue <> $6
+UNION ALL
+SELECT o.id, o.created_at
+  FROM (SELECT oldest_w.id, oldest_w.created_at
   FROM ((SELECT work_t.id::text AS id, work_t.created_at
            FROM @todos work_t
           WHERE f.queue <> $6 AND (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
@@ -474,7 +475,8 @@ judged AS MATERIALIZED (
                       WHERE gate_u.id = long_t.delivery_id AND NOT gate_u.verified)))
           ORDER BY long_t.created_at, long_t.id::text COLLATE "C"
           LIMIT 1)) oldest_w) o
-                          WHERE f.head IS NULL) w ON true
+ WHERE f.head IS NULL) w
+        ON true
       LEFT JOIN @queue_stall_nudges r ON (md5(r.endpoint_id) = md5(f.endpoint_id::text) AND md5(r.queue) = md5(f.queue)
  AND r.endpoint_id = f.endpoint_id::text AND r.queue = f.queue)
 ),
@@ -708,7 +710,11 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
        h.hook_failures, h.hooks_disabled
   FROM found f
   LEFT JOIN counts n ON n.endpoint_id = f.endpoint_id AND n.queue = f.queue
-  LEFT JOIN LATERAL (SELECT oldest_w.id, oldest_w.created_at
+  LEFT JOIN LATERAL (SELECT f.head AS id, f.head_at AS created_at
+ WHERE f.head IS NOT NULL AND f.queue <> $1
+UNION ALL
+SELECT o.id, o.created_at
+  FROM (SELECT oldest_w.id, oldest_w.created_at
   FROM ((SELECT work_t.id::text AS id, work_t.created_at
            FROM @todos work_t
           WHERE f.queue <> $1 AND (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
@@ -732,7 +738,9 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = long_t.delivery_id AND NOT gate_u.verified)))
           ORDER BY long_t.created_at, long_t.id::text COLLATE "C"
-          LIMIT 1)) oldest_w) w ON true
+          LIMIT 1)) oldest_w) o
+ WHERE f.head IS NULL) w
+    ON true
   LEFT JOIN @todos t ON t.id = (json_populate_record(NULL::@todos, json_build_object('id', w.id::text))).id
   LEFT JOIN @queue_stall_nudges r ON (md5(r.endpoint_id) = md5(f.endpoint_id::text) AND md5(r.queue) = md5(f.queue)
  AND r.endpoint_id = f.endpoint_id::text AND r.queue = f.queue)
