@@ -13,13 +13,21 @@ check asks for.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from importlib import resources
 
 import attrs
 
-from adapters.postgres.sql import parse_queries, quote_ident, script, with_rules
+from adapters.postgres.sql import (
+    HOST_TABLES,
+    LEDGER_TABLE,
+    parse_queries,
+    quote_ident,
+    script,
+    with_rules,
+)
 
 __all__ = [
     "HOST_TABLES",
@@ -38,10 +46,6 @@ __all__ = [
 _PACKAGE = "adapters.postgres"
 #: Our schema: every table of ours but the ledger.
 OUR_SCHEMA = "stall_nudge"
-#: The nudge ledger, under the spec's name, in the host's schema.
-LEDGER_TABLE = "queue_stall_nudges"
-#: The host's tables the sweep reads (switchboard's; the reference DDL is host_schema.sql).
-HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
 #: Every table of ours, qualified as a reader finds it (the ledger by the host's schema).
 OUR_TABLES = (
     LEDGER_TABLE,
@@ -105,8 +109,9 @@ class Privilege:
     columns: tuple[str, ...] = ()
 
 
+@functools.cache
 def migrations() -> tuple[Migration, ...]:
-    """The numbered migration files, in order."""
+    """The numbered migration files, in order (read once)."""
     found = []
     for entry in resources.files(_PACKAGE).joinpath("migrations").iterdir():
         match = _MIGRATION_FILE.match(entry.name)
@@ -121,8 +126,9 @@ def migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
+@functools.cache
 def host_indexes() -> tuple[HostIndex, ...]:
-    """The indexes of host_indexes.sql, in file order, rules expanded."""
+    """The indexes of host_indexes.sql, in file order, rules expanded (read once)."""
     text = script(_PACKAGE, "host_indexes.sql")
     pieces = _INDEX_HEADER.split(text)
     found = []

@@ -34,6 +34,8 @@ import attrs
 __all__ = [
     "CACHEABLE_STATEMENT_SIZE",
     "HOST_RELATIONS",
+    "HOST_TABLES",
+    "LEDGER_TABLE",
     "Rule",
     "assemble",
     "expand",
@@ -56,10 +58,12 @@ _RULE_HEADER = re.compile(r"^-- rule: ([a-z_][a-z0-9_]*)\(([a-z_, ]*)\)\s*$", re
 _CALL = re.compile(r"\{\{([a-z_][a-z0-9_]*)\(([^(){}]*)\)\}\}")
 _PARAM = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
 _HOST_REF = re.compile(r"(?<![<@\w])@([a-z_]+)\b")
+#: The host's tables the sweep reads (switchboard's; the reference DDL is host_schema.sql).
+HOST_TABLES = ("endpoints", "deliveries", "todos", "notify_hooks")
+#: The nudge ledger, under the spec's name, in the host's schema.
+LEDGER_TABLE = "queue_stall_nudges"
 #: The relations a statement may name as ``@name``: the host's tables and our ledger.
-HOST_RELATIONS = frozenset(
-    {"endpoints", "deliveries", "todos", "notify_hooks", "queue_stall_nudges"}
-)
+HOST_RELATIONS = frozenset({*HOST_TABLES, LEDGER_TABLE})
 _ARGUMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?|\$[1-9][0-9]*")
 
 
