@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 import attrs
 
-from adapters.postgres.sql import queries, quote_ident
+from adapters.postgres.sql import for_host, queries, quote_ident
 
 from ._manifest import HOST_TABLES, OUR_SCHEMA, OUR_TABLES, HostIndex, host_indexes, migrations
 from ._types import Connection
@@ -161,37 +161,33 @@ async def objects(conn: Connection, ours: int | None, host: int) -> dict[Key, Fo
 
 def _scratch_sql(sql: str) -> str:
     """A definition of ours aimed at the temporary schema instead of ours and the host's."""
-    sql = sql.replace(f"{OUR_SCHEMA}.", "pg_temp.")
-    sql = re.sub(r"@(\w+)", r"pg_temp.\1", sql)
+    sql = for_host({"": sql.replace(f"{OUR_SCHEMA}.", "pg_temp.")}, "pg_temp")[""]
     return re.sub(r"CREATE (UNIQUE )?INDEX CONCURRENTLY", r"CREATE \1INDEX", sql)
 
 
 async def this_build(conn: Connection, host_schema: str) -> dict[Key, Found] | None:
-    """This build's objects, built in the temporary schema and read back; None without TEMP."""
+    """This build's objects, built in the temporary schema, read back, and rolled back.
+
+    None when this role may not create temporary tables.
+    """
+    scratch = conn.transaction()
+    await scratch.start()
     try:
-        async with conn.transaction():
-            for table in HOST_TABLES:
-                await conn.execute(
-                    f"CREATE TEMP TABLE {table} (LIKE {quote_ident(host_schema)}.{table})"
-                )
-            for migration in migrations():
-                for name, sql in migration.steps.items():
-                    if name.startswith(("table_", "index_")):
-                        await conn.execute(_scratch_sql(sql))
-            for index in host_indexes():
-                await conn.execute(_scratch_sql(index.sql))
-            scratch = await conn.fetchval("SELECT pg_catalog.pg_my_temp_schema()")
-            found = await objects(conn, scratch, scratch)
-            raise _RollBack(found)
-    except _RollBack as done:
-        return done.found
+        for table in HOST_TABLES:
+            like = f"{quote_ident(host_schema)}.{table}"
+            await conn.execute(f"CREATE TEMP TABLE {table} (LIKE {like})")
+        for migration in migrations():
+            for name, sql in migration.steps.items():
+                if name.startswith(("table_", "index_")):
+                    await conn.execute(_scratch_sql(sql))
+        for index in host_indexes():
+            await conn.execute(_scratch_sql(index.sql))
+        oid = await conn.fetchval("SELECT pg_catalog.pg_my_temp_schema()")
+        return await objects(conn, oid, oid)
     except asyncpg.InsufficientPrivilegeError:
         return None
-
-
-class _RollBack(Exception):
-    def __init__(self, found: dict[Key, Found]) -> None:
-        self.found = found
+    finally:
+        await scratch.rollback()
 
 
 async def fitting(conn: Connection, host_schema: str, index: HostIndex) -> str | None:
