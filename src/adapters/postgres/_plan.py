@@ -180,17 +180,19 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
                 else f"different: the host's schema is {host_schema}, the record says {recorded}",
             )
         )
-    grant_steps, for_dba = await plan_grants(
-        conn, host_schema, ready=not made_by_migrations, grant=grant
-    )
-    steps += grant_steps
-    if any(s.phase != "after" and not s.why.startswith("grants") for s in steps):
+    if any(s.phase != "after" for s in steps):
+        # The schema changes: the fleet's next tick is a full pass. Part of the first
+        # repair, not a problem of its own.
         steps.append(
             Step(
                 sql="UPDATE stall_nudge.sweeps SET judged_to = NULL, full_pass_at = NULL",
                 why=steps[0].why,
             )
         )
+    grant_steps, for_dba = await plan_grants(
+        conn, host_schema, ready=not made_by_migrations, grant=grant
+    )
+    steps += grant_steps
 
     # 4. Indexes of ours on the host's tables this build does not keep, and ours where
     #    the host's own serves, dropped without blocking the host's writes.
