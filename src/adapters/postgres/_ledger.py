@@ -38,7 +38,7 @@ from stall_core import (
 )
 
 from ._errors import DATABASE_ERRORS, as_ledger_error
-from ._pool import hand_back
+from ._pool import NOT_MIGRATED, hand_back
 from ._types import PooledConnection
 
 if TYPE_CHECKING:
@@ -422,9 +422,7 @@ class PostgresLedger:
 def _host_statements(schema: str | None) -> Mapping[str, str]:
     """Our statements with the host's tables in ``schema``; refuses a database not migrated."""
     if schema is None:
-        raise LedgerError(
-            "stall-nudge's record of the host's schema is missing: run stall-nudge migrate"
-        )
+        raise LedgerError(NOT_MIGRATED)
     return _for_host(schema)
 
 

@@ -15,10 +15,12 @@ from stall_core import format_seconds
 from ._errors import DATABASE_ERRORS
 from ._types import PooledConnection
 
-__all__ = ["GUEST", "BoundedPool", "hand_back"]
+__all__ = ["NOT_MIGRATED", "BoundedPool", "hand_back"]
 
 #: The first statement of each of our transactions: see ledger.sql's guest.
-GUEST = queries("adapters.postgres", "ledger.sql")["guest"]
+_GUEST = queries("adapters.postgres", "ledger.sql")["guest"]
+#: Why a statement naming the host's tables cannot run: migrate recorded no schema for them.
+NOT_MIGRATED = "stall-nudge's record of the host's schema is missing: run stall-nudge migrate"
 
 
 async def hand_back(
@@ -68,7 +70,7 @@ class BoundedPool:
             async with asyncio.timeout(self._timeout):
                 conn = await self._pool.acquire()
                 async with conn.transaction():
-                    schema = await conn.fetchval(GUEST, column=1)
+                    schema = await conn.fetchval(_GUEST, column=1)
                     result = await getattr(conn, method)(_qualified(query, schema), *args)
                 done = True
         except TimeoutError:
@@ -85,7 +87,5 @@ def _qualified(query: str, schema: str | None) -> str:
     if "@" not in query:
         return query
     if schema is None:
-        raise asyncpg.UndefinedTableError(
-            "stall-nudge's record of the host's schema is missing: run stall-nudge migrate"
-        )
+        raise asyncpg.UndefinedTableError(NOT_MIGRATED)
     return for_host({"q": query}, schema)["q"]
