@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from stall_core import PacingPolicy, PairStatus, Verdict
 
-__all__ = ["by_urgency", "hook_trouble", "needs_person"]
+from ._text import age, until
+
+__all__ = ["by_urgency", "counts_and_times", "hook_trouble", "needs_person"]
 
 #: After the pairs that need a person or have a failing hook, in this order.
 _VERDICT_ORDER = (
@@ -21,6 +23,18 @@ _VERDICT_ORDER = (
     Verdict.QUARANTINE,
     Verdict.DRAINED,
 )
+
+
+def counts_and_times(pair: PairStatus, now: datetime) -> tuple[str, ...]:
+    """The cells the table and the page share: pending counts, oldest work, nudges, last, next."""
+    return (
+        str(pair.pending_gated),
+        str(pair.pending_ungated),
+        age(pair.oldest_age),
+        "-" if pair.effective_nudges is None else str(pair.effective_nudges),
+        "-" if pair.last_nudged_at is None else age(now - pair.last_nudged_at) + " ago",
+        until(pair.next_due_at, now),
+    )
 
 
 def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:

@@ -20,9 +20,8 @@ from datetime import UTC, datetime
 
 from stall_core import PacingPolicy, PairStatus, format_seconds, printable, printable_text
 
-from ._pairs import by_urgency, hook_trouble, needs_person
+from ._pairs import by_urgency, counts_and_times, hook_trouble, needs_person
 from ._tally import Health
-from ._text import age, until
 
 __all__ = ["CONTENT_SECURITY_POLICY", "ROW_LIMIT", "render_page"]
 
@@ -102,12 +101,7 @@ def _row(pair: PairStatus, now: datetime, policy: PacingPolicy) -> str:
         _name(pair.queue),
         f'<span class="verdict">{verdict}</span>',
         _hooks(pair),
-        str(pair.pending_gated),
-        str(pair.pending_ungated),
-        age(pair.oldest_age),
-        "-" if pair.effective_nudges is None else str(pair.effective_nudges),
-        "-" if pair.last_nudged_at is None else age(now - pair.last_nudged_at) + " ago",
-        until(pair.next_due_at, now),
+        *counts_and_times(pair, now),
     )
     numeric = {4, 5, 7}
     tds = "".join(

@@ -166,8 +166,7 @@ def render_table(
     were judged by (default: the default policy).
     """
     from stall_core import PacingPolicy, printable
-    from stall_nudge._pairs import needs_person
-    from stall_nudge._text import age, until
+    from stall_nudge._pairs import counts_and_times, needs_person
 
     if not pairs:
         return ["no pending work and no ledger rows: every queue is drained"]
@@ -179,12 +178,7 @@ def render_table(
             for cell in (
                 p.endpoint_id,
                 p.queue,
-                str(p.pending_gated),
-                str(p.pending_ungated),
-                age(p.oldest_age),
-                "-" if p.effective_nudges is None else str(p.effective_nudges),
-                "-" if p.last_nudged_at is None else age(now - p.last_nudged_at) + " ago",
-                until(p.next_due_at, now),
+                *counts_and_times(p, now),
                 _hooks(p),
                 p.verdict.value,
             )
