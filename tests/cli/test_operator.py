@@ -196,19 +196,8 @@ async def test_control_characters_are_escaped_in_every_output(
 @pytest.fixture(name="role")
 async def _role(pg_server: str, pg_dsn: str) -> AsyncIterator[str]:
     """A login role of its own, granted nothing; dropped, with what it was granted, afterwards."""
-    role = pg.unique_name("stall_sweeper")
-    admin = await asyncpg.connect(pg_server)
-    try:
-        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    async with pg.login_role(pg_server, pg_dsn, "stall_sweeper") as (role, _):
         yield role
-        conn = await asyncpg.connect(pg_dsn)
-        try:
-            await conn.execute(f'DROP OWNED BY "{role}"')
-        finally:
-            await conn.close()
-        await admin.execute(f'DROP ROLE "{role}"')
-    finally:
-        await admin.close()
 
 
 @pytest.fixture(name="read_only_dsn")

@@ -1,7 +1,7 @@
 """migrate --grant: a sweeping role gets exactly what sweep and status need, recorded and checked.
 
 Each test starts from a brand-new database migrated with the reference host
-tables, and a login role made for it (dropped afterwards).
+tables, and a login role made for it (dropped, with what it was granted there, afterwards).
 """
 
 from __future__ import annotations
@@ -88,28 +88,14 @@ async def _dsn(pg_server: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture(name="role")
-async def _role(pg_server: str) -> AsyncIterator[str]:
+async def _role(pg_server: str, dsn: str) -> AsyncIterator[str]:
     """A login role of its own, dropped (with whatever it was granted) afterwards."""
-    role = pg.unique_name("stall_sweeper")
-    admin = await asyncpg.connect(pg_server)
-    await admin.execute(f'CREATE ROLE "{role}" LOGIN')
-    yield role
-    await admin.execute(f'DROP OWNED BY "{role}"')  # only where it is still connected, a no-op
-    await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
-    await admin.close()
+    async with pg.login_role(pg_server, dsn, "stall_sweeper") as (role, _):
+        yield role
 
 
 async def privileges(conn: asyncpg.Connection, role: str) -> set[str]:
     return {r[0] for r in await conn.fetch(PRIVILEGES_OF, role)}
-
-
-async def revoke_everything(dsn: str, role: str) -> None:
-    """Take back whatever ``role`` holds in this database, so the role can be dropped."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f'DROP OWNED BY "{role}"')
-    finally:
-        await conn.close()
 
 
 async def test_a_sweeping_role_gets_exactly_the_listed_privileges(dsn: str, role: str) -> None:
@@ -122,7 +108,6 @@ async def test_a_sweeping_role_gets_exactly_the_listed_privileges(dsn: str, role
         recorded = [r[0] for r in await conn.fetch("SELECT role FROM stall_nudge.grants")]
     finally:
         await conn.close()
-        await revoke_everything(dsn, role)
 
     assert EXPECTED == held
     assert () == report.for_dba
@@ -152,7 +137,6 @@ async def test_the_role_sweeps_and_asks_status(dsn: str, role: str) -> None:
     finally:
         await sweeper.close()
         await host.close()
-        await revoke_everything(dsn, role)
 
     assert [1] == [n.number for n in outcome.charged]
     assert [("ep-1", "lane-l")] == [(p.endpoint_id, p.queue) for p in pairs]
@@ -173,7 +157,6 @@ async def test_a_privilege_revoked_is_drift_that_migrate_repairs(dsn: str, role:
         held = await privileges(conn, role)
     finally:
         await conn.close()
-        await revoke_everything(dsn, role)
 
     assert f'grants: role {role} lacks SELECT (claimed_at) on "public"."todos"' in found.problems
     assert () == after.problems
@@ -185,14 +168,11 @@ async def test_check_as_the_sweeping_role_reports_and_does_not_fail(dsn: str, ro
     conn = await asyncpg.connect(dsn)
     await migrate(conn, grant=role)
     await conn.close()
+    mine = await asyncpg.connect(pg.with_user(dsn, role))
     try:
-        mine = await asyncpg.connect(pg.with_user(dsn, role))
-        try:
-            report = await check(mine)
-        finally:
-            await mine.close()
+        report = await check(mine)
     finally:
-        await revoke_everything(dsn, role)
+        await mine.close()
 
     assert () == report.problems
 
@@ -225,28 +205,23 @@ async def test_a_migrating_role_that_may_not_grant_on_the_host_leaves_it_to_a_db
     dsn: str, role: str, pg_server: str
 ) -> None:
     """Our objects' grants are given; those on the host's tables are printed for a DBA."""
-    migrator = pg.unique_name("stall_migrator")
-    admin = await asyncpg.connect(dsn)
-    await admin.execute(f'CREATE ROLE "{migrator}" LOGIN')
-    await admin.execute(f'ALTER SCHEMA stall_nudge OWNER TO "{migrator}"')
-    for table in ("migrations", "settings", "sweeps", "held", "grants"):
-        await admin.execute(f'ALTER TABLE stall_nudge.{table} OWNER TO "{migrator}"')
-    await admin.execute(f'ALTER TABLE queue_stall_nudges OWNER TO "{migrator}"')
-    try:
-        conn = await asyncpg.connect(pg.with_user(dsn, migrator))
+    async with pg.login_role(pg_server, dsn, "stall_migrator") as (migrator, migrator_dsn):
+        admin = await asyncpg.connect(dsn)
         try:
-            report = await migrate(conn, grant=role)
+            await admin.execute(f'ALTER SCHEMA stall_nudge OWNER TO "{migrator}"')
+            for table in ("migrations", "settings", "sweeps", "held", "grants"):
+                await admin.execute(f'ALTER TABLE stall_nudge.{table} OWNER TO "{migrator}"')
+            await admin.execute(f'ALTER TABLE queue_stall_nudges OWNER TO "{migrator}"')
+            conn = await asyncpg.connect(migrator_dsn)
+            try:
+                report = await migrate(conn, grant=role)
+            finally:
+                await conn.close()
+            held = await privileges(admin, role)
         finally:
-            await conn.close()
-        held = await privileges(admin, role)
-    finally:
-        await admin.execute(f'REASSIGN OWNED BY "{migrator}" TO CURRENT_USER')
-        await admin.execute(f'DROP OWNED BY "{migrator}"')
-        await admin.close()
-        await revoke_everything(dsn, role)
-        server = await asyncpg.connect(pg_server)
-        await server.execute(f'DROP ROLE "{migrator}"')
-        await server.close()
+            # Ours again, so that dropping the migrator drops none of our objects.
+            await admin.execute(f'REASSIGN OWNED BY "{migrator}" TO CURRENT_USER')
+            await admin.close()
 
     assert report.for_dba
     assert all(sql.startswith("GRANT") and '"public"' in sql for sql in report.for_dba)

@@ -53,25 +53,24 @@ INSERT INTO public.settings VALUES ('elsewhere');
 async def _dsn(pg_server: str) -> AsyncIterator[str]:
     """A database with a varchar host, migrated, then planted by a role that may CREATE there."""
     name = pg.unique_name("stall_guest")
-    planter = pg.unique_name("stall_planter")
     await pg.create_database(pg_server, name, template="template0")
     dsn = pg.with_database(pg_server, name)
-    admin = await asyncpg.connect(dsn)
-    await migrate(admin, host_schema=True, host_id_type="varchar")
-    await admin.execute("ALTER TABLE todos ALTER COLUMN queue TYPE varchar")
-    await migrate(admin)  # our indexes on queue, rebuilt for its new type
-    await admin.execute(f'CREATE ROLE "{planter}" LOGIN')
-    await admin.execute(f'GRANT CREATE ON SCHEMA public TO "{planter}"')
-    plants = await asyncpg.connect(pg.with_user(dsn, planter))
-    await plants.execute(PLANT)
-    await plants.close()
-    yield dsn
-    await admin.execute(f'DROP OWNED BY "{planter}"')
-    await admin.close()
+    async with pg.login_role(pg_server, dsn, "stall_planter") as (planter, planter_dsn):
+        admin = await asyncpg.connect(dsn)
+        try:
+            await migrate(admin, host_schema=True, host_id_type="varchar")
+            await admin.execute("ALTER TABLE todos ALTER COLUMN queue TYPE varchar")
+            await migrate(admin)  # our indexes on queue, rebuilt for its new type
+            await admin.execute(f'GRANT CREATE ON SCHEMA public TO "{planter}"')
+        finally:
+            await admin.close()
+        plants = await asyncpg.connect(planter_dsn)
+        try:
+            await plants.execute(PLANT)
+        finally:
+            await plants.close()
+        yield dsn
     await pg.drop_database(pg_server, name)
-    server = await asyncpg.connect(pg_server)
-    await server.execute(f'DROP ROLE "{planter}"')
-    await server.close()
 
 
 async def test_the_plant_captures_a_careless_query(dsn: str) -> None:

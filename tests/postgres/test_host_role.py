@@ -42,22 +42,17 @@ SELECT ev_class::regclass::text, rulename FROM pg_rewrite WHERE ev_class = ANY (
 @pytest.fixture(name="role_dsn")
 async def _role_dsn(pg_server: str, pg_dsn: str) -> AsyncIterator[str]:
     """The DSN of a login role granted the host's tables only (and USAGE on the host's schema)."""
-    role = pg.unique_name("stall_host_role")
-    server = await asyncpg.connect(pg_server)
-    admin = await asyncpg.connect(pg_dsn)
-    try:
-        await server.execute(f"CREATE ROLE {role} LOGIN")
-        await admin.execute(
-            f"GRANT USAGE ON SCHEMA public TO {role};"
-            f" GRANT SELECT, INSERT, UPDATE, DELETE ON endpoints, deliveries, todos, notify_hooks"
-            f" TO {role}"
-        )
-        yield pg.with_user(pg_dsn, role)
-    finally:
-        await admin.execute(f"DROP OWNED BY {role}")
-        await admin.close()
-        await server.execute(f"DROP ROLE {role}")
-        await server.close()
+    async with pg.login_role(pg_server, pg_dsn, "stall_host_role") as (role, dsn):
+        admin = await asyncpg.connect(pg_dsn)
+        try:
+            await admin.execute(
+                f'GRANT USAGE ON SCHEMA public TO "{role}";'
+                " GRANT SELECT, INSERT, UPDATE, DELETE"
+                f' ON endpoints, deliveries, todos, notify_hooks TO "{role}"'
+            )
+        finally:
+            await admin.close()
+        yield dsn
 
 
 async def host_writes(dsn: str) -> None:
