@@ -6,13 +6,18 @@ a fresh clone (CREATE DATABASE ... TEMPLATE), which takes milliseconds.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
+import pytest
 
 from stall_testing import create_database, drop_database, embedded_postgres, with_database
 
@@ -65,10 +70,57 @@ async def login_role(
         await server.close()
 
 
+#: Every schema, relation, function and trigger of ours, by name.
+OURS = """
+SELECT nspname AS name FROM pg_namespace WHERE nspname = 'stall_nudge'
+UNION ALL
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'stall_nudge' OR c.relname LIKE 'stall\\_nudge%'
+    OR c.relname = 'queue_stall_nudges'
+UNION ALL
+SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'stall_nudge' OR p.proname LIKE 'stall\\_nudge%'
+UNION ALL
+SELECT tgname FROM pg_trigger WHERE tgname LIKE 'stall\\_nudge\\_%'
+"""
+
+
+async def ours(db: asyncpg.Connection | str) -> set[str]:
+    """Every schema, relation, function and trigger of ours by name, on a connection or a DSN."""
+    if isinstance(db, str):
+        conn = await asyncpg.connect(db)
+        try:
+            return await ours(conn)
+        finally:
+            await conn.close()
+    return {r["name"] for r in await db.fetch(OURS)}
+
+
+async def psql_file(dsn: str, sql: str, tmp_path: Path) -> tuple[int | None, bytes]:
+    """Apply ``sql`` by hand, as docs/host-schema.md offers: psql -f, stopping at an error.
+
+    Returns psql's exit status and what it wrote on stderr; skips the test where
+    psql is not installed.
+    """
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.skip("psql is not installed")
+    script = tmp_path / "printed.sql"
+    script.write_text(sql)
+    proc = await asyncio.create_subprocess_exec(
+        psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _, errors = await asyncio.wait_for(proc.communicate(), 600)
+    return proc.returncode, errors
+
+
 __all__ = [
     "create_database",
     "drop_database",
     "login_role",
+    "ours",
+    "psql_file",
     "test_server",
     "unique_name",
     "with_database",

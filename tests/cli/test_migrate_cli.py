@@ -7,9 +7,6 @@ printed.
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -49,37 +46,6 @@ async def execute(dsn: str, sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
-
-
-async def ours(dsn: str) -> list[str]:
-    """Every schema, relation, function and trigger of ours, by name."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows = await conn.fetch(
-            "SELECT nspname AS name FROM pg_namespace WHERE nspname = 'stall_nudge'"
-            " UNION ALL SELECT relname FROM pg_class"
-            "  WHERE relname LIKE 'stall\\_nudge%' OR relname = 'queue_stall_nudges'"
-            " UNION ALL SELECT proname FROM pg_proc WHERE proname LIKE 'stall\\_nudge%'"
-            " UNION ALL SELECT tgname FROM pg_trigger WHERE tgname LIKE 'stall\\_nudge%'"
-        )
-    finally:
-        await conn.close()
-    return sorted(r["name"] for r in rows)
-
-
-async def psql_file(dsn: str, sql: str, tmp_path: Path) -> tuple[int | None, bytes]:
-    """Apply ``sql`` by hand, as docs/host-schema.md offers: psql -f, stopping at an error."""
-    psql = shutil.which("psql")
-    if psql is None:
-        pytest.skip("psql is not installed")
-    script = tmp_path / "printed.sql"
-    script.write_text(sql)
-    proc = await asyncio.create_subprocess_exec(
-        psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    _, errors = await asyncio.wait_for(proc.communicate(), 600)
-    return proc.returncode, errors
 
 
 async def test_check_exits_3_until_migrated_and_when_an_object_is_missing(host_dsn: str) -> None:
@@ -132,9 +98,9 @@ async def test_print_sql_prints_the_migration_and_changes_nothing(
     nothing; applied by hand it leaves a database --check accepts, and then it prints nothing."""
     printed = await cli("migrate", "--dsn", host_dsn, "--print-sql")
     with_host = await cli("migrate", "--dsn", host_dsn, "--print-sql", "--host-schema")
-    unchanged = await ours(host_dsn)
+    unchanged = await pg.ours(host_dsn)
     check = await cli("migrate", "--dsn", host_dsn, "--check")
-    applied = await psql_file(host_dsn, printed.out, tmp_path)
+    applied = await pg.psql_file(host_dsn, printed.out, tmp_path)
     accepted = await cli("migrate", "--dsn", host_dsn, "--check")
     current = await cli("migrate", "--dsn", host_dsn, "--print-sql")
 
@@ -151,7 +117,7 @@ async def test_print_sql_prints_the_migration_and_changes_nothing(
     assert 0 == with_host.status, with_host.err
     assert with_host.out.startswith(host_schema_sql())
     assert with_host.out.endswith(printed.out)
-    assert [] == unchanged
+    assert set() == unchanged
     assert (3, NOT_MIGRATED) == (check.status, check.out)
     assert (0, b"") == applied
     assert (0, CURRENT) == (accepted.status, accepted.out)
@@ -167,7 +133,7 @@ async def test_print_sql_after_damage_prints_the_repair_alone(
     await execute(host_dsn, "DROP INDEX stall_nudge_hooks")
 
     printed = await cli("migrate", "--dsn", host_dsn, "--print-sql")
-    applied = await psql_file(host_dsn, printed.out, tmp_path)
+    applied = await pg.psql_file(host_dsn, printed.out, tmp_path)
     accepted = await cli("migrate", "--dsn", host_dsn, "--check")
 
     assert 0 == printed.status, printed.err
@@ -184,12 +150,12 @@ async def test_print_sql_after_damage_prints_the_repair_alone(
 async def test_uninstall_prints_then_removes_every_object(host_dsn: str) -> None:
     """--uninstall --print-sql shows the drops and changes nothing; --uninstall leaves nothing."""
     await cli("migrate", "--dsn", host_dsn)
-    installed = await ours(host_dsn)
+    installed = await pg.ours(host_dsn)
 
     printed = await cli("migrate", "--dsn", host_dsn, "--uninstall", "--print-sql")
-    kept = await ours(host_dsn)
+    kept = await pg.ours(host_dsn)
     removed = await cli("migrate", "--dsn", host_dsn, "--uninstall")
-    left = await ours(host_dsn)
+    left = await pg.ours(host_dsn)
     again = await cli("migrate", "--dsn", host_dsn, "--uninstall")
 
     assert 0 == printed.status, printed.err
@@ -202,7 +168,7 @@ async def test_uninstall_prints_then_removes_every_object(host_dsn: str) -> None
     assert 0 == removed.status, removed.err
     assert "removed: our indexes on the host's tables\n" in removed.out
     assert removed.out.endswith("uninstalled\n")
-    assert [] == left
+    assert set() == left
     assert (0, "nothing of stall-nudge's was here\n") == (again.status, again.out)
 
 
@@ -226,4 +192,4 @@ async def test_mixed_actions_are_usage_mistakes(
     assert (2, "") == (result.status, result.out)
     assert 1 == len(result.err.splitlines()), result.err
     assert message in result.err
-    assert [] == await ours(blank_dsn)
+    assert set() == await pg.ours(blank_dsn)

@@ -8,8 +8,6 @@ is replayed from tests/postgres/data/schema_v4.sql.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -70,20 +68,6 @@ async def triggers(conn: asyncpg.Connection) -> set[str]:
     return {r["tgname"] for r in rows}
 
 
-async def ours(conn: asyncpg.Connection) -> set[str]:
-    """Every schema, relation, function and trigger of ours by name."""
-    rows = await conn.fetch(
-        "SELECT nspname AS name FROM pg_namespace WHERE nspname = 'stall_nudge'"
-        " UNION ALL SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        "  WHERE n.nspname = 'stall_nudge' OR c.relname LIKE 'stall\\_nudge%'"
-        "     OR c.relname = 'queue_stall_nudges'"
-        " UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        "  WHERE n.nspname = 'stall_nudge' OR p.proname LIKE 'stall\\_nudge%'"
-        " UNION ALL SELECT tgname FROM pg_trigger WHERE tgname LIKE 'stall\\_nudge\\_%'"
-    )
-    return {r["name"] for r in rows}
-
-
 async def test_a_fresh_database_migrates_and_then_has_nothing_to_do(
     conn: asyncpg.Connection,
 ) -> None:
@@ -118,20 +102,11 @@ async def test_the_printed_sql_applied_by_hand_leaves_a_database_check_accepts(
     conn: asyncpg.Connection, dsn: str, tmp_path: Path
 ) -> None:
     """psql -f on --print-sql's output migrates the database exactly as migrate would."""
-    psql = shutil.which("psql")
-    if psql is None:
-        pytest.skip("psql is not installed")
     await conn.execute(host_schema_sql())
-    script = tmp_path / "migrate.sql"
-    script.write_text((await plan(conn)).sql())
 
-    applied = await asyncio.create_subprocess_exec(
-        psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    _, errors = await asyncio.wait_for(applied.communicate(), timeout=600)
+    applied = await pg.psql_file(dsn, (await plan(conn)).sql(), tmp_path)
 
-    assert (0, b"") == (applied.returncode, errors)
+    assert (0, b"") == applied
 
     assert () == (await check(conn)).problems
     assert () == (await plan(conn)).steps
@@ -214,7 +189,7 @@ async def test_a_host_index_that_fits_is_used_and_ours_goes(conn: asyncpg.Connec
     report = await migrate(conn)
 
     assert ("stall_nudge_pending", "host_claim_next") in report.used
-    assert "stall_nudge_pending" not in await ours(conn)
+    assert "stall_nudge_pending" not in await pg.ours(conn)
     assert () == (await check(conn)).problems
 
 
@@ -223,7 +198,7 @@ async def test_migrate_refuses_a_database_without_the_host_tables(conn: asyncpg.
     with pytest.raises(MissingHostTables, match="host tables missing"):
         await migrate(conn)
 
-    assert set() == await ours(conn)
+    assert set() == await pg.ours(conn)
 
 
 async def test_migrate_refuses_a_schema_newer_than_this_build(conn: asyncpg.Connection) -> None:
@@ -281,7 +256,8 @@ async def test_an_earlier_build_is_upgraded_and_its_claim_log_folded(
     assert {"claimed": ("claimed", 0, T0, True), "quiet": ("quiet", 5, T0, False)} == rows
     assert any(r.startswith("extra: trigger stall_nudge_claim on todos") for r in report.repaired)
     assert set() == await triggers(conn)
-    assert {"claims", "changes", "objects", "log_claim", "log_change"}.isdisjoint(await ours(conn))
+    retired = {"claims", "changes", "objects", "log_claim", "log_change"}
+    assert retired.isdisjoint(await pg.ours(conn))
     assert () == (await check(conn)).problems
 
 
@@ -337,7 +313,7 @@ async def test_uninstall_removes_every_trace_and_prints_what_it_runs(
     printed = (await uninstall_plan(conn)).sql()
     removed = await uninstall(conn)
 
-    assert set() == await ours(conn)
+    assert set() == await pg.ours(conn)
     assert removed
     assert "DROP SCHEMA IF EXISTS stall_nudge CASCADE;" in printed
     assert 1 == await conn.fetchval("SELECT count(*) FROM endpoints")
