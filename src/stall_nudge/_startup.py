@@ -14,6 +14,7 @@ import asyncpg
 from adapters.postgres import (
     DATABASE_ERRORS,
     HOST_TABLES,
+    OUR_TABLES,
     SCHEMA_VERSION,
     Installed,
     as_guest,
@@ -21,6 +22,7 @@ from adapters.postgres import (
     installed,
     missing_privileges,
     missing_tables,
+    recorded_schema,
 )
 from stall_core import format_seconds
 
@@ -40,20 +42,22 @@ async def check_database(pool: asyncpg.Pool, within: float) -> Installed:
     try:
         async with asyncio.timeout(within):
             async with pool.acquire() as conn, conn.transaction():
-                # What the embedder's search_path finds, then as a guest.
-                missing = await missing_tables(conn)
-                lacking = await missing_privileges(conn)
+                # The host's tables where migrate recorded them, whatever the search_path.
                 await as_guest(conn)
+                recorded = await recorded_schema(conn)
+                missing = await missing_tables(conn, recorded)
+                lacking = await missing_privileges(conn)
                 schema = None if missing or lacking else await installed(conn)
     except TimeoutError:
         raise StartupError(f"the start-up check timed out after {format_seconds(within)}") from None
     except DATABASE_ERRORS as exc:
         raise StartupError(f"the start-up check failed: {describe(exc)}") from None
     host = [t for t in missing if t in HOST_TABLES]
-    if host:
+    if host and recorded is not None:
         raise StartupError(
-            f"host tables missing: {', '.join(host)} "
-            "(for a demo or test database: stall-nudge migrate --host-schema)"
+            f"host tables missing in schema {recorded}, the one migrate recorded: "
+            f"{', '.join(host)} (if switchboard's tables moved, a DBA runs "
+            "stall-nudge migrate --schema NAME)"
         )
     if lacking:
         more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
@@ -61,9 +65,15 @@ async def check_database(pool: asyncpg.Pool, within: float) -> Installed:
             f"this role lacks {lacking[0]}{more}: a DBA grants a sweeping role what it needs "
             "with stall-nudge migrate --grant ROLE"
         )
-    if missing:
+    ours = [t for t in missing if t not in HOST_TABLES and (recorded or "." in t)]
+    if recorded is None and len(ours) == len(OUR_TABLES) - 1:
         raise StartupError(
-            f"stall-nudge's own tables missing: {', '.join(missing)} (run stall-nudge migrate)"
+            "stall-nudge is not installed in this database (run stall-nudge migrate)"
+        )
+    if recorded is None or ours:
+        raise StartupError(
+            "stall-nudge's own tables missing: "
+            f"{', '.join(ours or ['the record of the host schema'])} (run stall-nudge migrate)"
         )
     if schema is None or schema.version < SCHEMA_VERSION:
         raise StartupError(

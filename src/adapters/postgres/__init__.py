@@ -12,6 +12,7 @@ from ._catalog import (
     as_guest,
     installed,
     missing_tables,
+    recorded_schema,
 )
 from ._errors import DATABASE_ERRORS, describe
 from ._grants import missing_privileges
@@ -90,6 +91,7 @@ __all__ = [
     "missing_tables",
     "plan",
     "readable_statements",
+    "recorded_schema",
     "shipped_sql",
     "uninstall",
     "uninstall_plan",

@@ -21,7 +21,16 @@ import attrs
 
 from adapters.postgres.sql import for_host, queries, quote_ident
 
-from ._manifest import HOST_TABLES, OUR_SCHEMA, OUR_TABLES, HostIndex, host_indexes, migrations
+from ._manifest import (
+    HOST_TABLES,
+    OUR_SCHEMA,
+    OUR_TABLES,
+    HostIndex,
+    host_indexes,
+    migrations,
+    names_in_host_schema,
+)
+from ._steps import GUEST_PATH
 from ._types import Connection
 
 __all__ = [
@@ -31,21 +40,28 @@ __all__ = [
     "Key",
     "MigrationError",
     "MissingHostTables",
+    "Owned",
     "applied_versions",
     "as_guest",
+    "find_host_schema",
     "fitting",
     "guest_session",
     "installed",
     "missing_tables",
     "objects",
+    "owners",
+    "ownership",
     "recorded_schema",
+    "refuse",
     "this_build",
+    "untrusted",
+    "untrusted_of",
 ]
 
 _SQL = queries("adapters.postgres", "migrate.sql")
 
 #: Where every statement of ours looks up functions, operators and types.
-GUEST_SEARCH_PATH = "pg_catalog, pg_temp"
+GUEST_SEARCH_PATH = GUEST_PATH
 
 #: How often a migration waiting for another one tries the lock again, in seconds.
 LOCK_RETRY = 0.1
@@ -68,24 +84,18 @@ class Installed:
 
 
 @asynccontextmanager
-async def guest_session(conn: Connection, *, lock: bool) -> AsyncIterator[str]:
-    """Find the host's schema, then resolve names in pg_catalog alone until the block ends.
+async def guest_session(
+    conn: Connection, *, lock: bool, schema: str | None = None, trusting: bool = True
+) -> AsyncIterator[str]:
+    """Resolve names in pg_catalog alone, find the host's schema, and trust only what is ours.
 
-    With ``lock``, waits for the migrations' advisory lock first. Yields the
-    host's schema; puts the caller's search_path back afterwards.
+    With ``lock``, waits for the migrations' advisory lock first. The host's
+    schema is ``schema`` when a DBA names one, else the one migrate recorded,
+    else the only schema holding the host's tables. With ``trusting``, an
+    object under one of our names that this role does not own (or is of
+    another kind) refuses the session before anything of it is read.
+    Yields the host's schema; puts the caller's search_path back afterwards.
     """
-    schema: str | None = await conn.fetchval(_SQL["host_schema"])
-    if schema is None:
-        raise MissingHostTables(
-            "host tables missing: todos (switchboard's schema must exist first; for a demo "
-            "or test database use --host-schema)"
-        )
-    missing = [t for t in HOST_TABLES if t not in await _host_tables(conn, schema)]
-    if missing:
-        raise MissingHostTables(
-            f"host tables missing in schema {schema}: {', '.join(missing)} "
-            "(for a demo or test database use --host-schema)"
-        )
     before: str = await conn.fetchval(_SQL["search_path"])
     if lock:
         # Polling is the point (ASYNC110): the other migration is in another process.
@@ -94,7 +104,16 @@ async def guest_session(conn: Connection, *, lock: bool) -> AsyncIterator[str]:
     try:
         await conn.execute(_SQL["set_search_path"], GUEST_SEARCH_PATH)
         try:
-            yield schema
+            # Our schema's objects are judged before its record of the host's schema is read.
+            ours_untrusted = (
+                await untrusted(conn, None) if trusting else (await ownership(conn, None))[0]
+            )
+            if trusting:
+                refuse(ours_untrusted)
+            host_schema = await find_host_schema(conn, schema, record=not ours_untrusted)
+            if trusting:
+                refuse(await untrusted(conn, host_schema))
+            yield host_schema
         finally:
             await conn.execute(_SQL["set_search_path"], before)
     finally:
@@ -102,9 +121,129 @@ async def guest_session(conn: Connection, *, lock: bool) -> AsyncIterator[str]:
             await conn.execute(_SQL["unlock"])
 
 
-async def _host_tables(conn: Connection, schema: str) -> set[str]:
-    rows = await conn.fetch(_SQL["host_tables"], schema, list(HOST_TABLES))
-    return {r["name"] for r in rows}
+async def find_host_schema(
+    conn: Connection, named: str | None = None, *, record: bool = True
+) -> str:
+    """The host's schema: ``named``, else the one recorded, else the only one holding its tables.
+
+    A second schema holding look-alike tables (a ``"$user"`` schema, a copy)
+    is never picked silently: migrate asks a DBA to name one. Without
+    ``record`` the record is not read (our schema is not ours to trust).
+    """
+    holding = [r["name"] for r in await conn.fetch(_SQL["host_schemas"], list(HOST_TABLES))]
+    recorded = await recorded_schema(conn) if record else None
+    chosen = named if named is not None else recorded
+    if chosen is not None:
+        if chosen in holding:
+            return chosen
+        missing = await missing_tables(conn, chosen, ours=False)
+        why = "the schema named" if named is not None else "the schema migrate recorded"
+        raise MissingHostTables(
+            f"host tables missing in schema {chosen} ({why}): {', '.join(missing)}; "
+            "if switchboard's tables live elsewhere, name their schema: "
+            "stall-nudge migrate --schema NAME"
+        )
+    if len(holding) == 1:
+        only: str = holding[0]
+        return only
+    if holding:
+        raise MigrationError(
+            f"the host's tables are in more than one schema ({', '.join(holding)}): "
+            "name switchboard's with stall-nudge migrate --schema NAME"
+        )
+    raise MissingHostTables(
+        f"host tables missing: no schema holds all of {', '.join(HOST_TABLES)} "
+        "(switchboard's own migrations make them, before stall-nudge's)"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Owned:
+    """An object under one of our names, and who owns it."""
+
+    kind: str
+    schema: str
+    name: str
+    on_table: str
+    owner: str
+    trusted: bool
+
+    def __str__(self) -> str:
+        on = f" on {self.on_table}" if self.on_table else ""
+        where = "" if self.kind == "schema" else f"{self.schema}."
+        return f"{self.kind} {where}{self.name}{on} (owner {self.owner})"
+
+
+async def owners(conn: Connection, host_schema: str | None) -> list[Owned]:
+    """Every object under one of our names: our schema and all in it, and (given the host's
+    schema) the ledger and every relation with our prefix there."""
+    rows = await conn.fetch(_SQL["owners"], host_schema)
+    return [Owned(**dict(r)) for r in rows]
+
+
+async def untrusted(conn: Connection, host_schema: str | None) -> list[str]:
+    """What carries one of our names but is not ours to trust, one line each.
+
+    An object this role does not own (nor a role it is granted, nor a
+    superuser), or one of another kind or on another table than ours under
+    one of our names. The indexes on the host's tables are the host's
+    tables' owner's by definition: only their kind and table are asked.
+    """
+    return untrusted_of(await owners(conn, host_schema), host_schema)
+
+
+def untrusted_of(objects: list[Owned], host_schema: str | None) -> list[str]:
+    """``untrusted`` of objects already read."""
+    expected = names_in_host_schema()
+    found = []
+    for owned in objects:
+        if owned.schema == host_schema and owned.name in expected:
+            kind, on_table = expected[owned.name]
+            if (owned.kind, owned.on_table) != (kind, on_table):
+                on = f" on {on_table}" if on_table else ""
+                found.append(f"{owned}: it holds the name of our {kind}{on}")
+                continue
+            if kind == "index" and on_table in HOST_TABLES:
+                continue
+        if not owned.trusted:
+            found.append(
+                f"{owned}: its owner is not this role, a role it is granted, or a superuser"
+            )
+    return found
+
+
+async def ownership(conn: Connection, host_schema: str | None) -> tuple[list[str], list[str]]:
+    """What under our names is not ours to trust, as check reports it, and advice.
+
+    Judged as migrate judges it (this role's, a role it is granted, or a
+    superuser's), but by a role that may not migrate (the sweeping role,
+    which owns nothing) relative to our schema's owner: what another role
+    owns beside it is still found.
+    """
+    found = await owners(conn, host_schema)
+    schema = next((o for o in found if o.kind == "schema"), None)
+    superuser = await conn.fetchval(_SQL["superuser"])
+    advice = []
+    if schema is not None and not schema.trusted and not superuser:
+        advice.append(
+            f"ownership judged against our schema's owner {schema.owner}, not this role: "
+            "run check as the migrating role to judge that too"
+        )
+        judged = [attrs.evolve(o, trusted=o.owner == schema.owner or o.trusted) for o in found]
+        problems = untrusted_of(judged, host_schema)
+    else:
+        problems = untrusted_of(found, host_schema)
+    return [f"not ours: {p}" for p in problems], advice
+
+
+def refuse(findings: list[str]) -> None:
+    """Refuse to adopt what another role made: one line, naming the first object and its owner."""
+    if findings:
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        raise MigrationError(
+            f"refusing to adopt {findings[0]}{more}: stall-nudge trusts only objects the migrating "
+            "role owns; a DBA drops or renames it after checking what it is, then runs migrate"
+        )
 
 
 async def as_guest(conn: Connection) -> None:
@@ -127,21 +266,28 @@ async def installed(conn: Connection) -> Installed | None:
     return Installed(version=max(versions), host_schema=await recorded_schema(conn))
 
 
-async def _missing(conn: Connection, tables: tuple[str, ...]) -> list[str]:
-    rows = await conn.fetch(_SQL["missing_tables"], list(tables))
+async def _missing(
+    conn: Connection, tables: tuple[str, ...], host_schema: str | None = None
+) -> list[str]:
+    rows = await conn.fetch(_SQL["missing_tables"], host_schema, list(tables))
     return [r["t"] for r in rows]
 
 
-async def missing_tables(conn: Connection) -> list[str]:
-    """The host's tables then ours this database lacks (the host's as its search_path has it)."""
-    return await _missing(conn, (*HOST_TABLES, *OUR_TABLES))
+async def missing_tables(
+    conn: Connection, host_schema: str | None, *, ours: bool = True
+) -> list[str]:
+    """The host's tables (in ``host_schema``, all when None) then ours this database lacks."""
+    host = (
+        list(HOST_TABLES) if host_schema is None else await _missing(conn, HOST_TABLES, host_schema)
+    )
+    return host + (await _missing(conn, OUR_TABLES, host_schema) if ours else [])
 
 
 async def recorded_schema(conn: Connection) -> str | None:
     """The host schema migrate recorded (None: no record yet, or this role may not read it)."""
     if not await conn.fetchval(_SQL["record_readable"]):
         return None
-    recorded: str | None = await conn.fetchval("SELECT host_schema FROM stall_nudge.settings")
+    recorded: str | None = await conn.fetchval(_SQL["recorded"])
     return recorded
 
 

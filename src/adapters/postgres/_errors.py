@@ -27,8 +27,7 @@ def describe(exc: BaseException) -> str:
     """A one-line reason for a database failure, with a hint for the usual fixes."""
     if isinstance(exc, asyncpg.UndefinedTableError):
         return (
-            f"{exc} (is the schema migrated? run `stall-nudge migrate`; "
-            "add --host-schema for the reference host tables)"
+            f"{exc} (is the database migrated? `stall-nudge migrate --check` says what is missing)"
         )
     if isinstance(exc, asyncpg.InvalidCatalogNameError):
         return f"{exc} (the database named in the DSN does not exist)"

@@ -1,91 +1,60 @@
 """The privileges a sweeping role needs: what a role lacks, and the grants that give them.
 
-``migrate --grant ROLE`` records the role; every later plan grants a
-recorded role what it lacks, and ``uninstall`` revokes what was given.
-A grant on the host's tables this role may not give goes to a DBA.
+``migrate --grant ROLE`` grants ROLE each privilege it lacks (held neither
+directly, nor through PUBLIC, nor through a role it belongs to) and records
+exactly those; ``uninstall`` revokes exactly those on the host's objects
+(ours go with our objects). A privilege the role already held is the
+host's: never recorded, never revoked. A grant on the host's objects this
+role may not give goes to a DBA.
+
+A privilege is written "kind|target|column|privilege", its target as
+``Privilege.target`` has it (the host's ``@`` and ``@todos``, ours
+qualified): so the record holds whichever schema the host's tables are in.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
+
 from adapters.postgres.sql import queries, quote_ident
 
 from ._catalog import MigrationError, recorded_schema
-from ._manifest import SWEEPER_PRIVILEGES, Privilege, on_host, qualified
+from ._manifest import SWEEPER_PRIVILEGES, on_host, qualified
 from ._steps import Step, literal
 from ._types import Connection
 
 __all__ = [
+    "SWEEPER_ENTRIES",
+    "describe_entry",
     "grant_statement",
     "missing_privileges",
     "plan_grants",
+    "recorded_revokes",
 ]
 
 _SQL = queries("adapters.postgres", "migrate.sql")
 
-
-def _entries(privilege: Privilege, host_schema: str) -> list[str]:
-    """One privilege as ``has_privileges`` reads it: "kind|target|column|privilege" each."""
-    target = qualified(privilege.target, host_schema)
-    if privilege.kind == "schema":
-        name = host_schema if privilege.target == "@" else privilege.target
-        return [f"schema|{name}||{p}" for p in privilege.privileges]
-    if privilege.kind == "table":
-        return [f"table|{target}||{p}" for p in privilege.privileges]
-    return [f"column|{target}|{c}|{p}" for p in privilege.privileges for c in privilege.columns]
+#: Every privilege a sweeping role needs, one each, in SWEEPER_PRIVILEGES order (schemas first).
+SWEEPER_ENTRIES: tuple[str, ...] = tuple(
+    f"{p.kind.removesuffix('s')}|{p.target}|{column}|{privilege}"
+    for p in SWEEPER_PRIVILEGES
+    for privilege in p.privileges
+    for column in (p.columns or ("",))
+)
 
 
-def grant_statement(
-    privilege: Privilege, role: str, host_schema: str, *, revoke: bool = False
-) -> str:
-    """The GRANT (or REVOKE) statement of one privilege for ``role``."""
-    target = qualified(privilege.target, host_schema)
-    columns = ", ".join(quote_ident(c) for c in privilege.columns)
-    privileges = ", ".join(
-        f"{p} ({columns})" if privilege.kind == "columns" else p for p in privilege.privileges
-    )
-    what = f"SCHEMA {target}" if privilege.kind == "schema" else f"TABLE {target}"
-    if revoke:
-        return f"REVOKE {privileges} ON {what} FROM {quote_ident(role)}"
-    return f"GRANT {privileges} ON {what} TO {quote_ident(role)}"
-
-
-async def missing_privileges(conn: Connection, role: str | None = None) -> list[str]:
-    """What ``role`` (this session's by default) lacks of a sweeping role's privileges, one each.
-
-    Each line names the privilege and its object, as a DBA grants it. USAGE
-    on a schema comes first: without it nothing in the schema can be asked.
-    The host's schema is the one migrate recorded, else the caller's
-    search_path finds.
-    """
-    host_schema = await recorded_schema(conn) or await conn.fetchval(_SQL["host_schema"])
-    if host_schema is None:
-        return []  # no host tables to ask about: missing_tables says so
-    lacking = await _lacking(conn, role, host_schema)
-    return [_describe(entry) for p in SWEEPER_PRIVILEGES for entry in lacking.get(p, [])]
-
-
-async def _lacking(
-    conn: Connection, role: str | None, host_schema: str
-) -> dict[Privilege, list[str]]:
-    """The entries of each privilege ``role`` lacks (only privileges with one lacking).
-
-    Schemas are asked about first: when USAGE on one is lacking, that is all
-    there is to say (a table in it cannot even be looked up).
-    """
-    who = role if role is not None else await conn.fetchval("SELECT current_user")
-    wanted = {e: p for p in SWEEPER_PRIVILEGES for e in _entries(p, host_schema)}
-    lacking: dict[Privilege, list[str]] = {}
-    for schemas in (True, False):
-        asked = [e for e in wanted if e.startswith("schema|") == schemas]
-        for row in await conn.fetch(_SQL["has_privileges"], who, asked):
-            lacking.setdefault(wanted[row["p"]], []).append(row["p"])
-        if lacking:
-            break
-    return lacking
-
-
-def _describe(entry: str) -> str:
+def _concrete(entry: str, host_schema: str) -> str:
+    """``entry`` as ``has_privileges`` asks about it: the target named in SQL."""
     kind, target, column, privilege = entry.split("|")
+    named = host_schema if target == "@" else target
+    if kind != "schema":
+        named = qualified(target, host_schema)
+    return f"{kind}|{named}|{column}|{privilege}"
+
+
+def describe_entry(entry: str, host_schema: str) -> str:
+    """One privilege as a DBA grants it: ``SELECT (id) on "sb"."todos"``."""
+    kind, target, column, privilege = _concrete(entry, host_schema).split("|")
     if kind == "schema":
         return f"{privilege} on schema {target}"
     if kind == "table":
@@ -93,70 +62,151 @@ def _describe(entry: str) -> str:
     return f"{privilege} ({column}) on {target}"
 
 
-async def plan_grants(
-    conn: Connection, host_schema: str, *, ready: bool, grant: str | None
-) -> tuple[list[Step], list[str]]:
-    """Grants for ``grant`` (a sweeping role to be) and for each recorded role that lacks some.
+def grant_statement(entry: str, role: str, host_schema: str, *, revoke: bool = False) -> str:
+    """The GRANT (or REVOKE) of one privilege for ``role``."""
+    kind, target, column, privilege = entry.split("|")
+    what = f"{privilege} ({quote_ident(column)})" if kind == "column" else privilege
+    on = f"SCHEMA {qualified(target, host_schema)}" if kind == "schema" else "TABLE "
+    if kind != "schema":
+        on += qualified(target, host_schema)
+    if revoke:
+        return f"REVOKE {what} ON {on} FROM {quote_ident(role)}"
+    return f"GRANT {what} ON {on} TO {quote_ident(role)}"
 
-    ``ready``: our tables are there to ask about; otherwise a new role gets
-    every grant after the migrations that make them. A grant on the host's
-    tables this role may not give goes to the DBA's list instead.
+
+async def _lacking(
+    conn: Connection, role: str, host_schema: str, asked: Sequence[str]
+) -> list[str]:
+    """The entries of ``asked`` that ``role`` holds neither directly, via PUBLIC nor a group."""
+    concrete = {_concrete(e, host_schema): e for e in asked}
+    rows = await conn.fetch(_SQL["has_privileges"], role, list(concrete))
+    lacking = {concrete[r["p"]] for r in rows}
+    return [e for e in asked if e in lacking]
+
+
+async def missing_privileges(conn: Connection) -> list[str]:
+    """What this session's role lacks of a sweeping role's privileges, one line each.
+
+    USAGE on a schema comes first, alone: a table in a schema the role may
+    not use cannot even be looked up. The host's schema is the one migrate
+    recorded; before a record (or when this role may not read it) only our
+    schema is asked about.
     """
-    recorded: list[str] = []
-    if ready:
-        recorded = [r["role"] for r in await conn.fetch(_SQL["recorded_grants"])]
+    host_schema = await recorded_schema(conn)
+    who: str = await conn.fetchval("SELECT pg_catalog.current_user()")
+    entries = [
+        e for e in SWEEPER_ENTRIES if host_schema is not None or not _target(e).startswith("@")
+    ]
+    schema = "" if host_schema is None else host_schema
+    for schemas in (True, False):
+        asked = [e for e in entries if e.startswith("schema|") == schemas]
+        lacking = await _lacking(conn, who, schema, asked)
+        if lacking:
+            return [describe_entry(e, schema) for e in lacking]
+    return []
+
+
+def _target(entry: str) -> str:
+    return entry.split("|")[1]
+
+
+async def plan_grants(
+    conn: Connection,
+    host_schema: str,
+    *,
+    grant: str | None,
+    recorded: Mapping[str, Collection[str]],
+    absent: Collection[str],
+) -> tuple[list[Step], list[str], tuple[tuple[str, int], ...]]:
+    """Grants for ``grant`` (a sweeping role to be) and for each ``recorded`` role that lacks some.
+
+    ``recorded``: the roles migrate recorded and what it gave each.
+    ``absent``: targets of ours the plan creates (none of their privileges is
+    held yet). Returns the steps (each privilege its own GRANT, then the
+    record of what was given), the grants on the host's objects this role may
+    not give (for a DBA), and (role, how many it already held) for ``grant``.
+    """
     roles = list(recorded)
     if grant is not None:
-        if not await conn.fetchval(_SQL["role_exists"], grant):
-            raise MigrationError(f"role {grant!r} does not exist: create it first (CREATE ROLE)")
+        await _refuse_unfit(conn, grant)
         if grant not in roles:
             roles.append(grant)
     steps: list[Step] = []
     for_dba: list[str] = []
+    held: tuple[tuple[str, int], ...] = ()
     for role in roles:
-        lacking = await _lacking(conn, role, host_schema) if ready else {}
-        if not ready or any(p.kind == "schema" for p in lacking):
-            # Nothing of ours to ask about yet, or a schema the role may not use (nothing in
-            # it can be asked about): every grant, each harmless when already held.
-            lacking = {p: _entries(p, host_schema) for p in SWEEPER_PRIVILEGES}
-        named = ", ".join(_describe(e) for p in SWEEPER_PRIVILEGES for e in lacking.get(p, []))
-        why = f"grants: role {role} lacks {named}" if named else f"grants: record role {role}"
-        for privilege in SWEEPER_PRIVILEGES:
-            if privilege not in lacking:
-                continue
-            sql = grant_statement(privilege, role, host_schema)
-            if on_host(privilege.target) and not await _may_grant(conn, privilege, host_schema):
+        present = [e for e in SWEEPER_ENTRIES if _target(e) not in absent]
+        lacking = [
+            *(e for e in SWEEPER_ENTRIES if _target(e) in absent),
+            *await _lacking(conn, role, host_schema, present),
+        ]
+        lacking.sort(key=SWEEPER_ENTRIES.index)
+        if role == grant:
+            held = ((role, len(SWEEPER_ENTRIES) - len(lacking)),)
+        not_mine = await _not_grantable(
+            conn, host_schema, [e for e in lacking if on_host(_target(e))]
+        )
+        given = []
+        for entry in lacking:
+            sql = grant_statement(entry, role, host_schema)
+            if entry in not_mine:
                 for_dba.append(sql)
-            else:
-                steps.append(Step(sql=sql, why=why))
-        if role not in recorded:
+                continue
+            why = f"grants: role {role} lacks {describe_entry(entry, host_schema)}"
+            steps.append(Step(sql=sql, why=why))
+            given.append(entry)
+        if given or role not in recorded:
+            array = "ARRAY[" + ", ".join(literal(e) for e in given) + "]::text[]"
             steps.append(
                 Step(
-                    sql="INSERT INTO stall_nudge.grants (role, granted_at) "
-                    f"VALUES ({literal(role)}, now()) ON CONFLICT (role) DO NOTHING",
-                    why=why,
+                    sql="INSERT INTO stall_nudge.grants AS g (role, given, granted_at) "
+                    f"VALUES ({literal(role)}, {array}, now()) ON CONFLICT (role) DO UPDATE "
+                    "SET given = ARRAY(SELECT DISTINCT e FROM unnest(g.given || EXCLUDED.given) "
+                    "AS e ORDER BY e)",
+                    why=steps[-1].why if given else f"grants: record role {role}",
                 )
             )
-    return steps, for_dba
+    return steps, for_dba, held
 
 
-async def _may_grant(conn: Connection, privilege: Privilege, host_schema: str) -> bool:
-    """Whether this role may give ``privilege`` on the host's schema or table."""
-    if privilege.kind == "schema":
-        return bool(
-            await conn.fetchval(
-                "SELECT has_schema_privilege(current_user, $1, 'USAGE WITH GRANT OPTION')"
-                " OR pg_has_role(current_user, (SELECT nspowner FROM pg_namespace"
-                " WHERE nspname = $1), 'USAGE')",
-                host_schema,
-            )
+async def _refuse_unfit(conn: Connection, role: str) -> None:
+    """A role --grant may not be given: none, a superuser, or one of PostgreSQL's own."""
+    row = await conn.fetchrow(_SQL["role_kind"], role)
+    if row is None:
+        raise MigrationError(f"role {role!r} does not exist: create it first (CREATE ROLE)")
+    if row["predefined"]:
+        raise MigrationError(
+            f"role {role!r} is one of PostgreSQL's predefined roles: grant a login role of "
+            "the sweep's own instead"
         )
-    target = qualified(privilege.target, host_schema)
-    for p in privilege.privileges:
-        if not await conn.fetchval(
-            "SELECT has_table_privilege(current_user, $1::regclass, $2)",
-            target,
-            f"{p} WITH GRANT OPTION",
-        ):
-            return False
-    return True
+    if row["superuser"]:
+        raise MigrationError(
+            f"role {role!r} is a superuser: it needs no grant, and a sweep should not run as "
+            "one; grant a login role of the sweep's own instead"
+        )
+
+
+async def _not_grantable(conn: Connection, host_schema: str, entries: list[str]) -> set[str]:
+    """Which of ``entries`` (on the host's objects) this role may not give."""
+    if not entries:
+        return set()
+    concrete = {_concrete(e, host_schema): e for e in entries}
+    rows = await conn.fetch(_SQL["not_grantable"], list(concrete))
+    return {concrete[r["p"]] for r in rows}
+
+
+def recorded_revokes(recorded: Mapping[str, Collection[str]], host_schema: str) -> list[Step]:
+    """The REVOKE of each privilege on the host's objects that migrate gave and recorded."""
+    return [
+        Step(
+            sql=grant_statement(entry, role, host_schema, revoke=True),
+            why=f"uninstall: the privileges granted to role {role}",
+        )
+        for role, given in recorded.items()
+        for entry in sorted(given, key=_order)
+        if on_host(_target(entry))
+    ]
+
+
+def _order(entry: str) -> int:
+    return SWEEPER_ENTRIES.index(entry) if entry in SWEEPER_ENTRIES else len(SWEEPER_ENTRIES)

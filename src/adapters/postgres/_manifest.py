@@ -41,6 +41,7 @@ __all__ = [
     "Privilege",
     "host_indexes",
     "migrations",
+    "names_in_host_schema",
 ]
 
 _PACKAGE = "adapters.postgres"
@@ -62,6 +63,7 @@ _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _INDEX_HEADER = re.compile(r"^-- index: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _FITS = re.compile(r"^-- fits: (\w+) \(([^)]*)\) where (.+)$", re.MULTILINE)
 _ON_TABLE = re.compile(r"^\s*ON @(\w+) ", re.MULTILINE)
+_CREATES = re.compile(r"CREATE (?:UNIQUE )?(TABLE|INDEX) IF NOT EXISTS (@)?(\w+)(?:\s+ON @(\w+))?")
 
 
 @attrs.frozen(kw_only=True)
@@ -240,3 +242,24 @@ def qualified(target: str, host_schema: str) -> str:
 def on_host(target: str) -> bool:
     """Whether a privilege's target is the host's (its schema or one of its tables)."""
     return target == "@" or (target.startswith("@") and target[1:] in HOST_TABLES)
+
+
+@functools.cache
+def names_in_host_schema() -> Mapping[str, tuple[str, str]]:
+    """Each name we create in the host's schema: {name: (kind, the table an index is on)}.
+
+    The ledger and its indexes (the migrations), and our indexes on the host's
+    tables: an object of another kind or on another table under one of these
+    names is not ours, whoever made it.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for migration in migrations():
+        for sql in migration.steps.values():
+            for kind, host, name, on_table in _CREATES.findall(sql):
+                if kind == "TABLE" and host:
+                    found[name] = ("table", "")
+                elif kind == "INDEX" and on_table:
+                    found[name] = ("index", on_table)
+    for index in host_indexes():
+        found[index.name] = ("index", index.table)
+    return found

@@ -17,6 +17,7 @@ import attrs
 from adapters.postgres.sql import queries, script
 
 from ._catalog import MigrationError, guest_session
+from ._grants import SWEEPER_ENTRIES
 from ._plan import make_plan
 from ._steps import LOCK_TIMEOUT, SCHEMA_VERSION, Plan, Step
 from ._types import Connection
@@ -55,6 +56,8 @@ class MigrationReport:
     repaired: tuple[str, ...]
     used: tuple[tuple[str, str], ...]
     for_dba: tuple[str, ...] = ()
+    #: For the role ``grant`` named: (role, how many of its privileges it already held).
+    held: tuple[tuple[str, int], ...] = ()
 
 
 def _done(problem: str) -> str:
@@ -62,6 +65,11 @@ def _done(problem: str) -> str:
     for found, done in (("missing: ", "created "), ("migrations not applied: ", "applied ")):
         if problem.startswith(found):
             return done + problem.removeprefix(found)
+    if problem.startswith("grants: role ") and " lacks " in problem:
+        role, _, privilege = problem.removeprefix("grants: role ").partition(" lacks ")
+        return f"granted {privilege} to {role}"
+    if problem.startswith("grants: record role "):
+        return f"recorded {problem.removeprefix('grants: record ')} as a sweeping role"
     return f"repaired {problem}"
 
 
@@ -78,6 +86,7 @@ async def migrate(
     *,
     host_schema: bool = False,
     host_id_type: str = "text",
+    schema: str | None = None,
     grant: str | None = None,
     monitor: Connection | None = None,
     say: Say | None = None,
@@ -89,22 +98,31 @@ async def migrate(
     goes to ``say`` every ``progress_every`` seconds when a second
     connection, ``monitor``, is given), then one transaction, then
     concurrent drops. With ``host_schema`` the reference host tables are
-    created first (demos and tests). Grants this role may not give on the
-    host's tables are in the report's ``for_dba``, not run.
+    created first (demos and tests). ``schema`` names the host's schema
+    where more than one holds its tables (else the one recorded, or the only
+    one). Grants this role may not give on the host's tables are in the
+    report's ``for_dba``, not run; a privilege the role already held is
+    neither granted nor recorded.
     """
     tell: Say = say if say is not None else (lambda _line: None)
     if host_schema:
         async with conn.transaction():
             await conn.execute(host_schema_sql(host_id_type))
-    async with guest_session(conn, lock=True) as schema:
-        todo = await make_plan(conn, schema, grant=grant)
+    async with guest_session(conn, lock=True, schema=schema) as found:
+        todo = await make_plan(conn, found, grant=grant)
         await run_plan(conn, todo, monitor, tell, progress_every)
     for line in todo.problems:
         tell(_done(line))
     for ours, theirs in todo.used:
         tell(f"uses the host's index {theirs} instead of building {ours}")
+    for role, held in todo.held:
+        tell(f"{role} already held {held} of the {len(SWEEPER_ENTRIES)} privileges it needs")
     return MigrationReport(
-        version=SCHEMA_VERSION, repaired=todo.problems, used=todo.used, for_dba=todo.for_dba
+        version=SCHEMA_VERSION,
+        repaired=todo.problems,
+        used=todo.used,
+        for_dba=todo.for_dba,
+        held=todo.held,
     )
 
 

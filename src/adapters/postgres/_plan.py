@@ -34,12 +34,15 @@ from ._catalog import (
     fitting,
     guest_session,
     objects,
+    owners,
+    ownership,
     recorded_schema,
     this_build,
 )
 from ._grants import plan_grants
-from ._manifest import HOST_TABLES, OUR_TABLES, host_indexes, migrations, qualified
+from ._manifest import HOST_TABLES, OUR_SCHEMA, OUR_TABLES, host_indexes, migrations, qualified
 from ._steps import (
+    HUNG_ON_TABLES,
     RELATION_KINDS,
     SCHEMA_VERSION,
     Plan,
@@ -70,9 +73,9 @@ class CheckReport:
     advice: tuple[str, ...] = ()
 
 
-async def plan(conn: Connection, *, grant: str | None = None) -> Plan:
+async def plan(conn: Connection, *, grant: str | None = None, schema: str | None = None) -> Plan:
     """What migrate would run on this database now (see the module's theory of operation)."""
-    async with guest_session(conn, lock=False) as host_schema:
+    async with guest_session(conn, lock=False, schema=schema) as host_schema:
         return await make_plan(conn, host_schema, grant=grant)
 
 
@@ -189,8 +192,13 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
                 why=steps[0].why,
             )
         )
-    grant_steps, for_dba = await plan_grants(
-        conn, host_schema, ready=not made_by_migrations, grant=grant
+    absent = {OUR_SCHEMA} if spaces["ours"] is None else set()
+    absent |= {t if "." in t else f"@{t}" for t in tables_missing}
+    recorded_roles = {}
+    if "stall_nudge.grants" not in absent:
+        recorded_roles = {r["role"]: r["given"] for r in await conn.fetch(_SQL["recorded_grants"])}
+    grant_steps, for_dba, held = await plan_grants(
+        conn, host_schema, grant=grant, recorded=recorded_roles, absent=absent
     )
     steps += grant_steps
 
@@ -213,7 +221,11 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
             )
         )
     return Plan(
-        steps=tuple(steps), for_dba=tuple(for_dba), used=tuple(used), compared=expected is not None
+        steps=tuple(steps),
+        for_dba=tuple(for_dba),
+        used=tuple(used),
+        held=held,
+        compared=expected is not None,
     )
 
 
@@ -243,7 +255,7 @@ def _repairs(
         else sorted(
             k
             for k in ours
-            if k[0] == "function"
+            if k[0] in ("function", *HUNG_ON_TABLES)
             or (k[0] in RELATION_KINDS and k[1] not in {t.rsplit(".", 1)[-1] for t in OUR_TABLES})
         )
     )
@@ -358,12 +370,29 @@ async def check(conn: Connection) -> CheckReport:
 
     Run by a role that may read but not migrate, it reports what it can see.
     """
-    async with guest_session(conn, lock=False) as host_schema:
+    async with guest_session(conn, lock=False, trusting=False) as host_schema:
+        foreign, advice = await ownership(conn, host_schema)
+        if foreign:
+            # Reading what another role made would run its code: say so, and no more.
+            return CheckReport(
+                problems=(*foreign, "stall-nudge migrate refuses these"), advice=tuple(advice)
+            )
         applied = await applied_versions(conn)
-        if not applied:
-            return CheckReport(problems=("not migrated: run stall-nudge migrate",))
         todo = await make_plan(conn, host_schema, grant=None)
-        advice = []
+        if not applied:
+            left = [
+                f"left by an interrupted migrate: {o.kind} {o.name}"
+                + (f" on {o.on_table}" if o.on_table else "")
+                for o in await owners(conn, host_schema)
+            ] + [p for p in todo.problems if p.startswith("invalid: ")]
+            return CheckReport(
+                problems=(
+                    "not migrated: run stall-nudge migrate"
+                    + (" (an interrupted migrate left the objects below)" if left else ""),
+                    *left,
+                ),
+                advice=tuple(advice),
+            )
         others = [r[0] for r in await conn.fetch(_SQL["others_may_create"], host_schema)]
         if others:
             advice.append(

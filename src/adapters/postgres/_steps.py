@@ -15,6 +15,8 @@ from adapters.postgres.sql import quote_ident
 from ._manifest import HOST_TABLES, LEDGER_TABLE, OUR_SCHEMA, PREFIX, migrations
 
 __all__ = [
+    "GUEST_PATH",
+    "HUNG_ON_TABLES",
     "LOCK_TIMEOUT",
     "SCHEMA_VERSION",
     "Plan",
@@ -25,6 +27,10 @@ __all__ = [
     "table_of",
 ]
 
+
+#: The search_path every statement of ours runs under: functions, operators and types
+#: resolve in pg_catalog alone (pg_temp is never searched for either).
+GUEST_PATH = "pg_catalog, pg_temp"
 
 #: Dropping a trigger locks its host table against writes, and a write that comes while
 #: the drop waits for the lock queues behind it: so each try waits at most this long,
@@ -64,6 +70,8 @@ class Plan:
     for_dba: tuple[str, ...] = ()
     #: Host indexes used instead of building ours: (ours, the host's).
     used: tuple[tuple[str, str], ...] = ()
+    #: For the role ``--grant`` named: (role, how many of its privileges it already held).
+    held: tuple[tuple[str, int], ...] = ()
     #: Whether definitions were compared with this build's (False: no TEMP privilege).
     compared: bool = True
 
@@ -77,7 +85,12 @@ class Plan:
         if not self.steps and not self.for_dba:
             return ""
         head = f"-- stall-nudge schema version {SCHEMA_VERSION}: what {self.command} runs"
-        out = [f"{head} on this database."]
+        out = [
+            f"{head} on this database.",
+            "-- Every name below resolves in pg_catalog alone, whatever the session's own",
+            "-- search_path: nothing another role creates elsewhere is built in or run.",
+            f"SET search_path = {GUEST_PATH};",
+        ]
         for phase, heading in (
             ("before", "-- Outside any transaction (builds concurrently; host writes go on):"),
             ("transaction", "BEGIN;"),
@@ -118,6 +131,10 @@ def table_of(name: str, host_schema: str) -> str:
 #: The kinds of relation the catalog read (``objects``) names, each its own DROP.
 RELATION_KINDS = ("table", "view", "materialized view", "sequence", "foreign table")
 
+#: What another role may hang on a table of ours to run its code as whoever reads or
+#: writes it; no build of ours makes one, so migrate removes any and check reports it.
+HUNG_ON_TABLES = ("trigger", "rule", "policy", "row security")
+
 
 def drop_object(kind: str, name: str, on_table: str, host_schema: str) -> str:
     if kind in RELATION_KINDS:
@@ -129,6 +146,14 @@ def drop_object(kind: str, name: str, on_table: str, host_schema: str) -> str:
         return (
             f"ALTER TABLE {table_of(on_table, host_schema)} "
             f"DROP CONSTRAINT IF EXISTS {quote_ident(name)}"
+        )
+    if kind in ("rule", "policy"):
+        table = table_of(on_table, host_schema)
+        return f"DROP {kind.upper()} IF EXISTS {quote_ident(name)} ON {table}"
+    if kind == "row security":
+        return (
+            f"ALTER TABLE {table_of(on_table, host_schema)} "
+            "NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY"
         )
     if kind == "function":
         proc, _, arguments = name.partition("(")

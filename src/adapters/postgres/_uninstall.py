@@ -1,6 +1,7 @@
 """Removing every trace: our objects, on our schema and the host's tables, and the grants given.
 
-The host's rows stay as they are. ``uninstall_plan`` is what
+The host's rows stay as they are, and so do the privileges its roles held
+before ``--grant``: only what migrate recorded giving is revoked. ``uninstall_plan`` is what
 ``migrate --uninstall --print-sql`` prints; ``uninstall`` runs it.
 """
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 from adapters.postgres.sql import queries
 
 from ._catalog import guest_session, objects
-from ._grants import grant_statement
-from ._manifest import HOST_TABLES, LEDGER_TABLE, OUR_SCHEMA, PREFIX, SWEEPER_PRIVILEGES, on_host
+from ._grants import recorded_revokes
+from ._manifest import HOST_TABLES, LEDGER_TABLE, OUR_SCHEMA, PREFIX
 from ._migrate import PROGRESS_EVERY, Say, run_plan
 from ._steps import (
     RELATION_KINDS,
@@ -61,15 +62,8 @@ async def _uninstall_plan(conn: Connection, host_schema: str) -> Plan:
                 )
             )
     if ("table", "grants", "") in present:
-        for row in await conn.fetch(_SQL["recorded_grants"]):
-            steps += [
-                Step(
-                    sql=grant_statement(p, row["role"], host_schema, revoke=True),
-                    why=f"uninstall: the grants to role {row['role']}",
-                )
-                for p in SWEEPER_PRIVILEGES
-                if on_host(p.target)
-            ]
+        recorded = {r["role"]: r["given"] for r in await conn.fetch(_SQL["recorded_grants"])}
+        steps += recorded_revokes(recorded, host_schema)
     for kind, name, on_table in sorted(present):
         if kind in ("function", *RELATION_KINDS) and name.startswith(PREFIX):
             steps.append(

@@ -25,32 +25,38 @@ SELECT pg_catalog.set_config('search_path', $1, false);
 -- Resolve names in pg_catalog alone (then pg_temp) until this transaction ends: a guest's search_path ($1), whatever the session's.
 SELECT pg_catalog.set_config('search_path', $1, true);
 
--- name: host_schema
--- The schema of the host's todos table as the caller's search_path finds it (NULL: none). Read from the catalog alone, so a role that may not use our schema can still ask.
-SELECT n.nspname::pg_catalog.text
-  FROM pg_catalog.pg_class c
-  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
- WHERE c.relname OPERATOR(pg_catalog.=) 'todos'::pg_catalog.name
-   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[])
-   AND pg_catalog.pg_table_is_visible(c.oid);
+-- name: host_schemas
+-- The schemas holding all of the host's tables $1, in name order: the host's schema is one a DBA names, the one migrate recorded, or the only one of these. Read from the catalog alone, whatever the caller's search_path.
+SELECT n.nspname::pg_catalog.text AS name
+  FROM pg_catalog.pg_namespace n
+ WHERE (SELECT pg_catalog.count(*)
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) n.oid
+           AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])
+           AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[]))
+       OPERATOR(pg_catalog.=) pg_catalog.cardinality($1::pg_catalog.text[])
+ ORDER BY 1;
 
 -- name: missing_tables
--- Which of the tables $1 this database lacks: a qualified name (stall_nudge.held) in its schema, any other as the caller's search_path finds it. Read from the catalog alone.
+-- Which of the tables $2 this database lacks: a qualified name (stall_nudge.held) in its schema, any other in the host's schema $1. Read from the catalog alone, whatever the caller's search_path.
 SELECT t
-  FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS w (t, i)
+  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS w (t, i)
  WHERE NOT EXISTS (
         SELECT 1
           FROM pg_catalog.pg_class c
           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
          WHERE c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[])
-           AND CASE WHEN pg_catalog.strpos(w.t, '.') OPERATOR(pg_catalog.>) 0
-                    THEN n.nspname::pg_catalog.text
-                         OPERATOR(pg_catalog.=) pg_catalog.split_part(w.t, '.', 1)
-                         AND c.relname::pg_catalog.text
-                             OPERATOR(pg_catalog.=) pg_catalog.split_part(w.t, '.', 2)
-                    ELSE c.relname::pg_catalog.text OPERATOR(pg_catalog.=) w.t
-                         AND pg_catalog.pg_table_is_visible(c.oid) END)
+           AND n.nspname::pg_catalog.text OPERATOR(pg_catalog.=)
+               CASE WHEN pg_catalog.strpos(w.t, '.') OPERATOR(pg_catalog.>) 0
+                    THEN pg_catalog.split_part(w.t, '.', 1) ELSE $1::pg_catalog.text END
+           AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=)
+               CASE WHEN pg_catalog.strpos(w.t, '.') OPERATOR(pg_catalog.>) 0
+                    THEN pg_catalog.split_part(w.t, '.', 2) ELSE w.t END)
  ORDER BY w.i;
+
+-- name: recorded
+-- The host's schema migrate recorded, read qualified (NULL: none). Only asked when record_readable says the record is there.
+SELECT host_schema FROM stall_nudge.settings;
 
 -- name: record_readable
 -- Whether this build's record of the host's schema is there for this role to read: false before this build's first migrate, or for a role that may not read it.
@@ -87,7 +93,7 @@ SELECT (SELECT oid FROM pg_namespace WHERE nspname = 'stall_nudge') AS ours,
        (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host;
 
 -- name: objects
--- Every object of ours in the catalog: whatever is in our schema ($1), the ledger and whatever carries our prefix in the host's ($2), and the indexes and triggers with our prefix on the host's tables ($3), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
+-- Every object of ours in the catalog: whatever is in our schema ($1), the ledger and whatever carries our prefix in the host's ($2), the indexes and triggers with our prefix on the host's tables ($3), and every trigger, rule, policy and row-level security on our tables (no build of ours makes one: code another role hangs on our tables), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
 WITH ours AS (
     SELECT c.oid, c.relname, c.relkind
       FROM pg_class c
@@ -147,6 +153,24 @@ SELECT 'trigger', g.tgname::text, t.relname::text,
         OR (g.tgrelid = ANY (ARRAY(SELECT x.oid FROM tables x))
             AND g.tgname LIKE 'stall\_nudge\_%'))
 UNION ALL
+SELECT 'rule', r.rulename::text, t.relname::text, pg_get_ruledef(r.oid), true
+  FROM pg_rewrite r
+  JOIN pg_class t ON t.oid = r.ev_class
+ WHERE r.ev_class = ANY (ARRAY(SELECT o.oid FROM ours o)) AND r.rulename <> '_RETURN'
+UNION ALL
+SELECT 'policy', y.polname::text, t.relname::text,
+       coalesce(pg_get_expr(y.polqual, y.polrelid), '') || ' / '
+       || coalesce(pg_get_expr(y.polwithcheck, y.polrelid), ''), true
+  FROM pg_policy y
+  JOIN pg_class t ON t.oid = y.polrelid
+ WHERE y.polrelid = ANY (ARRAY(SELECT o.oid FROM ours o))
+UNION ALL
+SELECT 'row security', 'enabled', t.relname::text,
+       CASE WHEN t.relforcerowsecurity THEN 'forced' ELSE 'enabled' END, true
+  FROM pg_class t
+ WHERE t.oid = ANY (ARRAY(SELECT o.oid FROM ours o))
+   AND (t.relrowsecurity OR t.relforcerowsecurity)
+UNION ALL
 SELECT 'function',
        p.proname::text || '('
        || pg_get_function_identity_arguments(p.oid)
@@ -190,8 +214,8 @@ SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
  WHERE pid = $1;
 
 -- name: recorded_grants
--- The roles migrate --grant gave a sweeping role's privileges.
-SELECT role FROM stall_nudge.grants ORDER BY role;
+-- The roles migrate --grant recorded, and the privileges it gave each ("kind|target|column|privilege", the host's written @): what --uninstall revokes.
+SELECT role, given FROM stall_nudge.grants ORDER BY role;
 
 -- name: has_privileges
 -- Which of the privileges $2 (each "kind|target|column|privilege") role $1 lacks. A schema or table that is not there is not asked about (missing_tables names it); nor is a table in a schema the role may not use (its USAGE is asked about first). The start-up check runs it under the caller's search_path: every name is qualified.
@@ -214,9 +238,26 @@ SELECT w.p
                                                    x.privilege)
            END;
 
--- name: role_exists
--- Whether role $1 exists.
-SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1);
+-- name: not_grantable
+-- Which of the privileges $1 (as has_privileges takes them) this role may not give: it lacks the grant option (an owner, a member of the owner and a superuser hold it).
+SELECT w.p
+  FROM unnest($1::text[]) AS w (p)
+ CROSS JOIN LATERAL (SELECT split_part(w.p, '|', 1) AS kind, split_part(w.p, '|', 2) AS target,
+                            split_part(w.p, '|', 3) AS col,
+                            split_part(w.p, '|', 4) || ' WITH GRANT OPTION' AS privilege) x
+ WHERE NOT CASE x.kind
+           WHEN 'schema' THEN has_schema_privilege(x.target, x.privilege)
+           WHEN 'table' THEN has_table_privilege(to_regclass(x.target), x.privilege)
+           ELSE has_column_privilege(to_regclass(x.target), x.col, x.privilege)
+           END;
+
+-- name: superuser
+-- Whether this role is a superuser.
+SELECT rolsuper FROM pg_roles WHERE rolname = current_user;
+
+-- name: role_kind
+-- Role $1 as --grant asks about it (no row: no such role): a superuser needs no grant, and a predefined role (pg_*) is PostgreSQL's, never ours to change.
+SELECT rolsuper AS superuser, rolname LIKE 'pg\_%' AS predefined FROM pg_roles WHERE rolname = $1;
 
 -- name: others_may_create
 -- The roles other than the schema's owner that may CREATE in schema $1 (PUBLIC included): code they plant there could shadow what a less careful guest calls.
@@ -227,3 +268,40 @@ SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
  WHERE n.nspname = $1 AND a.privilege_type = 'CREATE'
    AND a.grantee <> n.nspowner
  ORDER BY 1;
+
+-- name: owners
+-- Who owns what carries one of our names: our schema, everything in it, and in the host's schema ($1) the ledger and every relation with our prefix. Each with its kind, the table an index is on, its owner, and whether this role may trust it: the owner is this role, a role it is granted (a superuser's implicit membership does not count), or a superuser.
+WITH RECURSIVE mine (oid) AS (
+    SELECT oid FROM pg_roles WHERE rolname = current_user
+    UNION
+    SELECT m.roleid FROM pg_auth_members m JOIN mine ON m.member = mine.oid
+),
+found (kind, schema, name, on_table, owner) AS (
+    SELECT 'schema', n.nspname::text, n.nspname::text, '', n.nspowner
+      FROM pg_namespace n
+     WHERE n.nspname = 'stall_nudge'
+    UNION ALL
+    SELECT CASE c.relkind WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'v' THEN 'view'
+                          WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence'
+                          WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' ELSE 'table' END,
+           n.nspname::text, c.relname::text, coalesce(t.relname::text, ''), c.relowner
+      FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_index i ON i.indexrelid = c.oid
+      LEFT JOIN pg_class t ON t.oid = i.indrelid
+     WHERE n.nspname = 'stall_nudge'
+        OR (n.nspname = $1
+            AND (c.relname = 'queue_stall_nudges' OR c.relname LIKE 'stall\_nudge\_%'))
+    UNION ALL
+    SELECT 'function', n.nspname::text,
+           p.proname::text || '(' || pg_get_function_identity_arguments(p.oid) || ')', '',
+           p.proowner
+      FROM pg_proc p
+      JOIN pg_namespace n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'stall_nudge'
+)
+SELECT f.kind, f.schema, f.name, f.on_table, r.rolname::text AS owner,
+       (f.owner IN (SELECT oid FROM mine) OR r.rolsuper) AS trusted
+  FROM found f
+  JOIN pg_roles r ON r.oid = f.owner
+ ORDER BY f.kind <> 'schema', f.schema, f.kind, f.name;

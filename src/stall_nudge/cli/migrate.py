@@ -51,6 +51,12 @@ def register(subparsers: Any) -> None:
         help="id type of the reference host tables --host-schema creates (default text)",
     )
     parser.add_argument(
+        "--schema",
+        metavar="NAME",
+        help="the schema holding switchboard's tables, where more than one schema holds tables "
+        "of those names (default: the one migrate recorded, else the only one)",
+    )
+    parser.add_argument(
         "--grant",
         metavar="ROLE",
         help="grant ROLE exactly what `sweep` and `status` need (recorded: --check "
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args)
     if args.host_schema and (args.check or args.uninstall):
         raise CliError("--host-schema creates tables: it goes with migrate or --print-sql only")
-    if args.uninstall and (args.check or args.grant):
+    if args.uninstall and (args.check or args.grant or args.schema):
         raise CliError("--uninstall goes alone, or with --print-sql")
     if args.grant is not None and args.check:
         raise CliError("--check changes nothing: it takes no --grant")
@@ -123,11 +129,13 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
                     try:
                         print(host_schema_sql(args.host_id_type))
                         await conn.execute(host_schema_sql(args.host_id_type))
-                        print((await plan(conn, grant=args.grant)).sql(), end="")
+                        print(
+                            (await plan(conn, grant=args.grant, schema=args.schema)).sql(), end=""
+                        )
                     finally:
                         await tr.rollback()
                     return 0
-                print((await plan(conn, grant=args.grant)).sql(), end="")
+                print((await plan(conn, grant=args.grant, schema=args.schema)).sql(), end="")
                 return 0
             if args.check:
                 return await _check(conn)
@@ -140,6 +148,7 @@ async def _migrate(dsn: str, args: argparse.Namespace) -> int:
                     conn,
                     host_schema=args.host_schema,
                     host_id_type=args.host_id_type,
+                    schema=args.schema,
                     grant=args.grant,
                     monitor=monitor,
                     say=_say,

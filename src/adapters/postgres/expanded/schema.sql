@@ -154,10 +154,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS held_pair ON stall_nudge.held (md5(endpoint_id
 CREATE INDEX IF NOT EXISTS held_rank ON stall_nudge.held (spent, created_at);
 
 -- statement: 0005_baseline.table_grants
--- The roles migrate --grant gave a sweeping role's privileges: --check compares them,
--- --uninstall revokes them.
+-- The roles migrate --grant made sweeping roles, and the privileges it gave each (those
+-- the role did not already hold, "kind|target|column|privilege"): --check compares each
+-- role's privileges with what a sweeping role needs; --uninstall revokes what was given,
+-- and nothing the host had granted itself.
 CREATE TABLE IF NOT EXISTS stall_nudge.grants (
     role       text PRIMARY KEY,
+    given      text[] NOT NULL DEFAULT '{}',
     granted_at timestamptz NOT NULL
 );
 
