@@ -191,7 +191,7 @@ class Reaper:
         """The facts of the start-up line, in order (``_logs.start_line``)."""
         refused = "link-local and metadata addresses"
         if self._refuse_private:
-            refused += ", loopback and private ranges"
+            refused += ", loopback, private and special-purpose ranges"
         return {
             "version": _version(),
             "schema version": str(self._schema.version),
@@ -363,8 +363,9 @@ async def open_reaper(
       is seen); a full pass judges every pair at least every
       ``full_pass_interval`` (what no timestamp shows is seen within it).
     - Hooks never reach link-local or metadata addresses; ``refuse_private``
-      (multi-tenant deployments) also keeps them off loopback and private
-      ranges, checked on the address actually connected to.
+      (multi-tenant deployments) also keeps them off loopback, private and
+      every other special-purpose range (``adapters.http.RANGES``), checked
+      on the address actually connected to.
     - While it is open, a database or network fault that asyncpg's pool or
       the dispatcher would log with a traceback is logged as one line.
 

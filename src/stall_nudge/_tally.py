@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from stall_core import TickFailure, TickReport, format_seconds
+from stall_core import TickFailure, TickReport, format_seconds, printable
 
 from . import _text
 
@@ -23,18 +23,19 @@ __all__ = ["QUEUE_LABEL_MAX", "READY_INTERVALS", "TICK_BUCKETS", "Health", "Tall
 #: Upper bounds (seconds) of the tick duration histogram: an idle tick takes
 #: milliseconds, a call's default bound is 30 s.
 TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-#: The longest ``queue`` label value, in characters. Longer names keep their
-#: first 63 characters and an ellipsis, so one series stands for them all.
+#: The longest ``queue`` label value, in characters: ``stall_core.printable``'s
+#: width for a name, so the label reads as the name does in ``status``. A longer
+#: value keeps its head and ends in ``...``, so one series stands for every name
+#: alike up to the cut, and an escaped name (up to ten characters for each one
+#: it escapes) costs no more than a plain one.
 QUEUE_LABEL_MAX = 64
 #: A tick that succeeded within this many intervals keeps the instance ready.
 READY_INTERVALS = 3
 
 
 def queue_label(queue: str) -> str:
-    """The ``queue`` label value of a queue name: cut to ``QUEUE_LABEL_MAX`` characters."""
-    if len(queue) <= QUEUE_LABEL_MAX:
-        return queue
-    return queue[: QUEUE_LABEL_MAX - 1] + "…"
+    """The ``queue`` label value of a queue name: escaped and cut as ``status`` writes it (D22)."""
+    return printable(queue, width=QUEUE_LABEL_MAX)
 
 
 @attrs.frozen(kw_only=True)

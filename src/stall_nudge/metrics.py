@@ -16,7 +16,8 @@ every number starts at the reaper's start. Names (docs/operations.md):
   ``..._last_success_timestamp_seconds`` (database time) and
   ``..._clock_offset_seconds`` (the database's clock minus this host's).
 
-``queue`` values are cut to ``QUEUE_LABEL_MAX`` characters (``queue_label``).
+``queue`` values are a sender's names: escaped and cut to ``QUEUE_LABEL_MAX``
+characters as ``status`` writes them (``queue_label``, ``stall_core.printable``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from adapters.http import (
     CREATED,
+    RANGES,
     AddressRefused,
     AddressRefusedError,
     GuardedResolver,
@@ -257,7 +258,12 @@ def test_embedded_and_odd_addresses_are_judged(address: str, reason: str) -> Non
         "64:ff9b::808:808",
         "64:ff9b:1::808:808",
         "64:ff9b:1:808:8:800::",
-        "2002:808:808::",
+        "::ffff:8.8.8.8",
+        "198.20.0.1",
+        "203.0.114.1",
+        "2001:200::1",
+        "3fff:1000::1",
+        "2a00:1450:4001:81a::200e",
     ],
 )
 def test_public_addresses_are_allowed_even_with_refuse_private(address: str) -> None:
@@ -266,6 +272,101 @@ def test_public_addresses_are_allowed_even_with_refuse_private(address: str) -> 
         address_refusal(address, refuse_private=False),
         address_refusal(address, refuse_private=True),
     )
+
+
+#: One address in each row of RANGES, and the kind a refusal names (first match wins).
+SPECIAL = [
+    ("169.254.169.254", "link-local"),
+    ("fe80::1", "link-local"),
+    ("fd00:ec2::254", "a metadata service"),
+    ("100.100.100.200", "a metadata service"),
+    ("127.0.0.1", "loopback"),
+    ("0.1.2.3", "unspecified"),
+    ("10.0.0.1", "private"),
+    ("172.16.5.4", "private"),
+    ("192.168.1.1", "private"),
+    ("100.64.0.1", "shared (CGNAT)"),
+    ("192.0.0.9", "reserved (IETF protocol assignments)"),  # PCP anycast: globally reachable
+    ("192.0.2.1", "reserved (documentation)"),
+    ("198.51.100.7", "reserved (documentation)"),
+    ("203.0.113.9", "reserved (documentation)"),
+    ("198.19.255.1", "reserved (benchmarking)"),
+    ("192.31.196.1", "reserved (AS112)"),
+    ("192.175.48.6", "reserved (AS112)"),
+    ("192.52.193.1", "reserved (AMT)"),
+    ("192.88.99.1", "reserved (6to4 relay anycast)"),
+    ("239.255.255.250", "multicast"),
+    ("255.255.255.255", "reserved"),
+    ("::1", "loopback"),
+    ("::", "unspecified"),
+    ("fd12:3456::1", "unique-local"),
+    ("fec0::1", "site-local (deprecated)"),
+    ("ff02::1", "multicast"),
+    ("100::1", "reserved (discard-only)"),
+    # Teredo to client 8.8.8.8 through server 65.54.227.120: both public, the tunnel is not.
+    ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "reserved (Teredo)"),
+    ("2001:20::1", "reserved (IETF protocol assignments)"),  # ORCHIDv2
+    ("2001:db8::1", "reserved (documentation)"),
+    ("3fff::1", "reserved (documentation)"),
+    ("2002:808:808::1", "reserved (6to4)"),  # 6to4 to 8.8.8.8: public, the tunnel is not
+    ("2620:4f:8000::42", "reserved (AS112)"),
+    ("5f00::1", "reserved (SRv6 SIDs)"),
+    ("::1:2:3:4", "reserved (unallocated)"),
+    ("100:0:0:1::1", "reserved (unallocated)"),  # the dummy prefix, RFC 9780
+    *(
+        (f"{head}::1", "reserved (unallocated)")
+        for head in (
+            "200", "400", "800", "1000", "4000", "6000", "8000",
+            "a000", "c000", "e000", "f000", "f800", "fe00",
+        )
+    ),
+]  # fmt: skip
+
+
+def test_every_range_has_one_representative() -> None:
+    """SPECIAL holds one address per row of RANGES, each reaching its row: a new row needs one."""
+    reached = [
+        next(row for row in RANGES if ipaddress.ip_address(address) in row.network)
+        for address, _ in SPECIAL
+    ]
+
+    assert list(RANGES) == sorted(reached, key=RANGES.index)
+    assert [row.kind for row in reached] == [kind for _, kind in SPECIAL]
+
+
+@pytest.mark.parametrize(("address", "kind"), SPECIAL)
+async def test_every_special_purpose_range_is_refused_after_dns_before_any_connection(
+    dialled: list[str], address: str, kind: str
+) -> None:
+    """With refuse_private, a name resolving into any row of RANGES is refused, nothing dialled."""
+    resolver = MappedResolver({"special.tenant.test": [address]})
+
+    assert (f"refused: address {address} is {kind}", 0, 1, 0) == await _send_to(
+        "http://special.tenant.test/hook", resolver, refuse_private=True
+    )
+    assert (["special.tenant.test"], []) == (resolver.asked, dialled)
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("2002:a9fe:a9fe::", "address 2002:a9fe:a9fe:: (169.254.169.254) is link-local"),
+        ("2002:c000:201::", "address 2002:c000:201:: (192.0.2.1) is reserved (documentation)"),
+        ("::8.8.8.8", "address ::808:808 is reserved (unallocated)"),
+        ("::ffff:198.18.0.1", "address ::ffff:c612:1 (198.18.0.1) is reserved (benchmarking)"),
+        (
+            "64:ff9b::c000:9",
+            "address 64:ff9b::c000:9 (192.0.0.9) is reserved (IETF protocol assignments)",
+        ),
+        ("::ffff:8.8.8.8", None),
+        ("64:ff9b::808:808", None),
+    ],
+)
+def test_translations_are_judged_by_what_they_carry_and_tunnels_by_themselves_too(
+    address: str, reason: str | None
+) -> None:
+    """With refuse_private, a translation passes on a public IPv4; a tunnel never passes."""
+    assert reason == address_refusal(address, refuse_private=True)
 
 
 def test_check_host_leaves_names_to_the_resolver() -> None:

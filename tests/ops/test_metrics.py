@@ -126,18 +126,42 @@ async def test_a_failed_tick_counts_as_failed(pg_dsn: str, pg_pool: asyncpg.Pool
 
 
 def test_a_long_queue_name_is_cut_to_the_documented_length() -> None:
-    """Queue labels longer than QUEUE_LABEL_MAX keep their head and end in an ellipsis."""
+    """Queue labels longer than QUEUE_LABEL_MAX keep their head and end in ``...``."""
     long = "q" * 50 + "x" * 300
 
-    assert (64, "q" * 50 + "x" * 13 + "…") == (QUEUE_LABEL_MAX, queue_label(long))
+    assert (64, "q" * 50 + "x" * 11 + "...") == (QUEUE_LABEL_MAX, queue_label(long))
     assert "lane-l" == queue_label("lane-l")
     assert "y" * 64 == queue_label("y" * 64)
+
+
+#: A queue name holding ESC, BEL, a C1 CSI, a zero-width space, a right-to-left
+#: override and a newline: each would reach a terminal or a dashboard raw.
+HOSTILE = "lane\x1b[2J\x07\x9b31m\u200bq\u202e\nfake_metric 1"
+
+
+async def test_a_hostile_queue_name_reaches_metrics_escaped_and_distinguishable(
+    pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
+) -> None:
+    """No control, format or invisible char of a queue reaches /metrics raw; its escape does."""
+    await stalled_pair(host, receiver, queue=HOSTILE)
+    async with stall_nudge.open_reaper(pg_pool) as reaper:
+        registry = registry_for(reaper)
+        await reaper.tick()
+        await reaper.settle()
+        body = generate_latest(registry).decode()
+        samples = scrape(registry)
+
+    label = r"lane\x1b[2J\x07\x9b31m\u200bq\u202e\x0afake_metric 1"
+    assert [] == [c for c in "\x1b\x07\x9b\u200b\u202e" if c in body]
+    assert 1 == samples["switchboard_queue_stall_nudges_total", (("queue", label),)]
+    assert r'queue="lane\\x1b[2J\\x07' in body  # the exposition doubles each backslash
+    assert [] == [line for line in body.splitlines() if line.startswith("fake_metric")]
 
 
 async def test_nudges_of_two_long_queues_sharing_a_head_share_one_series(
     pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
-    """The cut bounds the series: two queues alike in their first 63 characters count together."""
+    """The cut bounds the series: two queues alike up to the cut (61 characters) count together."""
     head = "lane-" + "z" * 70
     await stalled_pair(host, receiver, queue=head + "-a", todo="a")
     await host.create_todo("b", endpoint_id="ep-1", queue=head + "-b", created_at=ago(30))

@@ -6,17 +6,20 @@ A hook's URL is a tenant's text, so what is checked is the address the
 socket is about to connect to, not the spelling of the URL. ``RANGES``
 (one row per network) and ``METADATA_HOSTS`` are the whole rule:
 link-local and metadata addresses and names are always refused; with
-``refuse_private`` (multi-tenant deployments) loopback, private, shared
-(CGNAT), unique-local, unspecified, multicast and reserved ranges are
-refused too. An IPv6 address that carries an IPv4 one (IPv4-mapped
-``::ffff:a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, IPv4-compatible
-``::a.b.c.d``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4, Teredo)
-is judged by the address itself and by every IPv4 address it may carry:
-a gateway would deliver the packet there. A local-use NAT64 address carries
-one at each RFC 6052 prefix length an operator may carve from the /48 (48,
-56, 64, 96), and a translator set up for one length reads the bits the
-others call the "u" octet and the suffix as address or ignores them, so
-every one of those readings is judged, whatever those bits hold.
+``refuse_private`` (multi-tenant deployments) every range of IANA's IPv4
+and IPv6 Special-Purpose Address Registries is refused too (loopback,
+private, shared, unique-local, documentation, benchmarking, ...), and
+multicast and the IPv6 space IANA keeps reserved. An IPv6 address that
+carries an IPv4 one is judged by every IPv4 address it may carry: a
+gateway would deliver the packet there. A translation form (IPv4-mapped
+``::ffff:a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, NAT64
+``64:ff9b::/96`` and ``64:ff9b:1::/48``) is judged by that alone; a tunnel
+(6to4, Teredo, IPv4-compatible ``::a.b.c.d``) by the address itself too.
+A local-use NAT64 address carries one at each RFC 6052 prefix length an
+operator may carve from the /48 (48, 56, 64, 96), and a translator set up
+for one length reads the bits the others call the "u" octet and the
+suffix as address or ignores them, so every one of those readings is
+judged, whatever those bits hold.
 
 The rule runs in three places:
 
@@ -73,23 +76,100 @@ class Range:
 
 #: Checked in order, first match wins: the always-refused rows come first,
 #: because two of them (fd00:ec2::254, 100.100.100.200) lie inside opt-in ranges.
+#: Each comment names the row's entry in the IANA IPv4 or IPv6 Special-Purpose
+#: Address Registry ("SP4", "SP6"), or the registry it comes from otherwise.
+#:
+#: The opt-in rows are the whole of both Special-Purpose registries, plus
+#: multicast and what IANA's IPv6 Address Space registry keeps "Reserved by
+#: IETF", with these readings:
+#:
+#: * Translation prefixes have no row: SP6's "IPv4-mapped Address"
+#:   ``::ffff:0:0/96``, "IPv4-IPv6 Translat." ``64:ff9b::/96`` and "Local-use
+#:   IPv4/IPv6 Translation" ``64:ff9b:1::/48``, and the SIIT form
+#:   ``::ffff:0:0:0/96``. A translator delivers to the IPv4 address the
+#:   address carries, so that address alone is judged (``_carried``).
+#: * Tunnels are rows (6to4 ``2002::/16``, Teredo ``2001::/32``, and the
+#:   deprecated IPv4-compatible ``::/96`` inside ``::/8``): the packet goes
+#:   through a relay to whatever sits behind the carried router, so the
+#:   address is refused with ``refuse_private`` and its IPv4 address is judged
+#:   too, so link-local inside one is refused always.
+#: * Entries the registries call globally reachable (the AS112 and AMT blocks,
+#:   the PCP, TURN and DNS-SD anycast addresses, ORCHIDv2, Drone Remote ID)
+#:   are refused all the same: no hook lives at a DNS sink, a multicast relay
+#:   or a protocol's anycast address, and a rule with exceptions is one more
+#:   thing to get wrong. So ``2001::/23`` is one row, whole.
+#:
+#: ``ipaddress``'s ``is_private``/``is_global`` are not used: they change
+#: between the Python releases we support (3.11 leaves out, among others,
+#: 192.0.0.0/24 beyond /29, 2002::/16, 3fff::/20, 5f00::/16, AS112 and AMT;
+#: later releases add some), and this table must read the same on each.
 RANGES: tuple[Range, ...] = (
-    Range("169.254.0.0/16", "link-local", always=True),  # holds 169.254.169.254 (AWS, GCP, Azure)
-    Range("fe80::/10", "link-local", always=True),
+    # -- always refused --
+    Range("169.254.0.0/16", "link-local", always=True),  # SP4 Link Local; holds 169.254.169.254
+    Range("fe80::/10", "link-local", always=True),  # SP6 Link-Local Unicast
     Range("fd00:ec2::254/128", "a metadata service", always=True),  # AWS over IPv6
     Range("100.100.100.200/32", "a metadata service", always=True),  # Alibaba Cloud
-    Range("127.0.0.0/8", "loopback"),
-    Range("::1/128", "loopback"),
-    Range("0.0.0.0/8", "unspecified"),
-    Range("::/128", "unspecified"),
-    Range("10.0.0.0/8", "private"),
-    Range("172.16.0.0/12", "private"),
-    Range("192.168.0.0/16", "private"),
-    Range("100.64.0.0/10", "shared (CGNAT)"),
-    Range("fc00::/7", "unique-local"),
-    Range("224.0.0.0/4", "multicast"),
-    Range("ff00::/8", "multicast"),
-    Range("240.0.0.0/4", "reserved"),  # holds the broadcast address
+    # -- IPv4, refused with refuse_private --
+    Range("127.0.0.0/8", "loopback"),  # SP4 Loopback
+    Range("0.0.0.0/8", "unspecified"),  # SP4 "This network" and "This host on this network"
+    Range("10.0.0.0/8", "private"),  # SP4 Private-Use
+    Range("172.16.0.0/12", "private"),  # SP4 Private-Use
+    Range("192.168.0.0/16", "private"),  # SP4 Private-Use
+    Range("100.64.0.0/10", "shared (CGNAT)"),  # SP4 Shared Address Space
+    # SP4 IETF Protocol Assignments: holds IPv4 Service Continuity Prefix /29, IPv4 dummy
+    # address, PCP and TURN Anycast, NAT64/DNS64 Discovery (192.0.0.170, .171).
+    Range("192.0.0.0/24", "reserved (IETF protocol assignments)"),
+    Range("192.0.2.0/24", "reserved (documentation)"),  # SP4 Documentation (TEST-NET-1)
+    Range("198.51.100.0/24", "reserved (documentation)"),  # SP4 Documentation (TEST-NET-2)
+    Range("203.0.113.0/24", "reserved (documentation)"),  # SP4 Documentation (TEST-NET-3)
+    Range("198.18.0.0/15", "reserved (benchmarking)"),  # SP4 Benchmarking
+    Range("192.31.196.0/24", "reserved (AS112)"),  # SP4 AS112-v4
+    Range("192.175.48.0/24", "reserved (AS112)"),  # SP4 Direct Delegation AS112 Service
+    Range("192.52.193.0/24", "reserved (AMT)"),  # SP4 AMT
+    Range("192.88.99.0/24", "reserved (6to4 relay anycast)"),  # SP4 Deprecated (6to4 Relay Anycast)
+    Range("224.0.0.0/4", "multicast"),  # IPv4 Multicast Address Space registry
+    # SP4 Reserved; holds SP4 Limited Broadcast 255.255.255.255/32.
+    Range("240.0.0.0/4", "reserved"),
+    # -- IPv6, refused with refuse_private --
+    Range("::1/128", "loopback"),  # SP6 Loopback Address
+    Range("::/128", "unspecified"),  # SP6 Unspecified Address
+    Range("fc00::/7", "unique-local"),  # SP6 Unique-Local
+    Range("fec0::/10", "site-local (deprecated)"),  # IPv6 Address Space: site-local, RFC 3879
+    Range("ff00::/8", "multicast"),  # IPv6 Address Space: Multicast
+    Range("100::/64", "reserved (discard-only)"),  # SP6 Discard-Only Address Block
+    Range("2001::/32", "reserved (Teredo)"),  # SP6 TEREDO (a tunnel: see above)
+    # SP6 IETF Protocol Assignments: holds TEREDO (above), PCP, TURN and DNS-SD SRP Anycast,
+    # Benchmarking 2001:2::/48, AMT 2001:3::/32, AS112-v6 2001:4:112::/48, ORCHID
+    # 2001:10::/28 (deprecated), ORCHIDv2 2001:20::/28, Drone Remote ID 2001:30::/28.
+    Range("2001::/23", "reserved (IETF protocol assignments)"),
+    Range("2001:db8::/32", "reserved (documentation)"),  # SP6 Documentation
+    Range("3fff::/20", "reserved (documentation)"),  # SP6 Documentation (RFC 9637)
+    Range("2002::/16", "reserved (6to4)"),  # SP6 6to4 (a tunnel: see above)
+    Range("2620:4f:8000::/48", "reserved (AS112)"),  # SP6 Direct Delegation AS112 Service
+    Range("5f00::/16", "reserved (SRv6 SIDs)"),  # SP6 Segment Routing (SRv6) SIDs
+    # IPv6 Address Space "Reserved by IETF": all of it outside 2000::/3 that no row above
+    # names. ::/8 holds the IPv4-compatible and translation forms (judged as said above);
+    # 100::/8 also SP6 Dummy IPv6 Prefix 100:0:0:1::/64; 4000::/3 also SRv6 (above).
+    *(
+        Range(network, "reserved (unallocated)")
+        for network in (
+            "::/8",
+            "100::/8",
+            "200::/7",
+            "400::/6",
+            "800::/5",
+            "1000::/4",
+            "4000::/3",
+            "6000::/3",
+            "8000::/3",
+            "a000::/3",
+            "c000::/3",
+            "e000::/4",
+            "f000::/5",
+            "f800::/6",
+            "fe00::/9",
+        )
+    ),
 )
 
 #: Names of cloud metadata services, refused whatever they resolve to.
@@ -157,23 +237,29 @@ def _local_nat64(value: int) -> list[ipaddress.IPv4Address]:
     return outside or readings[:1]
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 one may carry: where a packet to it could really go."""
+def _carried(address: ipaddress.IPv6Address) -> tuple[list[ipaddress.IPv4Address], bool]:
+    """The IPv4 addresses an IPv6 one may carry, and whether the IPv6 address is judged too.
+
+    A translation form is judged by what it carries alone: the translator
+    delivers there. A tunnel (6to4, Teredo, IPv4-compatible) is judged both
+    ways: its IPv4 address first, so a refusal names it, then the address
+    itself, which the table refuses with ``refuse_private``.
+    """
     value = int(address)
     if address.ipv4_mapped is not None:
-        return [address.ipv4_mapped]
+        return [address.ipv4_mapped], False
     if address in _TRANSLATED or address in _NAT64_WELL_KNOWN:
-        return [_rfc6052(value, 96)]
+        return [_rfc6052(value, 96)], False
     if address in _NAT64_LOCAL:
-        return _local_nat64(value)
+        return _local_nat64(value), False
     if address.sixtofour is not None:
-        return [address.sixtofour]
+        return [address.sixtofour], True
     if address.teredo is not None:
         server, client = address.teredo
-        return [client, server]
+        return [client, server], True
     if value >> 32 == 0 and value > 1:  # IPv4-compatible ::a.b.c.d
-        return [_rfc6052(value, 96)]
-    return []
+        return [_rfc6052(value, 96)], True
+    return [], True
 
 
 def address_refusal(address: str | IPAddress, *, refuse_private: bool) -> str | None:
@@ -187,13 +273,16 @@ def address_refusal(address: str | IPAddress, *, refuse_private: bool) -> str | 
     if isinstance(address, ipaddress.IPv6Address):
         if address.scope_id is not None:
             address = ipaddress.IPv6Address(str(address).split("%", 1)[0])
-            candidates = [address]
-        candidates.extend(_embedded_ipv4(address))
-    for candidate in candidates:
-        for row in RANGES:
-            if (row.always or refuse_private) and candidate in row.network:
-                shown = str(address) if candidate == address else f"{address} ({candidate})"
-                return f"address {shown} is {row.kind}"
+        carried, itself = _carried(address)
+        candidates = [*carried, address] if itself else [*carried]
+    # The always-refused rows first, over every candidate: a tunnel to a link-local
+    # address is named link-local, not a tunnel, with refuse_private too.
+    for always in (True, False) if refuse_private else (True,):
+        for candidate in candidates:
+            for row in RANGES:
+                if row.always is always and candidate in row.network:
+                    shown = str(address) if candidate == address else f"{address} ({candidate})"
+                    return f"address {shown} is {row.kind}"
     return None
 
 

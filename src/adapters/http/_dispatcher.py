@@ -159,8 +159,8 @@ class HookDispatcher:
     ``start()`` and ``close()``. ``clock`` gives ``sent_at`` and each
     attempt's ``webhook-timestamp``; it defaults to the UTC wall clock.
     ``workers`` bounds each hook's attempts in flight. ``refuse_private``
-    also refuses loopback, private and unique-local addresses (link-local
-    and metadata ones always are). ``resolver`` looks names up (aiohttp's
+    also refuses loopback, private and every other special-purpose address
+    (``RANGES``; link-local and metadata ones always are). ``resolver`` looks names up (aiohttp's
     default when None); whatever it answers is checked. Successes are
     booked in batches at most ``booking_interval`` seconds apart and on
     ``settle()`` and ``close()``; failures at once.

@@ -92,8 +92,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--refuse-private",
         action="store_true",
-        help="also refuse hooks pointing at loopback, private or unique-local addresses "
-        "(multi-tenant deployments); link-local and metadata addresses are always refused",
+        help="also refuse hooks pointing at loopback, private or any other special-purpose "
+        "address IANA lists (multi-tenant deployments); link-local and metadata addresses "
+        "are always refused",
     )
     parser.set_defaults(run=run)
 
