@@ -33,6 +33,7 @@ from ._decide import (
     next_due_at,
     next_sweep_in,
     plan_tick,
+    readable,
     refunded_row,
     reset_row,
     starts_over,
@@ -42,7 +43,7 @@ from ._decide import (
 from ._durations import format_duration, format_seconds, parse_duration
 from ._policy import PacingPolicy
 from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
-from ._status import PairStatus, Verdict, pair_status
+from ._status import PairStatus, Unreadable, Verdict, pair_status
 from ._sweeper import Clock, Sweeper, TickFailure, TickReport
 from ._text import printable, printable_text
 from ._values import (
@@ -91,6 +92,7 @@ __all__ = [
     "TickPlan",
     "TickReport",
     "TodoRef",
+    "Unreadable",
     "Verdict",
     "Wait",
     "WakeError",
@@ -119,6 +121,7 @@ __all__ = [
     "positive_seconds",
     "printable",
     "printable_text",
+    "readable",
     "refunded_row",
     "reset_row",
     "starts_over",

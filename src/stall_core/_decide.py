@@ -11,14 +11,19 @@ applies them:
 =============  ===============================================================
 rule           statement
 =============  ===============================================================
-work_of        the pair's oldest pending todo that passes the sender gate
-               (ties broken by id); the ledger reads it (``PairState.oldest``);
-               the quarantine queue has none (``is_candidate``)
+readable       an instant every reader judges alike: strictly inside a Python
+               datetime's range; a host value outside it (an infinity, a year
+               BC or past 9999, NULL) is never work nor progress
+work_of        the pair's oldest pending todo that passes the sender gate and
+               was created at a readable instant (ties broken by id); the
+               ledger reads it (``PairState.oldest``); the quarantine queue
+               has none (``is_candidate``)
 is_candidate   work older than the threshold (strictly), an active endpoint,
                an enabled hook covering the queue
 made_progress  a ledger row, and: progress a reset kept, or the todo the row
                names has departed (``has_departed``), or a claim stamped
-               after the row's last nudge (``latest_claim``)
+               after the row's last nudge (``latest_claim``, readable claims
+               only)
 is_due         a candidate with no row or progress (nudge 1, at once), or
                below the cap with its backoff step over (``next_due_at``)
 charge_order   least nudged (``effective_nudges``), oldest work, then
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import attrs
 
@@ -50,8 +55,10 @@ from ._policy import PacingPolicy
 from ._values import QUARANTINE_QUEUE, LedgerRow, Nudge, PairKey, PairState, TodoRef, aware
 
 __all__ = [
+    "FIRST_INSTANT",
     "FULL_PASS_INTERVAL",
     "HELD_RETRY_FRACTION",
+    "LAST_INSTANT",
     "Capped",
     "Charge",
     "Decision",
@@ -70,11 +77,13 @@ __all__ = [
     "has_departed",
     "is_candidate",
     "is_due",
+    "later",
     "latest_claim",
     "made_progress",
     "next_due_at",
     "next_sweep_in",
     "plan_tick",
+    "readable",
     "refunded_row",
     "reset_row",
     "starts_over",
@@ -154,12 +163,38 @@ def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef 
     return work
 
 
+#: The ends of a Python datetime's range, in UTC. asyncpg writes each as PostgreSQL's
+#: -infinity and infinity (and reads those back as naive datetimes), so neither is an
+#: instant: ``readable`` excludes both, as the Postgres judge does.
+FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
+LAST_INSTANT = datetime.max.replace(tzinfo=UTC)
+
+
+def readable(at: datetime) -> bool:
+    """True for an instant every reader judges alike: strictly between the ends of the range.
+
+    A host's timestamptz also holds -infinity, infinity, years BC and years
+    past 9999; PostgreSQL reads those as not readable (rule ``readable``),
+    and the Python ends stand for the infinities. A todo created at an
+    instant that is not readable is not work, and a claim stamped with one
+    is not progress: both stay on the board, and ``status`` shows them.
+    """
+    return FIRST_INSTANT < at < LAST_INSTANT
+
+
+def later(at: datetime, delta: timedelta) -> datetime:
+    """``at + delta`` for a ``delta`` of 0 or more, or ``LAST_INSTANT`` past the range's end."""
+    return LAST_INSTANT if at > LAST_INSTANT - delta else at + delta
+
+
 def work_of(pending: Iterable[TodoRef]) -> TodoRef | None:
-    """The pair's work among its pending todos that pass the sender gate: the oldest.
+    """The pair's work among its pending todos that pass the sender gate: the oldest readable.
 
     Ties go by id in code point order, so every reader names the same todo.
+    A todo created at an instant that is not ``readable`` is not work.
     """
-    return min(pending, key=lambda t: (t.created_at, t.id), default=None)
+    work = (t for t in pending if readable(t.created_at))
+    return min(work, key=lambda t: (t.created_at, t.id), default=None)
 
 
 def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
@@ -168,8 +203,12 @@ def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
 
 
 def latest_claim(claimed: Iterable[datetime | None]) -> datetime | None:
-    """The latest ``claimed_at`` among a pair's todos (None: none was ever claimed)."""
-    return max((c for c in claimed if c is not None), default=None)
+    """The latest readable ``claimed_at`` among a pair's todos (None: none was ever claimed).
+
+    A claim stamped with an instant that is not ``readable`` is not read:
+    the departure of the todo a nudge named still shows it.
+    """
+    return max((c for c in claimed if c is not None and readable(c)), default=None)
 
 
 def has_departed(row: LedgerRow | None, pending: Collection[str]) -> bool:
@@ -216,7 +255,7 @@ def next_due_at(row: LedgerRow, policy: PacingPolicy) -> datetime | None:
     """When the nudge after ``row.nudges`` may fire, absent progress; None once capped."""
     if row.nudges >= policy.cap:
         return None
-    return row.last_nudged_at + policy.delay_before(row.nudges + 1)
+    return later(row.last_nudged_at, policy.delay_before(row.nudges + 1))
 
 
 def is_due(pair: PairState, row: LedgerRow | None, now: datetime, policy: PacingPolicy) -> bool:

@@ -17,13 +17,14 @@ from ._decide import (
     Wait,
     decide,
     effective_nudges,
+    later,
     made_progress,
     next_due_at,
 )
 from ._policy import PacingPolicy
 from ._values import QUARANTINE_QUEUE, LedgerRow, PairState
 
-__all__ = ["PairStatus", "Verdict", "pair_status"]
+__all__ = ["PairStatus", "Unreadable", "Verdict", "pair_status"]
 
 
 class Verdict(enum.Enum):
@@ -38,6 +39,21 @@ class Verdict(enum.Enum):
     UNGATED = "ungated"  # only unverified deliveries pending: pull only
     QUARANTINE = "quarantine"  # held deliveries: never nudged
     DRAINED = "drained"  # no gated pending work; a leftover row goes next tick
+    UNREADABLE = "unreadable"  # gated work, all created at instants the sweep cannot read
+
+
+@attrs.frozen(kw_only=True)
+class Unreadable:
+    """A host value of a pair the sweep cannot read (``stall_core.readable``): a person's to fix.
+
+    The todo holding it, the column (``created_at`` of a pending todo: not
+    work; ``claimed_at`` of any: not progress) and the value as PostgreSQL
+    prints it (``-infinity``, ``0001-01-01 00:00:00+00 BC``; ``NULL``).
+    """
+
+    todo_id: str
+    column: str
+    value: str
 
 
 @attrs.frozen(kw_only=True)
@@ -61,6 +77,8 @@ class PairStatus:
     hooks_disabled: int = 0
     #: The todo the last nudge named (None: no ledger row, or one an older build charged).
     named_todo: str | None = None
+    #: A host value of the pair the sweep cannot read (None: every one is readable).
+    unreadable: Unreadable | None = None
 
 
 def pair_status(
@@ -73,12 +91,20 @@ def pair_status(
     policy: PacingPolicy,
     hook_failures: int = 0,
     hooks_disabled: int = 0,
+    unreadable: Unreadable | None = None,
 ) -> PairStatus:
-    """The verdict the sweep's own ``decide`` gives this pair at ``now``."""
+    """The verdict the sweep's own ``decide`` gives this pair at ``now``.
+
+    Sendable pending todos none of which is work (``pair.oldest`` is None),
+    with a value the sweep cannot read (``unreadable``), are ``UNREADABLE``:
+    only a person can fix them.
+    """
     decision = decide(pair, row, now, policy)
     if isinstance(decision, Reset):  # the row keeps the progress; the verdict is the reason
         decision = Idle(reason=decision.reason)
     next_due: datetime | None = None
+    # Sendable todos pending, none of them work, and a value the sweep cannot read.
+    unread = bool(pending_gated and unreadable and pair.queue != QUARANTINE_QUEUE)
     match decision:
         case Charge():
             verdict, next_due = Verdict.DUE, now
@@ -87,12 +113,12 @@ def pair_status(
         case Capped():
             verdict = Verdict.CAPPED
         case Drain():
-            verdict = Verdict.DRAINED
+            verdict = Verdict.UNREADABLE if unread else Verdict.DRAINED
         case Idle(reason=IdleReason.FRESH):
             verdict = Verdict.FRESH
             assert pair.oldest is not None  # FRESH needs gated work
             # Not before: the first tick strictly after the threshold, or the backoff if later.
-            next_due = pair.oldest.created_at + policy.threshold
+            next_due = later(pair.oldest.created_at, policy.threshold)
             if row is not None and not made_progress(pair, row):
                 backoff = next_due_at(row, policy)
                 next_due = None if backoff is None else max(next_due, backoff)
@@ -103,6 +129,8 @@ def pair_status(
         case Idle():
             if pair.queue == QUARANTINE_QUEUE:
                 verdict = Verdict.QUARANTINE
+            elif unread:
+                verdict = Verdict.UNREADABLE
             elif pending_ungated:
                 verdict = Verdict.UNGATED
             else:
@@ -120,4 +148,5 @@ def pair_status(
         hook_failures=hook_failures,
         hooks_disabled=hooks_disabled,
         named_todo=None if row is None else row.named_todo,
+        unreadable=unreadable,
     )

@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from stall_core import PacingPolicy, PairStatus, Verdict
+from stall_core import PacingPolicy, PairStatus, Verdict, printable
 
-from ._text import age, until
+from ._text import age, line, until
 
-__all__ = ["by_urgency", "counts_and_times", "hook_trouble", "needs_person"]
+__all__ = ["by_urgency", "counts_and_times", "hook_trouble", "needs_person", "unreadable_note"]
 
 #: After the pairs that need a person or have a failing hook, in this order.
 _VERDICT_ORDER = (
     Verdict.DUE,
     Verdict.BACKING_OFF,
     Verdict.CAPPED,
+    Verdict.UNREADABLE,
     Verdict.FRESH,
     Verdict.NO_RECEIVER,
     Verdict.ENDPOINT_INACTIVE,
@@ -45,9 +46,11 @@ def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
     sweep is nudging into a receiver whose last delivery failed every
     attempt: a dead receiver shows at once, not only once failures have
     disabled its hook. Fresh work does not count yet: a hook, a resume or a
-    retry may come in time.
+    retry may come in time. And a host value the sweep cannot read
+    (``PairStatus.unreadable``): a todo it never nudges for, a claim it
+    never counts, until a person fixes the value.
     """
-    if pair.verdict is Verdict.CAPPED:
+    if pair.verdict in {Verdict.CAPPED, Verdict.UNREADABLE} or pair.unreadable is not None:
         return True
     if pair.oldest_age is None or pair.oldest_age <= policy.threshold:
         return False
@@ -70,3 +73,20 @@ def by_urgency(pairs: Iterable[PairStatus], policy: PacingPolicy) -> list[PairSt
         return first, _VERDICT_ORDER.index(pair.verdict), -age, pair.endpoint_id, pair.queue
 
     return sorted(pairs, key=rank)
+
+
+def unreadable_note(pair: PairStatus) -> str | None:
+    """The pair's value the sweep cannot read, for a person, escaped; None when there is none.
+
+    Names and the value are a sender's or a host's: each is escaped and cut
+    (``printable``), and the line too (``line``).
+    """
+    odd = pair.unreadable
+    if odd is None:
+        return None
+    what = "not work" if odd.column == "created_at" else "not progress"
+    return line(
+        f"{printable(pair.endpoint_id)}/{printable(pair.queue)}: todo {printable(odd.todo_id)} "
+        f"has {odd.column} {printable(odd.value)}, which the sweep cannot read ({what}): "
+        "fix it on the host"
+    )

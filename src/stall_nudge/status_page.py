@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from stall_core import PacingPolicy, PairStatus, format_seconds, printable, printable_text
 
-from ._pairs import by_urgency, counts_and_times, hook_trouble, needs_person
+from ._pairs import by_urgency, counts_and_times, hook_trouble, needs_person, unreadable_note
 from ._tally import Health
 
 __all__ = ["CONTENT_SECURITY_POLICY", "ROW_LIMIT", "render_page"]
@@ -157,6 +157,11 @@ def render_page(
         lines.append("</tr></thead><tbody>")
         lines.extend(_row(pair, now, policy) for pair in shown)
         lines.append("</tbody></table>")
+        lines.extend(
+            f"<p>{html.escape(note, quote=True)}</p>"
+            for note in map(unreadable_note, shown)
+            if note is not None
+        )
         if rest > 0:
             lines.append(
                 f"<p>{rest} more pairs, less urgent, not shown "

@@ -64,7 +64,7 @@ SELECT 'function ' || p.oid::regprocedure
  WHERE n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
 UNION ALL
 SELECT 'membership ' || roleid::regrole || ' ' || member::regrole FROM pg_auth_members
- WHERE member::regrole::text LIKE 'stall\\_dba\\_%'
+ WHERE member::regrole::text = ANY ($1::text[])
 UNION ALL SELECT 'todo ' || t::text FROM sb.todos t
 UNION ALL SELECT 'hook ' || h::text FROM sb.notify_hooks h
 UNION ALL SELECT 'endpoint ' || e::text FROM sb.endpoints e
@@ -138,7 +138,8 @@ async def _dba(pg_server: str, database: str) -> AsyncIterator[Dba]:
             await conn.execute("RESET ROLE; RESET search_path")
             await conn.execute(
                 f'GRANT "{readers}" TO "{sweeper}"; GRANT "{owner}" TO "{migrator}";'
-                f' GRANT CREATE ON DATABASE "{database.rpartition("/")[2]}" TO "{migrator}"'
+                f' GRANT CREATE ON DATABASE "{await conn.fetchval("SELECT current_database()")}"'
+                f' TO "{migrator}"'
             )
         finally:
             await conn.close()
@@ -147,10 +148,11 @@ async def _dba(pg_server: str, database: str) -> AsyncIterator[Dba]:
         )
 
 
-async def footprint(dsn: str) -> list[str]:
-    conn = await asyncpg.connect(dsn)
+async def footprint(dba: Dba) -> list[str]:
+    conn = await asyncpg.connect(dba.dsn)
+    roles = [dba.owner, dba.app, dba.readers, dba.sweeper, dba.migrator]
     try:
-        return sorted(r[0] for r in await conn.fetch(FOOTPRINT))
+        return sorted(r[0] for r in await conn.fetch(FOOTPRINT, roles))
     finally:
         await conn.close()
 
@@ -163,7 +165,7 @@ async def test_install_grant_sweep_and_uninstall_leave_the_host_as_it_was(dba: D
         await stalled_queue(PostgresDriver(host, clock))
     finally:
         await host.close()
-    before = await footprint(dba.dsn)
+    before = await footprint(dba)
     said: list[str] = []
     migrator = await asyncpg.connect(dba.as_role(dba.migrator))
     try:
@@ -193,7 +195,7 @@ async def test_install_grant_sweep_and_uninstall_leave_the_host_as_it_was(dba: D
         await uninstall(migrator)
     finally:
         await migrator.close()
-    after = await footprint(dba.dsn)
+    after = await footprint(dba)
 
     granted = [line for line in said if line.startswith("granted ")]
     on_host = ("on schema sb", *(f'"sb"."{t}"' for t in HOST_TABLES))
@@ -370,7 +372,7 @@ async def test_what_an_attacker_made_first_is_refused_not_adopted(
         conn = await asyncpg.connect(database)
         try:
             await conn.execute(host_schema_sql())
-            target = grant.format(db=database.rpartition("/")[2])
+            target = grant.format(db=f'"{await conn.fetchval("SELECT current_database()")}"')
             await conn.execute(f'GRANT {target} TO "{attacker}"')
             theirs = await asyncpg.connect(pg.with_user(database, attacker))
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import attrs
 import pytest
@@ -35,6 +35,7 @@ from stall_core import (
     next_due_at,
     next_sweep_in,
     plan_tick,
+    readable,
     refunded_row,
     reset_row,
     starts_over,
@@ -1088,3 +1089,43 @@ def test_the_work_is_the_oldest_pending_todo_ties_by_id_in_code_point_order() ->
 
     assert TodoRef(id="B", created_at=early) == work_of(todos)
     assert work_of([]) is None
+
+
+@pytest.mark.parametrize(
+    ("at", "expected"),
+    [
+        (datetime.min.replace(tzinfo=UTC), False),
+        (datetime.min.replace(tzinfo=UTC) + timedelta(microseconds=1), True),
+        (T0, True),
+        (datetime.max.replace(tzinfo=UTC) - timedelta(microseconds=1), True),
+        (datetime.max.replace(tzinfo=UTC), False),
+        (datetime(1, 1, 1, 4, tzinfo=timezone(timedelta(hours=5))), False),
+    ],
+)
+def test_readable_excludes_the_ends_a_driver_writes_as_infinities(
+    at: datetime, expected: bool
+) -> None:
+    """The two ends of a Python datetime's range stand for the infinities: not readable."""
+    assert expected == readable(at)
+
+
+def test_work_is_the_oldest_todo_created_at_a_readable_instant() -> None:
+    """A todo created at an end of the range is not work; the next oldest is."""
+    first = datetime.min.replace(tzinfo=UTC)
+    todos = [TodoRef(id="odd", created_at=first), TodoRef(id="ok", created_at=T0)]
+
+    assert TodoRef(id="ok", created_at=T0) == work_of(todos)
+
+
+def test_latest_claim_skips_a_claim_stamped_at_an_end_of_the_range() -> None:
+    """A claim stamped at an end of the range is not read; the latest readable one is."""
+    last = datetime.max.replace(tzinfo=UTC)
+
+    assert T0 == latest_claim([T0, last, None])
+
+
+def test_next_due_at_past_the_range_is_its_last_instant() -> None:
+    """A backoff that would end past year 9999 ends at the range's last instant, never raises."""
+    late = datetime(9999, 12, 31, 23, 58, tzinfo=UTC)
+
+    assert datetime.max.replace(tzinfo=UTC) == next_due_at(row(1, late), POLICY)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,6 +11,7 @@ from stall_core import (
     PacingPolicy,
     PairState,
     TodoRef,
+    Unreadable,
     Verdict,
     pair_status,
 )
@@ -249,3 +250,34 @@ def test_fresh_work_behind_a_backoff_is_due_at_the_later_time() -> None:
     )
 
     assert (Verdict.FRESH, T0 + minutes(13)) == (status.verdict, status.next_due_at)
+
+
+ODD = Unreadable(todo_id="t9", column="created_at", value="-infinity")
+
+
+@pytest.mark.parametrize("ledger", [None, row(2, T0)])
+def test_sendable_work_none_of_it_readable_is_unreadable(ledger: LedgerRow | None) -> None:
+    """Sendable todos with no work among them and a value the sweep cannot read: 'unreadable'."""
+    status = pair_status(
+        pair(oldest_at=None), ledger, **COUNTS, now=T0, policy=POLICY, unreadable=ODD
+    )
+
+    assert (Verdict.UNREADABLE, ODD) == (status.verdict, status.unreadable)
+
+
+def test_an_unreadable_value_beside_readable_work_keeps_the_verdict() -> None:
+    """A pair with readable work is judged on it; the value it cannot read is shown beside."""
+    status = pair_status(pair(), None, **COUNTS, now=T0 + minutes(3), policy=POLICY, unreadable=ODD)
+
+    assert (Verdict.DUE, ODD) == (status.verdict, status.unreadable)
+
+
+def test_fresh_work_at_the_end_of_the_range_is_due_at_its_last_instant() -> None:
+    """Work created just before year 10000 is fresh, due at the range's last instant."""
+    late = datetime(9999, 12, 31, 23, 59, tzinfo=UTC)
+    status = pair_status(pair(oldest_at=late), None, **COUNTS, now=T0, policy=POLICY)
+
+    assert (Verdict.FRESH, datetime.max.replace(tzinfo=UTC)) == (
+        status.verdict,
+        status.next_due_at,
+    )

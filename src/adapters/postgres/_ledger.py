@@ -28,6 +28,7 @@ from stall_core import (
     PairState,
     PairStatus,
     TodoRef,
+    Unreadable,
     aware,
     format_duration,
     format_seconds,
@@ -97,7 +98,7 @@ TICKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tick_full", ("find_every_pair", "judge", "report")),
     ("tick_changed", ("find_changed", "changed_pairs")),
     ("tick_judge", ("find_given", "judge", "report")),
-    ("pair_status", ("find_every_pair", "count_pending", "status")),
+    ("pair_status", ("find_every_pair", "count_pending", "find_unreadable", "status")),
 )
 
 
@@ -414,6 +415,13 @@ class PostgresLedger:
                 policy=policy,
                 hook_failures=r["hook_failures"],
                 hooks_disabled=r["hooks_disabled"],
+                unreadable=None
+                if r["unreadable_todo"] is None
+                else Unreadable(
+                    todo_id=r["unreadable_todo"],
+                    column=r["unreadable_column"],
+                    value=r["unreadable_value"],
+                ),
             )
             for r in rows
         ]

@@ -61,18 +61,29 @@
 (md5({row}.endpoint_id) = md5({endpoint_id}::text) AND md5({row}.queue) = md5({queue})
  AND {row}.endpoint_id = {endpoint_id}::text AND {row}.queue = {queue})
 
+-- rule: readable(at)
+-- mirrors stall_core.readable
+-- An instant every reader judges alike: strictly between the ends of a Python datetime's
+-- range (years 1 to 9999, UTC), which asyncpg writes as -infinity and infinity. Not
+-- -infinity, infinity, a year BC or past 9999; NULL for NULL, which a WHERE or a CASE
+-- reads as not readable. A todo created at another instant is not work, a claim stamped
+-- with one is not progress; status shows both (docs/host-schema.md).
+({at} > '0001-01-01 00:00:00+00'::timestamptz
+ AND {at} < '9999-12-31 23:59:59.999999+00'::timestamptz)
+
 -- rule: oldest_work(key, endpoint_id, queue, quarantine)
 -- mirrors stall_core.work_of
--- The pair's work: its oldest pending todo past the sender gate, ties broken by id in
--- code point order, none in the quarantine queue: its id as text, and created_at. One
--- descent of the pending index, on the side its names' length picks.
+-- The pair's work: its oldest pending todo past the sender gate created at a readable
+-- instant, ties broken by id in code point order, none in the quarantine queue: its id as
+-- text, and created_at. One descent of the pending index, on the side its names' length
+-- picks, from the first readable instant.
 SELECT oldest_w.id, oldest_w.created_at
   FROM ((SELECT work_t.id::text AS id, work_t.created_at
            FROM @todos work_t
           WHERE {queue} <> {quarantine} AND {{short_pair({endpoint_id}, {queue})}}
             AND work_t.endpoint_id = {key} AND work_t.queue = {queue}
             AND work_t.state = 'pending' AND {{short_names(work_t)}}
-            AND {{passes_gate(work_t)}}
+            AND {{readable(work_t.created_at)}} AND {{passes_gate(work_t)}}
           ORDER BY work_t.created_at, work_t.id::text COLLATE "C"
           LIMIT 1)
         UNION ALL
@@ -80,7 +91,8 @@ SELECT oldest_w.id, oldest_w.created_at
            FROM @todos long_t
           WHERE {queue} <> {quarantine} AND NOT {{short_pair({endpoint_id}, {queue})}}
             AND {{long_pair(long_t, {endpoint_id}, {queue})}}
-            AND long_t.state = 'pending' AND {{passes_gate(long_t)}}
+            AND long_t.state = 'pending' AND {{readable(long_t.created_at)}}
+            AND {{passes_gate(long_t)}}
           ORDER BY long_t.created_at, long_t.id::text COLLATE "C"
           LIMIT 1)) oldest_w
 
@@ -97,18 +109,19 @@ SELECT o.id, o.created_at
 
 -- rule: latest_claim(key, endpoint_id, queue)
 -- mirrors stall_core.latest_claim
--- The latest claimed_at of any todo of the pair, or NULL: one backward descent of the
--- claimed index, on the side its names' length picks.
+-- The latest readable claimed_at of any todo of the pair, or NULL: one backward descent
+-- of the claimed index, on the side its names' length picks, from the last readable instant.
 coalesce((SELECT claimed_t.claimed_at FROM @todos claimed_t
            WHERE {{short_pair({endpoint_id}, {queue})}}
              AND claimed_t.endpoint_id = {key} AND claimed_t.queue = {queue}
              AND claimed_t.claimed_at IS NOT NULL AND {{short_names(claimed_t)}}
+             AND {{readable(claimed_t.claimed_at)}}
            ORDER BY claimed_t.claimed_at DESC
            LIMIT 1),
          (SELECT claimed_l.claimed_at FROM @todos claimed_l
            WHERE NOT {{short_pair({endpoint_id}, {queue})}}
              AND {{long_pair(claimed_l, {endpoint_id}, {queue})}}
-             AND claimed_l.claimed_at IS NOT NULL
+             AND claimed_l.claimed_at IS NOT NULL AND {{readable(claimed_l.claimed_at)}}
            ORDER BY claimed_l.claimed_at DESC
            LIMIT 1))
 

@@ -38,10 +38,11 @@ heads AS (
                           LIMIT 1) n
 ),
 found AS (
-    -- A head is the pair's work when it passes the gate and no other pending todo has
-    -- its instant (ties go by id: an index-only count), and the pair is not quarantined.
+    -- A head is the pair's work when it passes the gate, was created at a readable
+    -- instant and no other pending todo has its instant (ties go by id: an index-only
+    -- count), and the pair is not quarantined.
     SELECT h.endpoint_id::text AS endpoint_id, h.queue, h.endpoint_id AS key,
-           CASE WHEN {{passes_gate(h)}}
+           CASE WHEN {{passes_gate(h)}} AND {{readable(h.created_at)}}
                      AND (SELECT count(*)
                             FROM (SELECT 1 FROM @todos x
                                    WHERE x.endpoint_id = h.endpoint_id AND x.queue = h.queue
@@ -75,16 +76,18 @@ found AS (
 -- Defines claimed, requeued, arrived and changed.
 claimed AS (
     -- Claims stamped since the watermark that are progress to a row (stall_core.
-    -- made_progress: stamped after its last nudge, none kept yet).
+    -- made_progress: stamped after its last nudge, none kept yet; readable, so a claim
+    -- stamped infinity is not found by every delta).
     SELECT c.endpoint_id, c.queue, c.claimed_at FROM @todos c
-     WHERE c.claimed_at > $7
+     WHERE c.claimed_at > $7 AND {{readable(c.claimed_at)}}
      LIMIT $9
 ),
 requeued AS (
     -- Todos given back since the last full pass ($8, less the lookback): work again. A
-    -- host that clears claimed_at when it requeues waits for the full pass.
+    -- host that clears claimed_at when it requeues, or stamps it with an instant that is
+    -- not readable (then found again by every delta), waits for the full pass.
     SELECT q.endpoint_id, q.queue FROM @todos q
-     WHERE q.state = 'pending' AND q.claimed_at > $8
+     WHERE q.state = 'pending' AND q.claimed_at > $8 AND {{readable(q.claimed_at)}}
      LIMIT $9
 ),
 arrived AS (
@@ -306,10 +309,32 @@ counts AS (
      GROUP BY p.endpoint_id, p.queue
 )
 
+-- part: find_unreadable
+-- mirrors stall_core.readable
+-- Each pair's first todo (by id) holding an instant the sweep does not read: a pending
+-- todo's created_at (not work; NULL where a host allows it), else any todo's claimed_at
+-- (not progress), as PostgreSQL prints it. The judge never reads these; status shows
+-- them. Range scans of the arrivals and claim-times indexes. Defines unreadable.
+unreadable AS (
+    SELECT DISTINCT ON (u.endpoint_id, u.queue)
+           u.endpoint_id, u.queue, u.todo_id, u.column_name, u.value
+      FROM (SELECT p.endpoint_id::text AS endpoint_id, p.queue, p.id::text AS todo_id,
+                   'created_at' AS column_name, coalesce(p.created_at::text, 'NULL') AS value
+              FROM @todos p
+             WHERE p.state = 'pending'
+               AND (p.created_at IS NULL OR NOT {{readable(p.created_at)}})
+            UNION ALL
+            SELECT c.endpoint_id::text, c.queue, c.id::text, 'claimed_at', c.claimed_at::text
+              FROM @todos c
+             WHERE c.claimed_at IS NOT NULL AND NOT {{readable(c.claimed_at)}}) u
+     ORDER BY u.endpoint_id, u.queue, u.column_name <> 'created_at', u.todo_id COLLATE "C"
+)
+
 -- part: status
 -- "Is my queue drained?": each pair found with the facts its verdict needs (the judging
--- part's rules; stall_core.pair_status turns them into the verdict), and its covering
--- hooks' health. Reads found and counts. $1 is the quarantine queue's name.
+-- part's rules; stall_core.pair_status turns them into the verdict), its covering
+-- hooks' health, and its first value the sweep does not read. Reads found, counts and
+-- unreadable. $1 is the quarantine queue's name.
 SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated, 0) AS ungated,
        w.id AS todo_id, w.created_at, t.title,
        {{endpoint_active(f.key)}} AS endpoint_active,
@@ -318,9 +343,12 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
        r.named_todo IS NOT NULL
        AND NOT {{named_pending(r.named_todo, f.key, f.queue)}} AS named_departed,
        r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at,
-       h.hook_failures, h.hooks_disabled
+       h.hook_failures, h.hooks_disabled,
+       u.todo_id AS unreadable_todo, u.column_name AS unreadable_column,
+       u.value AS unreadable_value
   FROM found f
   LEFT JOIN counts n ON n.endpoint_id = f.endpoint_id AND n.queue = f.queue
+  LEFT JOIN unreadable u ON u.endpoint_id = f.endpoint_id AND u.queue = f.queue
   LEFT JOIN LATERAL ({{pair_work(f.head, f.head_at, f.key, f.endpoint_id, f.queue, $1)}}) w
     ON true
   LEFT JOIN @todos t ON t.id = {{todo_key(w.id)}}

@@ -39,9 +39,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help=f"exit {ATTENTION} when a pair needs a person (capped; no receiver or an "
-        "inactive endpoint; or a receiver failing its deliveries, with work past the "
-        f"threshold), {OK} otherwise",
+        help=f"exit {ATTENTION} when a pair needs a person (capped; a host value the sweep "
+        "cannot read; no receiver or an inactive endpoint, or a receiver failing its "
+        f"deliveries, with work past the threshold), {OK} otherwise",
     )
     parser.set_defaults(run=run)
 
@@ -133,6 +133,13 @@ def status_json(
                     "hooks_disabled": p.hooks_disabled,
                     "verdict": p.verdict.value,
                     "needs_person": needs_person(p, policy),
+                    "unreadable": None
+                    if p.unreadable is None
+                    else {
+                        "todo_id": p.unreadable.todo_id,
+                        "column": p.unreadable.column,
+                        "value": p.unreadable.value,
+                    },
                 }
                 for p in pairs
             ],
@@ -166,7 +173,7 @@ def render_table(
     were judged by (default: the default policy).
     """
     from stall_core import PacingPolicy, printable
-    from stall_nudge._pairs import counts_and_times, needs_person
+    from stall_nudge._pairs import counts_and_times, needs_person, unreadable_note
 
     if not pairs:
         return ["no pending work and no ledger rows: every queue is drained"]
@@ -190,6 +197,8 @@ def render_table(
         f"{mark} " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
         for mark, r in zip([" ", *marks], [_HEADER, *rows], strict=True)
     ]
+    notes = [unreadable_note(p) for p in pairs]
+    lines.extend(f"{MARK} {note}" for note in notes if note is not None)
     flagged = marks.count(MARK)
     if flagged:
         lines.append(

@@ -122,13 +122,15 @@ heads AS (
                           LIMIT 1) n
 ),
 found AS (
-    -- A head is the pair's work when it passes the gate and no other pending todo has
-    -- its instant (ties go by id: an index-only count), and the pair is not quarantined.
+    -- A head is the pair's work when it passes the gate, was created at a readable
+    -- instant and no other pending todo has its instant (ties go by id: an index-only
+    -- count), and the pair is not quarantined.
     SELECT h.endpoint_id::text AS endpoint_id, h.queue, h.endpoint_id AS key,
            CASE WHEN (h.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = h.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
-                      WHERE gate_u.id = h.delivery_id AND NOT gate_u.verified)))
+                      WHERE gate_u.id = h.delivery_id AND NOT gate_u.verified))) AND (h.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND h.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
                      AND (SELECT count(*)
                             FROM (SELECT 1 FROM @todos x
                                    WHERE x.endpoint_id = h.endpoint_id AND x.queue = h.queue
@@ -172,7 +174,8 @@ SELECT o.id, o.created_at
           WHERE f.queue <> $6 AND (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
             AND work_t.endpoint_id = f.key AND work_t.queue = f.queue
             AND work_t.state = 'pending' AND (octet_length(work_t.endpoint_id::text) + octet_length(work_t.queue) <= 2000)
-            AND (work_t.delivery_id IS NULL
+            AND (work_t.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND work_t.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz) AND (work_t.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = work_t.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = work_t.delivery_id AND NOT gate_u.verified)))
@@ -185,7 +188,9 @@ SELECT o.id, o.created_at
             AND (md5(long_t.endpoint_id::text) = md5(f.endpoint_id::text) AND md5(long_t.queue) = md5(f.queue)
  AND long_t.endpoint_id::text = f.endpoint_id::text AND long_t.queue = f.queue
  AND NOT (octet_length(long_t.endpoint_id::text) + octet_length(long_t.queue) <= 2000))
-            AND long_t.state = 'pending' AND (long_t.delivery_id IS NULL
+            AND long_t.state = 'pending' AND (long_t.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND long_t.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
+            AND (long_t.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = long_t.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = long_t.delivery_id AND NOT gate_u.verified)))
@@ -211,6 +216,8 @@ assessed AS MATERIALIZED (
            WHERE (octet_length(j.endpoint_id::text) + octet_length(j.queue) <= 2000)
              AND claimed_t.endpoint_id = j.key AND claimed_t.queue = j.queue
              AND claimed_t.claimed_at IS NOT NULL AND (octet_length(claimed_t.endpoint_id::text) + octet_length(claimed_t.queue) <= 2000)
+             AND (claimed_t.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND claimed_t.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
            ORDER BY claimed_t.claimed_at DESC
            LIMIT 1),
          (SELECT claimed_l.claimed_at FROM @todos claimed_l
@@ -218,7 +225,8 @@ assessed AS MATERIALIZED (
              AND (md5(claimed_l.endpoint_id::text) = md5(j.endpoint_id::text) AND md5(claimed_l.queue) = md5(j.queue)
  AND claimed_l.endpoint_id::text = j.endpoint_id::text AND claimed_l.queue = j.queue
  AND NOT (octet_length(claimed_l.endpoint_id::text) + octet_length(claimed_l.queue) <= 2000))
-             AND claimed_l.claimed_at IS NOT NULL
+             AND claimed_l.claimed_at IS NOT NULL AND (claimed_l.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND claimed_l.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
            ORDER BY claimed_l.claimed_at DESC
            LIMIT 1))
                                 END AS latest
@@ -341,16 +349,20 @@ WITH RECURSIVE
 -- Defines claimed, requeued, arrived and changed.
 claimed AS (
     -- Claims stamped since the watermark that are progress to a row (stall_core.
-    -- made_progress: stamped after its last nudge, none kept yet).
+    -- made_progress: stamped after its last nudge, none kept yet; readable, so a claim
+    -- stamped infinity is not found by every delta).
     SELECT c.endpoint_id, c.queue, c.claimed_at FROM @todos c
-     WHERE c.claimed_at > $7
+     WHERE c.claimed_at > $7 AND (c.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND c.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
      LIMIT $9
 ),
 requeued AS (
     -- Todos given back since the last full pass ($8, less the lookback): work again. A
-    -- host that clears claimed_at when it requeues waits for the full pass.
+    -- host that clears claimed_at when it requeues, or stamps it with an instant that is
+    -- not readable (then found again by every delta), waits for the full pass.
     SELECT q.endpoint_id, q.queue FROM @todos q
-     WHERE q.state = 'pending' AND q.claimed_at > $8
+     WHERE q.state = 'pending' AND q.claimed_at > $8 AND (q.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND q.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
      LIMIT $9
 ),
 arrived AS (
@@ -456,7 +468,8 @@ SELECT o.id, o.created_at
           WHERE f.queue <> $6 AND (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
             AND work_t.endpoint_id = f.key AND work_t.queue = f.queue
             AND work_t.state = 'pending' AND (octet_length(work_t.endpoint_id::text) + octet_length(work_t.queue) <= 2000)
-            AND (work_t.delivery_id IS NULL
+            AND (work_t.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND work_t.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz) AND (work_t.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = work_t.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = work_t.delivery_id AND NOT gate_u.verified)))
@@ -469,7 +482,9 @@ SELECT o.id, o.created_at
             AND (md5(long_t.endpoint_id::text) = md5(f.endpoint_id::text) AND md5(long_t.queue) = md5(f.queue)
  AND long_t.endpoint_id::text = f.endpoint_id::text AND long_t.queue = f.queue
  AND NOT (octet_length(long_t.endpoint_id::text) + octet_length(long_t.queue) <= 2000))
-            AND long_t.state = 'pending' AND (long_t.delivery_id IS NULL
+            AND long_t.state = 'pending' AND (long_t.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND long_t.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
+            AND (long_t.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = long_t.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = long_t.delivery_id AND NOT gate_u.verified)))
@@ -495,6 +510,8 @@ assessed AS MATERIALIZED (
            WHERE (octet_length(j.endpoint_id::text) + octet_length(j.queue) <= 2000)
              AND claimed_t.endpoint_id = j.key AND claimed_t.queue = j.queue
              AND claimed_t.claimed_at IS NOT NULL AND (octet_length(claimed_t.endpoint_id::text) + octet_length(claimed_t.queue) <= 2000)
+             AND (claimed_t.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND claimed_t.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
            ORDER BY claimed_t.claimed_at DESC
            LIMIT 1),
          (SELECT claimed_l.claimed_at FROM @todos claimed_l
@@ -502,7 +519,8 @@ assessed AS MATERIALIZED (
              AND (md5(claimed_l.endpoint_id::text) = md5(j.endpoint_id::text) AND md5(claimed_l.queue) = md5(j.queue)
  AND claimed_l.endpoint_id::text = j.endpoint_id::text AND claimed_l.queue = j.queue
  AND NOT (octet_length(claimed_l.endpoint_id::text) + octet_length(claimed_l.queue) <= 2000))
-             AND claimed_l.claimed_at IS NOT NULL
+             AND claimed_l.claimed_at IS NOT NULL AND (claimed_l.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND claimed_l.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
            ORDER BY claimed_l.claimed_at DESC
            LIMIT 1))
                                 END AS latest
@@ -613,7 +631,7 @@ SELECT 'judged', NULL, NULL, (SELECT count(*) FROM judged)::int, NULL, NULL, NUL
 ORDER BY 1, 9
 
 -- statement: pair_status
--- pair_status: find_every_pair + count_pending + status
+-- pair_status: find_every_pair + count_pending + find_unreadable + status
 WITH RECURSIVE
 -- The full pass: every pair with a pending todo, a ledger row or a held entry. Its cost
 -- follows pairs, not todos: a skip scan of the pending index, each step one descent to
@@ -636,13 +654,15 @@ heads AS (
                           LIMIT 1) n
 ),
 found AS (
-    -- A head is the pair's work when it passes the gate and no other pending todo has
-    -- its instant (ties go by id: an index-only count), and the pair is not quarantined.
+    -- A head is the pair's work when it passes the gate, was created at a readable
+    -- instant and no other pending todo has its instant (ties go by id: an index-only
+    -- count), and the pair is not quarantined.
     SELECT h.endpoint_id::text AS endpoint_id, h.queue, h.endpoint_id AS key,
            CASE WHEN (h.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = h.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
-                      WHERE gate_u.id = h.delivery_id AND NOT gate_u.verified)))
+                      WHERE gate_u.id = h.delivery_id AND NOT gate_u.verified))) AND (h.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND h.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
                      AND (SELECT count(*)
                             FROM (SELECT 1 FROM @todos x
                                    WHERE x.endpoint_id = h.endpoint_id AND x.queue = h.queue
@@ -679,10 +699,32 @@ counts AS (
       FROM @todos p
      WHERE p.state = 'pending'
      GROUP BY p.endpoint_id, p.queue
+),
+-- mirrors stall_core.readable
+-- Each pair's first todo (by id) holding an instant the sweep does not read: a pending
+-- todo's created_at (not work; NULL where a host allows it), else any todo's claimed_at
+-- (not progress), as PostgreSQL prints it. The judge never reads these; status shows
+-- them. Range scans of the arrivals and claim-times indexes. Defines unreadable.
+unreadable AS (
+    SELECT DISTINCT ON (u.endpoint_id, u.queue)
+           u.endpoint_id, u.queue, u.todo_id, u.column_name, u.value
+      FROM (SELECT p.endpoint_id::text AS endpoint_id, p.queue, p.id::text AS todo_id,
+                   'created_at' AS column_name, coalesce(p.created_at::text, 'NULL') AS value
+              FROM @todos p
+             WHERE p.state = 'pending'
+               AND (p.created_at IS NULL OR NOT (p.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND p.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz))
+            UNION ALL
+            SELECT c.endpoint_id::text, c.queue, c.id::text, 'claimed_at', c.claimed_at::text
+              FROM @todos c
+             WHERE c.claimed_at IS NOT NULL AND NOT (c.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND c.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)) u
+     ORDER BY u.endpoint_id, u.queue, u.column_name <> 'created_at', u.todo_id COLLATE "C"
 )
 -- "Is my queue drained?": each pair found with the facts its verdict needs (the judging
--- part's rules; stall_core.pair_status turns them into the verdict), and its covering
--- hooks' health. Reads found and counts. $1 is the quarantine queue's name.
+-- part's rules; stall_core.pair_status turns them into the verdict), its covering
+-- hooks' health, and its first value the sweep does not read. Reads found, counts and
+-- unreadable. $1 is the quarantine queue's name.
 SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated, 0) AS ungated,
        w.id AS todo_id, w.created_at, t.title,
        EXISTS (SELECT 1 FROM @endpoints active_e WHERE active_e.id = f.key AND active_e.state = 'active') AS endpoint_active,
@@ -692,6 +734,8 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
            WHERE (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
              AND claimed_t.endpoint_id = f.key AND claimed_t.queue = f.queue
              AND claimed_t.claimed_at IS NOT NULL AND (octet_length(claimed_t.endpoint_id::text) + octet_length(claimed_t.queue) <= 2000)
+             AND (claimed_t.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND claimed_t.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
            ORDER BY claimed_t.claimed_at DESC
            LIMIT 1),
          (SELECT claimed_l.claimed_at FROM @todos claimed_l
@@ -699,7 +743,8 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
              AND (md5(claimed_l.endpoint_id::text) = md5(f.endpoint_id::text) AND md5(claimed_l.queue) = md5(f.queue)
  AND claimed_l.endpoint_id::text = f.endpoint_id::text AND claimed_l.queue = f.queue
  AND NOT (octet_length(claimed_l.endpoint_id::text) + octet_length(claimed_l.queue) <= 2000))
-             AND claimed_l.claimed_at IS NOT NULL
+             AND claimed_l.claimed_at IS NOT NULL AND (claimed_l.claimed_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND claimed_l.claimed_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
            ORDER BY claimed_l.claimed_at DESC
            LIMIT 1)) AS latest_claim,
        r.named_todo IS NOT NULL
@@ -707,9 +752,12 @@ SELECT f.endpoint_id, f.queue, coalesce(n.gated, 0) AS gated, coalesce(n.ungated
          WHERE named_t.id = (json_populate_record(NULL::@todos, json_build_object('id', r.named_todo::text))).id AND named_t.state = 'pending'
            AND named_t.endpoint_id = f.key AND named_t.queue = f.queue) AS named_departed,
        r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at,
-       h.hook_failures, h.hooks_disabled
+       h.hook_failures, h.hooks_disabled,
+       u.todo_id AS unreadable_todo, u.column_name AS unreadable_column,
+       u.value AS unreadable_value
   FROM found f
   LEFT JOIN counts n ON n.endpoint_id = f.endpoint_id AND n.queue = f.queue
+  LEFT JOIN unreadable u ON u.endpoint_id = f.endpoint_id AND u.queue = f.queue
   LEFT JOIN LATERAL (SELECT f.head AS id, f.head_at AS created_at
  WHERE f.head IS NOT NULL AND f.queue <> $1
 UNION ALL
@@ -720,7 +768,8 @@ SELECT o.id, o.created_at
           WHERE f.queue <> $1 AND (octet_length(f.endpoint_id::text) + octet_length(f.queue) <= 2000)
             AND work_t.endpoint_id = f.key AND work_t.queue = f.queue
             AND work_t.state = 'pending' AND (octet_length(work_t.endpoint_id::text) + octet_length(work_t.queue) <= 2000)
-            AND (work_t.delivery_id IS NULL
+            AND (work_t.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND work_t.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz) AND (work_t.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = work_t.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = work_t.delivery_id AND NOT gate_u.verified)))
@@ -733,7 +782,9 @@ SELECT o.id, o.created_at
             AND (md5(long_t.endpoint_id::text) = md5(f.endpoint_id::text) AND md5(long_t.queue) = md5(f.queue)
  AND long_t.endpoint_id::text = f.endpoint_id::text AND long_t.queue = f.queue
  AND NOT (octet_length(long_t.endpoint_id::text) + octet_length(long_t.queue) <= 2000))
-            AND long_t.state = 'pending' AND (long_t.delivery_id IS NULL
+            AND long_t.state = 'pending' AND (long_t.created_at > '0001-01-01 00:00:00+00'::timestamptz
+ AND long_t.created_at < '9999-12-31 23:59:59.999999+00'::timestamptz)
+            AND (long_t.delivery_id IS NULL
  OR (EXISTS (SELECT 1 FROM @deliveries gate_d WHERE gate_d.id = long_t.delivery_id)
      AND NOT EXISTS (SELECT 1 FROM @deliveries gate_u
                       WHERE gate_u.id = long_t.delivery_id AND NOT gate_u.verified)))
