@@ -1,9 +1,10 @@
 -- Queries of `stall-nudge migrate`, loaded by adapters/postgres/sql.py: the catalog
 -- reads that plan a migration, a check and an uninstall. What a plan runs is in
 -- migrations/ (numbered, each applied once), host_indexes.sql, and the statements
--- adapters.postgres._plan, _steps, _grants and _uninstall write from these reads. Those up to host_schema run under
--- the caller's search_path, so every name in them is qualified; migrate then resolves
--- names in pg_catalog alone for the rest of its session.
+-- adapters.postgres._plan, _steps, _grants and _uninstall write from these reads. Those
+-- the start-up check sends (host_schemas to record_readable, has_privileges) may run
+-- under the caller's search_path, so every name in them is qualified; migrate resolves
+-- names in pg_catalog alone for the whole of its session.
 
 -- name: lock
 -- Serialise concurrent migrations until this session lets go (index builds run outside any transaction): true when taken. A migration waiting in pg_advisory_lock would hold a snapshot that the other's CREATE INDEX CONCURRENTLY waits for: a deadlock. So it tries, and tries again.
@@ -71,17 +72,6 @@ SELECT EXISTS (
        AND NOT a.attisdropped
        AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
        AND pg_catalog.has_table_privilege(c.oid, 'SELECT'));
-
--- name: host_tables
--- Which of the host's tables $2 exist in schema $1.
--- It runs under the caller's search_path, so every name is qualified, and it takes and
--- returns text alone (a type asyncpg had to look up would run its own unqualified query).
-SELECT c.relname::pg_catalog.text AS name
-  FROM pg_catalog.pg_class c
-  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
- WHERE n.nspname::pg_catalog.text OPERATOR(pg_catalog.=) $1::pg_catalog.text
-   AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])
-   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[]);
 
 -- name: applied
 -- The migrations this database has applied (none before the first).

@@ -65,17 +65,6 @@ SELECT EXISTS (
        AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
        AND pg_catalog.has_table_privilege(c.oid, 'SELECT'));
 
--- statement: host_tables
--- Which of the host's tables $2 exist in schema $1.
--- It runs under the caller's search_path, so every name is qualified, and it takes and
--- returns text alone (a type asyncpg had to look up would run its own unqualified query).
-SELECT c.relname::pg_catalog.text AS name
-  FROM pg_catalog.pg_class c
-  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
- WHERE n.nspname::pg_catalog.text OPERATOR(pg_catalog.=) $1::pg_catalog.text
-   AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])
-   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[]);
-
 -- statement: applied
 -- The migrations this database has applied (none before the first).
 SELECT version FROM stall_nudge.migrations ORDER BY version;
