@@ -46,7 +46,7 @@ async def check_database(pool: asyncpg.Pool, within: float) -> Installed:
                 await as_guest(conn)
                 recorded = await recorded_schema(conn)
                 missing = await missing_tables(conn, recorded)
-                lacking = await missing_privileges(conn)
+                lacking = await missing_privileges(conn, recorded)
                 schema = None if missing or lacking else await installed(conn)
     except TimeoutError:
         raise StartupError(f"the start-up check timed out after {format_seconds(within)}") from None

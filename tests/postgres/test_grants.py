@@ -20,6 +20,7 @@ from adapters.postgres import (
     migrate,
     missing_privileges,
     plan,
+    recorded_schema,
     uninstall,
 )
 from stall_core import PacingPolicy
@@ -133,7 +134,7 @@ async def test_the_role_sweeps_and_asks_status(dsn: str, role: str) -> None:
         [hook] = await hooks.hooks_covering("ep-1", "lane-l")
         health = await hooks.record_failure(hook.id, at=T0, reason="test", disable_after=10)
         async with sweeper.acquire() as mine:
-            lacking = await missing_privileges(mine)
+            lacking = await missing_privileges(mine, await recorded_schema(mine))
     finally:
         await sweeper.close()
         await host.close()

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from adapters.postgres.sql import queries, quote_ident
 
-from ._catalog import MigrationError, recorded_schema
+from ._catalog import MigrationError
 from ._manifest import SWEEPER_PRIVILEGES, on_host, qualified
 from ._steps import Step, literal
 from ._types import Connection
@@ -84,15 +84,14 @@ async def _lacking(
     return [e for e in asked if e in lacking]
 
 
-async def missing_privileges(conn: Connection) -> list[str]:
+async def missing_privileges(conn: Connection, host_schema: str | None) -> list[str]:
     """What this session's role lacks of a sweeping role's privileges, one line each.
 
     USAGE on a schema comes first, alone: a table in a schema the role may
-    not use cannot even be looked up. The host's schema is the one migrate
-    recorded; before a record (or when this role may not read it) only our
-    schema is asked about.
+    not use cannot even be looked up. ``host_schema`` is the one migrate
+    recorded (``recorded_schema``); without one (no record, or this role may
+    not read it) only our objects are asked about.
     """
-    host_schema = await recorded_schema(conn)
     who: str = await conn.fetchval("SELECT pg_catalog.current_user()")
     entries = [
         e for e in SWEEPER_ENTRIES if host_schema is not None or not _target(e).startswith("@")
