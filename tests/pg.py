@@ -45,29 +45,71 @@ def with_user(dsn: str, user: str) -> str:
 
 
 @asynccontextmanager
+async def roles(
+    server_dsn: str, db_dsn: str, *specs: str, prefix: str = "stall_role"
+) -> AsyncIterator[list[str]]:
+    """Throwaway roles, one ``CREATE ROLE name <spec>`` each: yields their (unique) names.
+
+    On exit it drops what each owns or was granted in ``db_dsn``'s database
+    (so that database must still exist), then the roles themselves.
+    """
+    names = [unique_name(prefix) for _ in specs]
+    server = await asyncpg.connect(server_dsn)
+    try:
+        for name, spec in zip(names, specs, strict=True):
+            await server.execute(f'CREATE ROLE "{name}" {spec}')
+        try:
+            yield names
+        finally:
+            await execute(db_dsn, "".join(f'DROP OWNED BY "{n}" CASCADE;' for n in names))
+            for name in reversed(names):
+                await server.execute(f'DROP ROLE "{name}"')
+    finally:
+        await server.close()
+
+
+@asynccontextmanager
 async def login_role(
     server_dsn: str, db_dsn: str, prefix: str = "stall_role"
 ) -> AsyncIterator[tuple[str, str]]:
-    """A throwaway LOGIN role, granted nothing: yields its (unique) name and ``db_dsn`` as it.
+    """A throwaway LOGIN role, granted nothing: yields its name and ``db_dsn`` as it (``roles``)."""
+    async with roles(server_dsn, db_dsn, "LOGIN", prefix=prefix) as [role]:
+        yield role, with_user(db_dsn, role)
 
-    On exit it drops what the role owns or was granted in ``db_dsn``'s database
-    (so that database must still exist), then the role itself.
-    """
-    role = unique_name(prefix)
-    server = await asyncpg.connect(server_dsn)
+
+async def execute(dsn: str, sql: str) -> None:
+    """Run ``sql`` (one or more statements) on a connection of its own."""
+    conn = await asyncpg.connect(dsn)
     try:
-        await server.execute(f'CREATE ROLE "{role}" LOGIN')
-        try:
-            yield role, with_user(db_dsn, role)
-        finally:
-            conn = await asyncpg.connect(db_dsn)
-            try:
-                await conn.execute(f'DROP OWNED BY "{role}"')
-            finally:
-                await conn.close()
-            await server.execute(f'DROP ROLE "{role}"')
+        await conn.execute(sql)
     finally:
-        await server.close()
+        await conn.close()
+
+
+#: What a role that may CREATE in the host's schema plants for a varchar host: an ``=``,
+#: ``>`` and ``<>`` for varchar, functions shadowing ones our statements call, and tables
+#: named as ours. Every planted function raises: if any ran, its statement fails.
+PLANT = """
+CREATE FUNCTION public.planted(varchar, varchar) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
+CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
+CREATE OPERATOR public.> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
+CREATE OPERATOR public.<> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
+CREATE FUNCTION public.md5(varchar) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
+CREATE FUNCTION public.octet_length(varchar) RETURNS int LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
+CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
+CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
+CREATE FUNCTION public.set_config(text, text, boolean) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
+CREATE TABLE public.held (endpoint_id text, queue text, spent int, created_at timestamptz);
+CREATE TABLE public.sweeps (swept_at timestamptz);
+CREATE TABLE public.settings (host_schema text);
+INSERT INTO public.settings VALUES ('elsewhere');
+"""
 
 
 #: Every schema, relation, function and trigger of ours, by name.
@@ -116,11 +158,14 @@ async def psql_file(dsn: str, sql: str, tmp_path: Path) -> tuple[int | None, byt
 
 
 __all__ = [
+    "PLANT",
     "create_database",
     "drop_database",
+    "execute",
     "login_role",
     "ours",
     "psql_file",
+    "roles",
     "test_server",
     "unique_name",
     "with_database",

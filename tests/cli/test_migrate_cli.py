@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from adapters.postgres import SCHEMA_VERSION, host_schema_sql
@@ -36,16 +35,8 @@ async def _blank_dsn(pg_server: str) -> AsyncIterator[str]:
 @pytest.fixture(name="host_dsn")
 async def _host_dsn(blank_dsn: str) -> str:
     """A database with the reference host tables and nothing of ours."""
-    await execute(blank_dsn, host_schema_sql())
+    await pg.execute(blank_dsn, host_schema_sql())
     return blank_dsn
-
-
-async def execute(dsn: str, sql: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 async def test_check_exits_3_until_migrated_and_when_an_object_is_missing(host_dsn: str) -> None:
@@ -53,7 +44,7 @@ async def test_check_exits_3_until_migrated_and_when_an_object_is_missing(host_d
     before = await cli("migrate", "--dsn", host_dsn, "--check")
     await cli("migrate", "--dsn", host_dsn)
     after = await cli("migrate", "--dsn", host_dsn, "--check")
-    await execute(
+    await pg.execute(
         host_dsn,
         "DROP INDEX stall_nudge_arrivals; DROP TABLE stall_nudge.settings;"
         " UPDATE pg_index SET indisvalid = false"
@@ -131,7 +122,7 @@ async def test_print_sql_after_damage_prints_the_repair_alone(
     """On a damaged install --print-sql builds the missing index and no other object; applied
     by hand, --check accepts the database."""
     await cli("migrate", "--dsn", host_dsn)
-    await execute(host_dsn, "DROP INDEX stall_nudge_hooks")
+    await pg.execute(host_dsn, "DROP INDEX stall_nudge_hooks")
 
     printed = await cli("migrate", "--dsn", host_dsn, "--print-sql")
     applied = await pg.psql_file(host_dsn, printed.out, tmp_path)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -87,29 +86,6 @@ class Dba:
         return pg.with_user(self.dsn, role)
 
 
-@asynccontextmanager
-async def roles(server_dsn: str, db_dsn: str, *specs: str) -> AsyncIterator[list[str]]:
-    """Throwaway roles, each ``CREATE ROLE name <spec>``; dropped with what they own afterwards."""
-    names = [pg.unique_name("stall_dba") for _ in specs]
-    server = await asyncpg.connect(server_dsn)
-    try:
-        for name, spec in zip(names, specs, strict=True):
-            await server.execute(f'CREATE ROLE "{name}" {spec}')
-        try:
-            yield names
-        finally:
-            conn = await asyncpg.connect(db_dsn)
-            try:
-                for name in names:
-                    await conn.execute(f'DROP OWNED BY "{name}" CASCADE')
-            finally:
-                await conn.close()
-            for name in reversed(names):
-                await server.execute(f'DROP ROLE "{name}"')
-    finally:
-        await server.close()
-
-
 @pytest.fixture(name="database")
 async def _database(pg_server: str) -> AsyncIterator[str]:
     """A brand-new, empty database."""
@@ -122,7 +98,9 @@ async def _database(pg_server: str) -> AsyncIterator[str]:
 @pytest.fixture(name="dba")
 async def _dba(pg_server: str, database: str) -> AsyncIterator[Dba]:
     """Switchboard's tables in schema sb as a DBA sets them up, and nothing of ours."""
-    async with roles(pg_server, database, "NOLOGIN", "LOGIN", "NOLOGIN", "LOGIN", "LOGIN") as names:
+    async with pg.roles(
+        pg_server, database, "NOLOGIN", "LOGIN", "NOLOGIN", "LOGIN", "LOGIN", prefix="stall_dba"
+    ) as names:
         owner, app, readers, sweeper, migrator = names
         conn = await asyncpg.connect(database)
         try:
@@ -256,18 +234,6 @@ async def test_grant_refuses_predefined_and_superuser_roles(dba: Dba) -> None:
     assert False is installed
 
 
-#: What a role with CREATE on the host's schema plants for a varchar host (see test_guest).
-PLANT = """
-CREATE FUNCTION public.planted(varchar, varchar) RETURNS boolean LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
-CREATE FUNCTION public.md5(varchar) RETURNS text LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE FUNCTION public.octet_length(varchar) RETURNS int LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-"""
 #: A DBA's psql session with the host's schema before pg_catalog (notices kept quiet).
 HOSTILE_SESSION = "-c search_path=public,pg_catalog -c client_min_messages=warning"
 #: Our objects that depend on anything outside pg_catalog (a planted operator or function).
@@ -288,16 +254,12 @@ async def test_the_printed_scripts_run_by_psql_in_a_hostile_session_build_what_m
     pg_server: str, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--print-sql and --uninstall --print-sql, run by psql with public first, run no plant."""
-    async with roles(pg_server, database, "LOGIN") as [planter]:
+    async with pg.roles(pg_server, database, "LOGIN") as [planter]:
         conn = await asyncpg.connect(database)
         try:
             await conn.execute(host_schema_sql("varchar"))
             await conn.execute(f'GRANT CREATE ON SCHEMA public TO "{planter}"')
-            plants = await asyncpg.connect(pg.with_user(database, planter))
-            try:
-                await plants.execute(PLANT)
-            finally:
-                await plants.close()
+            await pg.execute(pg.with_user(database, planter), pg.PLANT)
             script = (await plan(conn)).sql()
             monkeypatch.setitem(
                 os.environ,
@@ -368,17 +330,13 @@ async def test_what_an_attacker_made_first_is_refused_not_adopted(
     pg_server: str, database: str, grant: str, plant: str, refused: str
 ) -> None:
     """migrate refuses in one line naming the object and its owner; check reports it."""
-    async with roles(pg_server, database, "LOGIN") as [attacker]:
+    async with pg.roles(pg_server, database, "LOGIN") as [attacker]:
         conn = await asyncpg.connect(database)
         try:
             await conn.execute(host_schema_sql())
             target = grant.format(db=f'"{await conn.fetchval("SELECT current_database()")}"')
             await conn.execute(f'GRANT {target} TO "{attacker}"')
-            theirs = await asyncpg.connect(pg.with_user(database, attacker))
-            try:
-                await theirs.execute(plant)
-            finally:
-                await theirs.close()
+            await pg.execute(pg.with_user(database, attacker), plant)
             with pytest.raises(MigrationError) as error:
                 await migrate(conn)
             report = await check(conn)

@@ -28,25 +28,6 @@ pytestmark = pytest.mark.postgres
 
 #: Host first, pg_catalog after it: planted objects would win every tie.
 CARELESS = {"search_path": "public, pg_catalog"}
-PLANT = """
-CREATE FUNCTION public.planted(varchar, varchar) RETURNS boolean LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
-CREATE OPERATOR public.> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
-CREATE OPERATOR public.<> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.planted);
-CREATE FUNCTION public.md5(varchar) RETURNS text LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE FUNCTION public.octet_length(varchar) RETURNS int LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE FUNCTION public.set_config(text, text, boolean) RETURNS text LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'planted code ran'; END $$;
-CREATE TABLE public.held (endpoint_id text, queue text, spent int, created_at timestamptz);
-CREATE TABLE public.sweeps (swept_at timestamptz);
-CREATE TABLE public.settings (host_schema text);
-INSERT INTO public.settings VALUES ('elsewhere');
-"""
 
 
 @pytest.fixture(name="dsn")
@@ -64,11 +45,7 @@ async def _dsn(pg_server: str) -> AsyncIterator[str]:
             await admin.execute(f'GRANT CREATE ON SCHEMA public TO "{planter}"')
         finally:
             await admin.close()
-        plants = await asyncpg.connect(planter_dsn)
-        try:
-            await plants.execute(PLANT)
-        finally:
-            await plants.close()
+        await pg.execute(planter_dsn, pg.PLANT)
         yield dsn
     await pg.drop_database(pg_server, name)
 
