@@ -50,7 +50,7 @@ def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
     (``PairStatus.unreadable``): a todo it never nudges for, a claim it
     never counts, until a person fixes the value.
     """
-    if pair.verdict in {Verdict.CAPPED, Verdict.UNREADABLE} or pair.unreadable is not None:
+    if pair.verdict is Verdict.CAPPED or pair.unreadable is not None:  # UNREADABLE has one
         return True
     if pair.oldest_age is None or pair.oldest_age <= policy.threshold:
         return False
