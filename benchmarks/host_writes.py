@@ -40,7 +40,7 @@ from contextlib import AsyncExitStack
 import asyncpg
 import attrs
 
-from adapters.postgres import host_indexes, host_schema_sql, migrate
+from adapters.postgres import HOST_INDEXES, host_schema_sql, migrate
 from benchmarks._server import run_on_server, server_parser
 from stall_testing import create_database, drop_database, with_database
 
@@ -51,7 +51,7 @@ HOST_CLAIM_INDEX = (
     "CREATE INDEX host_claim_next ON todos (endpoint_id, queue, created_at) WHERE state = 'pending'"
 )
 #: Our indexes on the host's tables, by name (the pending one is the host's own here).
-OURS = tuple(index.name for index in host_indexes() if index.name != "stall_nudge_pending")
+OURS = tuple(index.name for index in HOST_INDEXES if index.name != "stall_nudge_pending")
 #: Variant -> (migrated or not; what is dropped again after migrating).
 VARIANTS: dict[str, tuple[bool, str]] = {
     "bare": (False, ""),

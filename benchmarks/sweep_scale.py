@@ -62,7 +62,6 @@ from adapters.postgres import (
     ledger_statements,
     migrate,
 )
-from adapters.postgres.sql import for_host
 from stall_core import FULL_PASS_INTERVAL, ChargeOutcome, PacingPolicy
 from stall_testing import FakeClock, create_database, drop_database, with_database
 
@@ -117,7 +116,7 @@ LOAD = (
 )
 #: Every pair capped an hour ago, naming its oldest gate-passing todo.
 CAP_ALL = """
-INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at, named_todo)
+INSERT INTO stall_nudge.queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at, named_todo)
 SELECT DISTINCT ON (t.endpoint_id, t.queue) t.endpoint_id::text, t.queue, $1::int,
        $2::timestamptz - interval '1 hour', t.id::text
   FROM todos t JOIN deliveries d ON d.id = t.delivery_id AND d.verified
@@ -147,7 +146,8 @@ judged AS (
            AS progressed
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
-      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = o.endpoint_id::text AND r.queue = o.queue
+      LEFT JOIN stall_nudge.queue_stall_nudges r
+        ON r.endpoint_id = o.endpoint_id::text AND r.queue = o.queue
      WHERE o.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
        AND EXISTS (SELECT 1 FROM notify_hooks h WHERE h.endpoint_id = o.endpoint_id
                       AND h.enabled AND (h.queues IS NULL OR o.queue = ANY (h.queues)))
@@ -286,13 +286,17 @@ def churning(host: asyncpg.Pool, board: Board, rng: random.Random) -> Any:
 
 async def explain(pool: Any, kind: str, now: datetime) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of a full pass, or of a delta's finding, rolled back."""
-    sql = for_host(ledger_statements(), "public")["tick_full" if kind == "full" else "tick_changed"]
-    extra = () if kind == "full" else (now - LOOKBACK, now - FULL_PASS_INTERVAL, DELTA_BOUND)
+    sql = ledger_statements()["judge" if kind == "full" else "find_changed"]
+    extra = (
+        (None, None) if kind == "full" else (now - LOOKBACK, now - FULL_PASS_INTERVAL, DELTA_BOUND)
+    )
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
-            await conn.execute("SELECT set_config('search_path', 'pg_catalog, pg_temp', true)")
+            await conn.execute(
+                "SELECT set_config('search_path', 'pg_catalog, stall_nudge, pg_temp', true)"
+            )
             rows = await conn.fetch(
                 "EXPLAIN (ANALYZE, BUFFERS) " + sql, *charge_due_parameters(now, POLICY), *extra
             )
@@ -348,12 +352,12 @@ async def run_board(
             if show_plan:
                 print(await explain(sweeper, "delta", clock.now))
         if "storm" in parts and not suffix:
-            await host.execute("DELETE FROM queue_stall_nudges")
-            await host.execute("VACUUM (ANALYZE) queue_stall_nudges")
+            await host.execute("DELETE FROM stall_nudge.queue_stall_nudges")
+            await host.execute("VACUUM (ANALYZE) stall_nudge.queue_stall_nudges")
             stormy = PostgresLedger(sweeper, clock=clock)  # a new instance: its first tick is full
             first = await ticking(stormy, clock, 1)
             later = await ticking(stormy, clock, TICKS // 3)
-            charged = await host.fetchval("SELECT count(*) FROM queue_stall_nudges")
+            charged = await host.fetchval("SELECT count(*) FROM stall_nudge.queue_stall_nudges")
             figures["storm_first_tick_ms"] = first.ms[0]
             figures["storm_tick_ms"] = later.median("delta")
             print(

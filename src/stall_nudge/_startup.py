@@ -65,8 +65,8 @@ async def check_database(pool: asyncpg.Pool, within: float) -> Installed:
             f"this role lacks {lacking[0]}{more}: a DBA grants a sweeping role what it needs "
             "with stall-nudge migrate --grant ROLE"
         )
-    ours = [t for t in missing if t not in HOST_TABLES and (recorded or "." in t)]
-    if recorded is None and len(ours) == len(OUR_TABLES) - 1:
+    ours = [t for t in missing if t not in HOST_TABLES]
+    if recorded is None and len(ours) == len(OUR_TABLES):
         raise StartupError(
             "stall-nudge is not installed in this database (run stall-nudge migrate)"
         )

@@ -1,35 +1,27 @@
-"""`stall-nudge sql` prints exactly what the adapter sends, rules expanded, with no database."""
+"""`stall-nudge sql` prints the statements as their files hold them, with no database."""
 
 from __future__ import annotations
 
-from adapters.postgres import readable_statements, shipped_sql
+from adapters.postgres import shipped_sql
 
 from .test_cli import cli
 
 
-async def test_a_named_statement_is_printed_as_built() -> None:
-    """`sql tick_full tick_changed tick_judge` prints each as the ledger builds it."""
-    names = ("tick_full", "tick_changed", "tick_judge")
-    result = await cli("sql", *names)
-
-    built = readable_statements()
-    expected = "".join(f"-- statement: ledger.{name}\n{built[name].rstrip()}\n\n" for name in names)
-    assert (0, expected) == (result.status, result.out)
-
-
-async def test_list_names_every_shipped_statement() -> None:
-    """`sql --list` names each statement of each source, as source.name."""
-    result = await cli("sql", "--list")
+async def test_sql_lists_prints_and_refuses_as_a_maintainer_uses_it() -> None:
+    """--list names every statement; a name prints its source as written; an unknown one exits 2."""
+    listed = await cli("sql", "--list")
+    printed = await cli("sql", "judge", "find_changed")
+    unknown = await cli("sql", "judge", "no_such")
 
     expected = [f"{source}.{name}" for source, named in shipped_sql().items() for name in named]
-    assert (0, expected) == (result.status, result.out.splitlines())
-
-
-async def test_an_unknown_name_is_a_usage_mistake() -> None:
-    """A name no statement has exits 2 with one line naming it."""
-    result = await cli("sql", "tick_full", "no_such")
-
+    assert (0, expected) == (listed.status, listed.out.splitlines())
+    tick = shipped_sql()["tick"]
+    assert (0, f"-- name: tick.find_changed\n{tick['find_changed']}\n\n-- name: tick.judge\n") == (
+        printed.status,
+        printed.out[: printed.out.index("-- name: tick.judge\n") + len("-- name: tick.judge\n")],
+    )
+    assert printed.out.endswith(f"{tick['judge']}\n\n")
     assert (2, "stall-nudge: error: no statement named no_such (stall-nudge sql --list)\n") == (
-        result.status,
-        result.err,
+        unknown.status,
+        unknown.err,
     )

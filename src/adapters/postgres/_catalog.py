@@ -5,30 +5,31 @@ nothing another role creates in the host's schema runs as the migrating
 role. This build's definitions are not text kept beside the code:
 ``this_build`` builds every object again in this session's temporary schema
 (the migrations' ``table_*`` and ``index_*`` steps, and the host indexes
-on empty copies of the host's tables), in a transaction it rolls back, and
+and our views on empty copies of the host's tables), in a transaction it rolls back, and
 the catalog prints both sides the same way, whatever the server version.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
 import attrs
 
-from adapters.postgres.sql import for_host, queries, quote_ident
+from adapters.postgres.sql import queries, quote_ident
 
 from ._manifest import (
+    HOST_INDEXES,
     HOST_TABLES,
     OUR_SCHEMA,
     OUR_TABLES,
+    VIEWS,
     HostIndex,
-    host_indexes,
     migrations,
     names_in_host_schema,
+    view_sql,
 )
 from ._steps import GUEST_PATH
 from ._types import Connection
@@ -176,7 +177,7 @@ class Owned:
 
 async def owners(conn: Connection, host_schema: str | None) -> list[Owned]:
     """Every object under one of our names: our schema and all in it, and (given the host's
-    schema) the ledger and every relation with our prefix there."""
+    schema) every relation with our prefix there."""
     rows = await conn.fetch(_SQL["owners"], host_schema)
     return [Owned(**dict(r)) for r in rows]
 
@@ -216,15 +217,20 @@ async def ownership(conn: Connection, host_schema: str | None) -> tuple[list[str
     """What under our names is not ours to trust, as check reports it, and advice.
 
     Judged as migrate judges it (this role's, a role it is granted, or a
-    superuser's), but by a role that may not migrate (the sweeping role,
-    which owns nothing) relative to our schema's owner: what another role
-    owns beside it is still found.
+    superuser's), but by a sweeping role (which owns nothing, and was given
+    USAGE on our schema by its owner) relative to our schema's owner: what
+    another role owns beside it is still found.
     """
     found = await owners(conn, host_schema)
     schema = next((o for o in found if o.kind == "schema"), None)
     superuser = await conn.fetchval(_SQL["superuser"])
     advice = []
-    if schema is not None and not schema.trusted and not superuser:
+    if (
+        schema is not None
+        and not schema.trusted
+        and not superuser
+        and await conn.fetchval(_SQL["given_our_schema"])
+    ):
         advice.append(
             f"ownership judged against our schema's owner {schema.owner}, not this role: "
             "run check as the migrating role to judge that too"
@@ -306,9 +312,8 @@ async def objects(conn: Connection, ours: int | None, host: int) -> dict[Key, Fo
 
 
 def _scratch_sql(sql: str) -> str:
-    """A definition of ours aimed at the temporary schema instead of ours and the host's."""
-    sql = for_host({"": sql.replace(f"{OUR_SCHEMA}.", "pg_temp.")}, "pg_temp")[""]
-    return re.sub(r"CREATE (UNIQUE )?INDEX CONCURRENTLY", r"CREATE \1INDEX", sql)
+    """A definition of ours aimed at the temporary schema instead of ours."""
+    return sql.replace(f"{OUR_SCHEMA}.", "pg_temp.").replace(" CONCURRENTLY", "")
 
 
 async def this_build(conn: Connection, host_schema: str) -> dict[Key, Found] | None:
@@ -326,8 +331,10 @@ async def this_build(conn: Connection, host_schema: str) -> dict[Key, Found] | N
             for name, sql in migration.steps.items():
                 if name.startswith(("table_", "index_")):
                     await conn.execute(_scratch_sql(sql))
-        for index in host_indexes():
-            await conn.execute(_scratch_sql(index.sql))
+        for index in HOST_INDEXES:
+            await conn.execute(_scratch_sql(index.sql("pg_temp")))
+        for table in VIEWS:
+            await conn.execute(_scratch_sql(view_sql(table, "pg_temp")))
         oid = await conn.fetchval("SELECT pg_catalog.pg_my_temp_schema()")
         return await objects(conn, oid, oid)
     except asyncpg.InsufficientPrivilegeError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 import attrs
 
-from adapters.postgres.sql import expanded, for_host, queries, sendable, statements
+from adapters.postgres.sql import queries
 from stall_core import (
     FULL_PASS_INTERVAL,
     QUARANTINE_QUEUE,
@@ -48,14 +47,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DELTA_BOUND",
     "LOOKBACK",
-    "TICKS",
     "TICK_LOCK_KEY",
     "FleetRecord",
     "PostgresLedger",
     "charge_due_parameters",
     "charge_outcome",
     "ledger_statements",
-    "readable_statements",
 ]
 
 _log = logging.getLogger(__name__)
@@ -92,41 +89,12 @@ def fleet_record(r: asyncpg.Record) -> FleetRecord:
     )
 
 
-#: Each statement built from the parts of tick.sql, by name: the full pass's and the
-#: delta's finding statements, the judging statement both send their pairs to, and status.
-TICKS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tick_full", ("find_every_pair", "judge", "report")),
-    ("tick_changed", ("find_changed", "changed_pairs")),
-    ("tick_judge", ("find_given", "judge", "report")),
-    ("pair_status", ("find_every_pair", "count_pending", "find_unreadable", "status")),
-)
-
-
-def readable_statements() -> Mapping[str, str]:
-    """Every statement the ledger sends, rules expanded and comments kept: what a reviewer reads.
-
-    expanded/ holds them (a test keeps it current) and ``stall-nudge sql`` prints them.
-    """
-    return {
-        **expanded("adapters.postgres", "ledger.sql"),
-        **statements("adapters.postgres", "tick.sql", TICKS),
-    }
-
-
-_SQL = {
-    **queries("adapters.postgres", "ledger.sql"),
-    **sendable(statements("adapters.postgres", "tick.sql", TICKS)),
-}
+_SQL = {**queries("adapters.postgres", "ledger.sql"), **queries("adapters.postgres", "tick.sql")}
 
 
 def ledger_statements() -> Mapping[str, str]:
-    """Every statement the ledger sends, by name, as sent (``@relation`` still unqualified)."""
+    """Every statement the ledger sends, by name, as sent."""
     return _SQL
-
-
-@functools.cache
-def _for_host(schema: str) -> Mapping[str, str]:
-    return for_host(_SQL, schema)
 
 
 #: The advisory lock key of the fleet's tick: b"stallnud" read as a big-endian bigint.
@@ -169,8 +137,8 @@ class PostgresLedger:
     matters. ``clock`` replaces it for tests and the demo, which move time
     by hand. Every call is bounded by ``timeout`` seconds, on the client (a
     black-holed server) and on the server (statement and lock timeouts).
-    Every transaction resolves names in pg_catalog alone and names the
-    host's tables with their schema (``guest``).
+    Every transaction resolves names in pg_catalog and our schema alone,
+    and reads the host's tables through migrate's views of them (``guest``).
 
     ``lock_key`` is the seam for tests of what holds without the fleet's
     lock: an instance given another key sweeps beside the fleet, as an
@@ -225,26 +193,27 @@ class PostgresLedger:
             now = lock["now"] if self._clock is None else aware("clock()", self._clock())
             if not got or swept_recently(lock["swept_at"], now, every):
                 return ChargeOutcome(now=now, skipped=True, swept_at=lock["swept_at"])
-            sql = _host_statements(lock["host_schema"])
+            if lock["host_schema"] is None:
+                raise LedgerError(NOT_MIGRATED)
             parameters = charge_due_parameters(now, policy)
             loop = asyncio.get_running_loop()
             started = loop.time()
-            changed = await self._changed(conn, sql, lock, now, parameters)
+            changed = await self._changed(conn, lock, now, parameters)
             rows = []
             if changed is None:
                 kind = "full"
-                rows = await conn.fetch(sql["tick_full"], *parameters)
+                rows = await conn.fetch(_SQL["judge"], *parameters, None, None)
             elif changed[0]:
                 kind = "delta"
-                await conn.execute(sql["plan_once"])
-                rows = await conn.fetch(sql["tick_judge"], *parameters, *changed)
+                await conn.execute(_SQL["plan_once"])
+                rows = await conn.fetch(_SQL["judge"], *parameters, *changed)
             else:
                 kind = "delta"
             took_ms = (loop.time() - started) * 1000
             outcome = charge_outcome(rows, now, kind)
             interval_ms = None if every is None else every / timedelta(milliseconds=1)
             await conn.execute(
-                _SQL["record_sweep"],
+                _SQL["record_tick"],
                 now,
                 interval_ms,
                 kind,
@@ -259,15 +228,14 @@ class PostgresLedger:
     async def _changed(
         self,
         conn: PooledConnection,
-        sql: Mapping[str, str],
         record: asyncpg.Record,
         now: datetime,
         parameters: tuple[object, ...],
     ) -> tuple[list[str], list[str]] | None:
         """The pairs whose decision can have changed (endpoint ids, queues), or None: a full pass.
 
-        A full pass finds and judges every pair in one statement, so each pair's
-        head is read in the snapshot that judges it.
+        A full pass finds and judges every pair in one statement (``judge``
+        given no pairs), so every pair is found in the snapshot that judges it.
         """
         judged_to: datetime | None = record["judged_to"]
         full_pass_at: datetime | None = record["full_pass_at"]
@@ -281,7 +249,7 @@ class PostgresLedger:
             return None
         bound = max(record["full_pass_pairs"] or 0, DELTA_BOUND)
         found = await conn.fetchrow(
-            sql["tick_changed"],
+            _SQL["find_changed"],
             *parameters,
             judged_to - self._lookback,
             full_pass_at - self._lookback,
@@ -300,12 +268,12 @@ class PostgresLedger:
     async def refund(self, nudge: Nudge) -> bool:
         what = f"refunding {nudge.endpoint_id}/{nudge.queue}"
         async with self._connection(what, transaction=True) as conn:
-            sql = await _guest(conn)
+            await _guest(conn)
             # Wait for the tick lock: a sweep in progress finishes first, and the next
             # one's snapshot sees the refund whole (its compare-and-set then holds).
-            await conn.execute(sql["hold_tick"], self._lock_key)
+            await conn.execute(_SQL["hold_tick"], self._lock_key)
             refunded = await conn.fetchval(
-                sql["refund"],
+                _SQL["refund"],
                 nudge.endpoint_id,
                 nudge.queue,
                 nudge.number,
@@ -372,13 +340,14 @@ class PostgresLedger:
     async def ledger_rows(self) -> Mapping[PairKey, LedgerRow]:
         """Every ledger row, keyed by pair."""
         async with self._connection("reading the ledger") as conn:
-            rows = await conn.fetch((await _guest(conn))["ledger_rows"])
+            await _guest(conn)
+            rows = await conn.fetch(_SQL["ledger_rows"])
         return {(r["endpoint_id"], r["queue"]): _ledger_row(r) for r in rows}
 
     async def fleet(self) -> FleetRecord:
         """The fleet's sweep record, as status shows it."""
         async with self._connection("reading the fleet's sweep record") as conn:
-            record = await conn.fetchrow(_SQL["sweep_record"])
+            record = await conn.fetchrow(_SQL["fleet_record"])
         assert record is not None  # one row, even before the first sweep
         return fleet_record(record)
 
@@ -388,10 +357,10 @@ class PostgresLedger:
         Returns the instant judged at, on the ledger's clock, with the pairs.
         """
         async with self._connection("reading the queue status") as conn:
-            sql = await _guest(conn)
-            rows = await conn.fetch(sql["pair_status"], QUARANTINE_QUEUE)
+            await _guest(conn)
+            rows = await conn.fetch(_SQL["pair_status"], QUARANTINE_QUEUE)
             now = (
-                await conn.fetchval(sql["now"])
+                await conn.fetchval(_SQL["now"])
                 if self._clock is None
                 else aware("clock()", self._clock())
             )
@@ -409,8 +378,8 @@ class PostgresLedger:
                     named_departed=bool(r["named_departed"]),
                 ),
                 None if r["nudges"] is None else _ledger_row(r),
-                pending_gated=r["gated"],
-                pending_ungated=r["ungated"],
+                sendable=r["sendable"],
+                held_by_gate=r["held_by_gate"],
                 now=now,
                 policy=policy,
                 hook_failures=r["hook_failures"],
@@ -427,17 +396,10 @@ class PostgresLedger:
         ]
 
 
-def _host_statements(schema: str | None) -> Mapping[str, str]:
-    """Our statements with the host's tables in ``schema``; refuses a database not migrated."""
-    if schema is None:
+async def _guest(conn: PooledConnection) -> None:
+    """Make this transaction a guest's (``guest`` in ledger.sql); refuse a database not migrated."""
+    if await conn.fetchval(_SQL["guest"], column=1) is None:
         raise LedgerError(NOT_MIGRATED)
-    return _for_host(schema)
-
-
-async def _guest(conn: PooledConnection) -> Mapping[str, str]:
-    """Make this transaction a guest's (``guest`` in ledger.sql); its statements for the host."""
-    schema = await conn.fetchval(_SQL["guest"], column=1)
-    return _host_statements(schema)
 
 
 def _ledger_row(r: asyncpg.Record) -> LedgerRow:
@@ -452,7 +414,7 @@ def _ledger_row(r: asyncpg.Record) -> LedgerRow:
 
 
 def charge_outcome(rows: list[asyncpg.Record], now: datetime, kind: str) -> ChargeOutcome:
-    """The ChargeOutcome of a tick's result rows: charges in rank order, drains sorted."""
+    """The ChargeOutcome of a tick's result rows: charges in rank order, clears sorted."""
     charged = tuple(
         Nudge(
             endpoint_id=r["endpoint_id"],
@@ -464,10 +426,10 @@ def charge_outcome(rows: list[asyncpg.Record], now: datetime, kind: str) -> Char
         for r in rows
         if r["kind"] == "charge"
     )
-    drained = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "drain"))
+    cleared = tuple(sorted((r["endpoint_id"], r["queue"]) for r in rows if r["kind"] == "clear"))
     judged = sum(r["nudges"] for r in rows if r["kind"] == "judged")
     return ChargeOutcome(
-        now=now, charged=charged, drained=drained, swept_at=now, kind=kind, judged=judged
+        now=now, charged=charged, cleared=cleared, swept_at=now, kind=kind, judged=judged
     )
 
 

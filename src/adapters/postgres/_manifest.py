@@ -1,14 +1,18 @@
 """What this build owns in a database and what a sweeping role needs: the lists migrate reads.
 
 Our objects are those the numbered migrations make (``migrations/``: our
-schema ``stall_nudge`` and the ledger ``queue_stall_nudges`` in the host's
-schema) and the indexes our reads need on the host's tables
-(``host_indexes.sql``). Anything else in our schema, and any table, index,
-trigger or function in the host's schema whose name carries our prefix,
-belongs to no build of ours that is current: migrate removes it.
-``SWEEPER_PRIVILEGES`` is everything ``sweep`` and ``status`` read and write,
-column by column: what ``migrate --grant ROLE`` grants and the start-up
-check asks for.
+schema ``stall_nudge`` and every table of ours in it), the views of the
+host's tables our statements read (``VIEWS``, in our schema too) and the
+indexes our reads need on the host's tables (``HOST_INDEXES``). Anything
+else in our schema, and any index, trigger or function in the host's schema
+whose name carries our prefix, belongs to no build of ours that is current:
+migrate removes it. ``SWEEPER_PRIVILEGES`` is everything ``sweep`` and
+``status`` read and write, column by column: what ``migrate --grant ROLE``
+grants and the start-up check asks for.
+
+The views and the indexes name the host's schema, so they are built here,
+from data, rather than written in a ``.sql`` file: every name quoted, every
+statement run under a search_path of pg_catalog alone.
 """
 
 from __future__ import annotations
@@ -20,58 +24,89 @@ from importlib import resources
 
 import attrs
 
-from adapters.postgres.sql import (
-    HOST_TABLES,
-    LEDGER_TABLE,
-    parse_queries,
-    quote_ident,
-    script,
-    with_rules,
-)
+from adapters.postgres.sql import parse_queries, quote_ident
 
 __all__ = [
+    "HOOK_HEALTH",
+    "HOST_COLUMNS",
+    "HOST_INDEXES",
     "HOST_TABLES",
     "LEDGER_TABLE",
+    "NAMES_FIT",
     "OUR_SCHEMA",
     "OUR_TABLES",
     "PREFIX",
     "SWEEPER_PRIVILEGES",
+    "VIEWS",
     "HostIndex",
     "Migration",
     "Privilege",
-    "host_indexes",
     "migrations",
     "names_in_host_schema",
+    "on_host",
+    "qualified",
+    "view_sql",
 ]
 
 _PACKAGE = "adapters.postgres"
-#: Our schema: every table of ours but the ledger.
+#: Our schema: every object of ours but the indexes on the host's tables.
 OUR_SCHEMA = "stall_nudge"
-#: Every table of ours, qualified as a reader finds it (the ledger by the host's schema).
-OUR_TABLES = (
-    LEDGER_TABLE,
-    f"{OUR_SCHEMA}.migrations",
-    f"{OUR_SCHEMA}.settings",
-    f"{OUR_SCHEMA}.sweeps",
-    f"{OUR_SCHEMA}.held",
-    f"{OUR_SCHEMA}.grants",
+#: The nudge ledger, under the spec's name, in our schema.
+LEDGER_TABLE = "queue_stall_nudges"
+#: Every table of ours, qualified.
+OUR_TABLES = tuple(
+    f"{OUR_SCHEMA}.{t}" for t in (LEDGER_TABLE, "migrations", "settings", "ticks", "held", "grants")
 )
-#: The prefix every object of ours outside our schema carries (the ledger's indexes too).
+#: The prefix every object of ours outside our schema carries.
 PREFIX = "stall_nudge_"
 
+#: The host's columns our statements read, by table (switchboard's; the reference DDL is
+#: host_schema.sql). Each table is read through a view of exactly these columns.
+HOST_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "endpoints": ("id", "state"),
+    "deliveries": ("id", "verified"),
+    "todos": (
+        "id",
+        "endpoint_id",
+        "queue",
+        "delivery_id",
+        "state",
+        "title",
+        "created_at",
+        "claimed_at",
+    ),
+    "notify_hooks": (
+        "id",
+        "endpoint_id",
+        "url",
+        "secret",
+        "queues",
+        "enabled",
+        "consecutive_failures",
+        "disabled_at",
+        "disabled_reason",
+    ),
+}
+HOST_TABLES = tuple(HOST_COLUMNS)
+#: The columns of notify_hooks a failed or delivered message writes.
+HOOK_HEALTH = ("consecutive_failures", "enabled", "disabled_at", "disabled_reason")
+#: Our view of each host table, in our schema: "host_" and the table's name (a name of its
+#: own, so no statement of migrate's can mistake one for the other).
+VIEWS: Mapping[str, str] = {table: f"host_{table}" for table in HOST_TABLES}
+
+#: mirrors stall_core.names_fit: a pair whose names fit one entry of a plain index (a btree
+#: entry stops near 2.7 kB). Our indexes keyed by the names hold only these, so no host
+#: write fails because of a name's length; the statements that read them say the same.
+NAMES_FIT = "octet_length(endpoint_id::text) + octet_length(queue) <= 2000"
+
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_INDEX_HEADER = re.compile(r"^-- index: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-_FITS = re.compile(r"^-- fits: (\w+) \(([^)]*)\) where (.+)$", re.MULTILINE)
-_ON_TABLE = re.compile(r"^\s*ON @(\w+) ", re.MULTILINE)
-_CREATES = re.compile(r"CREATE (?:UNIQUE )?(TABLE|INDEX) IF NOT EXISTS (@)?(\w+)(?:\s+ON @(\w+))?")
 
 
 @attrs.frozen(kw_only=True)
 class Migration:
-    """One numbered migration file: its version, name and steps (rules expanded).
+    """One numbered migration file: its version, name and steps.
 
-    Steps named ``table_*`` and ``index_*`` define one object of ours each;
-    the others convert what an earlier build left.
+    Steps named ``table_*`` and ``index_*`` define one object of ours each.
     """
 
     version: int
@@ -89,12 +124,109 @@ class HostIndex:
 
     name: str
     table: str
-    #: Its CREATE INDEX CONCURRENTLY statement, host tables written ``@name``.
-    sql: str
+    #: What it is for, in a line.
+    why: str
+    columns: str
+    where: str
     #: The leading plain columns a host's own index must have to serve; empty: only ours.
     fits_columns: tuple[str, ...] = ()
     #: The predicates (as the catalog prints them; '' for none) such an index may have.
     fits_predicates: tuple[str, ...] = ()
+
+    def sql(self, host_schema: str) -> str:
+        """Its CREATE INDEX CONCURRENTLY, on the host's table in ``host_schema``."""
+        return (
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} "
+            f"ON {quote_ident(host_schema)}.{self.table} ({self.columns}) WHERE {self.where}"
+        )
+
+
+#: The indexes our reads need on the host's tables. migrate builds each one CREATE INDEX
+#: CONCURRENTLY (the host's writes go on), outside any transaction, and rebuilds one left
+#: invalid or different. Where the host keeps its own index that fits (its leading plain
+#: columns, with default operator classes and collations, and one of the predicates, as
+#: the catalog prints them), migrate uses that one and builds nothing.
+HOST_INDEXES: tuple[HostIndex, ...] = (
+    HostIndex(
+        name="stall_nudge_pending",
+        table="todos",
+        why="pending todos in pair order, oldest first: the full pass steps from pair to "
+        "pair on it, and a pair's work is one descent",
+        columns="endpoint_id, queue, created_at",
+        where=f"state = 'pending' AND {NAMES_FIT}",
+        fits_columns=("endpoint_id", "queue", "created_at"),
+        fits_predicates=("(state = 'pending'::text)",),
+    ),
+    HostIndex(
+        name="stall_nudge_arrivals",
+        table="todos",
+        why="pending todos by creation: the delta finds the work that crossed the "
+        "threshold since its watermark with one range scan",
+        columns="created_at",
+        where="state = 'pending'",
+        fits_columns=("created_at",),
+        fits_predicates=("(state = 'pending'::text)",),
+    ),
+    HostIndex(
+        name="stall_nudge_claim_times",
+        table="todos",
+        why="todos by claim time: the delta finds the claims stamped since its watermark",
+        columns="claimed_at",
+        where="claimed_at IS NOT NULL",
+        fits_columns=("claimed_at",),
+        fits_predicates=("", "(claimed_at IS NOT NULL)"),
+    ),
+    HostIndex(
+        name="stall_nudge_requeued",
+        table="todos",
+        why="pending todos claimed before, that is given back: only a requeue writes one",
+        columns="claimed_at",
+        where="state = 'pending' AND claimed_at IS NOT NULL",
+        fits_columns=("claimed_at",),
+        fits_predicates=("((state = 'pending'::text) AND (claimed_at IS NOT NULL))",),
+    ),
+    HostIndex(
+        name="stall_nudge_claimed",
+        table="todos",
+        why="claimed todos by pair and claim time: a pair's latest claim is one descent",
+        columns="endpoint_id, queue, claimed_at",
+        where=f"claimed_at IS NOT NULL AND {NAMES_FIT}",
+        fits_columns=("endpoint_id", "queue", "claimed_at"),
+        fits_predicates=("", "(claimed_at IS NOT NULL)"),
+    ),
+    HostIndex(
+        name="stall_nudge_unverified",
+        table="deliveries",
+        why="the unverified deliveries alone: the sender gate is two index-only probes; a "
+        "delivery verified at receipt writes no entry",
+        columns="id",
+        where="NOT verified",
+        fits_columns=("id",),
+        fits_predicates=("(NOT verified)",),
+    ),
+    HostIndex(
+        name="stall_nudge_hooks",
+        table="notify_hooks",
+        why="an endpoint's enabled hooks: whether a receiver covers a pair is one descent",
+        columns="endpoint_id",
+        where="enabled",
+        fits_columns=("endpoint_id",),
+        fits_predicates=("", "enabled"),
+    ),
+)
+
+
+def view_sql(table: str, host_schema: str) -> str:
+    """The view of a host table our statements read: its columns we use, the invoker's rights.
+
+    security_invoker (PostgreSQL 15): whoever reads through the view needs the
+    privileges on the host's columns themselves, so the view grants nothing.
+    """
+    columns = ", ".join(HOST_COLUMNS[table])
+    return (
+        f"CREATE VIEW {OUR_SCHEMA}.{VIEWS[table]} WITH (security_invoker = true) "
+        f"AS SELECT {columns} FROM {quote_ident(host_schema)}.{table}"
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -119,7 +251,7 @@ def migrations() -> tuple[Migration, ...]:
         match = _MIGRATION_FILE.match(entry.name)
         if match is None:
             continue
-        steps = with_rules(_PACKAGE, parse_queries(entry.read_text(encoding="utf-8")))
+        steps = parse_queries(entry.read_text(encoding="utf-8"))
         found.append(Migration(version=int(match[1]), name=match[2], steps=steps))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
@@ -128,90 +260,32 @@ def migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
-@functools.cache
-def host_indexes() -> tuple[HostIndex, ...]:
-    """The indexes of host_indexes.sql, in file order, rules expanded (read once)."""
-    text = script(_PACKAGE, "host_indexes.sql")
-    pieces = _INDEX_HEADER.split(text)
-    found = []
-    for name, body in zip(pieces[1::2], pieces[2::2], strict=True):
-        sql = with_rules(_PACKAGE, {name: body.strip()})[name]
-        table = _ON_TABLE.search(sql)
-        if table is None:
-            raise ValueError(f"index {name} names no host table")
-        fits = _FITS.search(sql)
-        columns: tuple[str, ...] = ()
-        predicates: tuple[str, ...] = ()
-        if fits is not None:
-            columns = tuple(c.strip() for c in fits[2].split(","))
-            predicates = tuple("" if p.strip() == "none" else p.strip() for p in fits[3].split("|"))
-        statement = "\n".join(
-            line for line in sql.splitlines() if not line.lstrip().startswith("--")
-        )
-        found.append(
-            HostIndex(
-                name=name,
-                table=table[1],
-                sql=statement.strip().rstrip(";"),
-                fits_columns=columns,
-                fits_predicates=predicates,
-            )
-        )
-    return tuple(found)
-
-
 #: What a sweeping role needs, and nothing more: ``sweep`` and ``status`` read these
-#: columns of the host's tables, write a hook's failure columns, and read and write our
-#: tables. The test in tests/postgres/test_grants.py compares the catalog with its own
-#: checked-in list, then sweeps and asks ``status`` as such a role.
+#: columns of the host's tables through our views of them, write a hook's health columns,
+#: and read and write our tables. The test in tests/postgres/test_grants.py compares the
+#: catalog with its own checked-in list, then sweeps and asks ``status`` as such a role.
 SWEEPER_PRIVILEGES: tuple[Privilege, ...] = (
     Privilege(privileges=("USAGE",), kind="schema", target="@"),
     Privilege(privileges=("USAGE",), kind="schema", target=OUR_SCHEMA),
-    Privilege(privileges=("SELECT",), kind="columns", target="@endpoints", columns=("id", "state")),
-    Privilege(
-        privileges=("SELECT",), kind="columns", target="@deliveries", columns=("id", "verified")
+    *(
+        Privilege(privileges=("SELECT",), kind="columns", target=f"@{table}", columns=columns)
+        for table, columns in HOST_COLUMNS.items()
     ),
-    Privilege(
-        privileges=("SELECT",),
-        kind="columns",
-        target="@todos",
-        columns=(
-            "id",
-            "endpoint_id",
-            "queue",
-            "delivery_id",
-            "state",
-            "title",
-            "created_at",
-            "claimed_at",
-        ),
-    ),
-    Privilege(
-        privileges=("SELECT",),
-        kind="columns",
-        target="@notify_hooks",
-        columns=(
-            "id",
-            "endpoint_id",
-            "url",
-            "secret",
-            "queues",
-            "enabled",
-            "consecutive_failures",
-            "disabled_at",
-            "disabled_reason",
-        ),
+    Privilege(privileges=("UPDATE",), kind="columns", target="@notify_hooks", columns=HOOK_HEALTH),
+    *(
+        Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.{view}")
+        for view in VIEWS.values()
     ),
     Privilege(
         privileges=("UPDATE",),
         kind="columns",
-        target="@notify_hooks",
-        columns=("consecutive_failures", "enabled", "disabled_at", "disabled_reason"),
+        target=f"{OUR_SCHEMA}.{VIEWS['notify_hooks']}",
+        columns=HOOK_HEALTH,
     ),
     Privilege(
         privileges=("SELECT", "INSERT", "UPDATE", "DELETE"),
         kind="table",
-        target=f"@{LEDGER_TABLE}",
+        target=f"{OUR_SCHEMA}.{LEDGER_TABLE}",
     ),
     Privilege(
         privileges=("SELECT", "INSERT", "UPDATE", "DELETE"),
@@ -219,7 +293,7 @@ SWEEPER_PRIVILEGES: tuple[Privilege, ...] = (
         target=f"{OUR_SCHEMA}.held",
     ),
     Privilege(
-        privileges=("SELECT", "INSERT", "UPDATE"), kind="table", target=f"{OUR_SCHEMA}.sweeps"
+        privileges=("SELECT", "INSERT", "UPDATE"), kind="table", target=f"{OUR_SCHEMA}.ticks"
     ),
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.settings"),
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.migrations"),
@@ -248,18 +322,7 @@ def on_host(target: str) -> bool:
 def names_in_host_schema() -> Mapping[str, tuple[str, str]]:
     """Each name we create in the host's schema: {name: (kind, the table an index is on)}.
 
-    The ledger and its indexes (the migrations), and our indexes on the host's
-    tables: an object of another kind or on another table under one of these
-    names is not ours, whoever made it.
+    Only our indexes on the host's tables: an object of another kind or on
+    another table under one of these names is not ours, whoever made it.
     """
-    found: dict[str, tuple[str, str]] = {}
-    for migration in migrations():
-        for sql in migration.steps.values():
-            for kind, host, name, on_table in _CREATES.findall(sql):
-                if kind == "TABLE" and host:
-                    found[name] = ("table", "")
-                elif kind == "INDEX" and on_table:
-                    found[name] = ("index", on_table)
-    for index in host_indexes():
-        found[index.name] = ("index", index.table)
-    return found
+    return {index.name: ("index", index.table) for index in HOST_INDEXES}

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from adapters.postgres.sql import for_host, queries, quote_ident
+from adapters.postgres.sql import queries, quote_ident
 
 from ._catalog import (
     Found,
@@ -40,7 +40,16 @@ from ._catalog import (
     this_build,
 )
 from ._grants import plan_grants
-from ._manifest import HOST_TABLES, OUR_SCHEMA, OUR_TABLES, host_indexes, migrations, qualified
+from ._manifest import (
+    HOST_INDEXES,
+    HOST_TABLES,
+    OUR_SCHEMA,
+    OUR_TABLES,
+    VIEWS,
+    migrations,
+    qualified,
+    view_sql,
+)
 from ._steps import (
     HUNG_ON_TABLES,
     RELATION_KINDS,
@@ -79,7 +88,17 @@ async def plan(conn: Connection, *, grant: str | None = None, schema: str | None
         return await make_plan(conn, host_schema, grant=grant)
 
 
+#: The oldest server migrate installs on: views with security_invoker came in 15.
+OLDEST_SERVER = 150000
+
+
 async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) -> Plan:
+    version = int(await conn.fetchval("SELECT pg_catalog.current_setting('server_version_num')"))
+    if version < OLDEST_SERVER:
+        raise MigrationError(
+            f"PostgreSQL {version // 10000} is too old: stall-nudge needs 15 or later "
+            "(its views of the host's tables read with the reader's own privileges)"
+        )
     steps: list[Step] = []
     applied = await applied_versions(conn)
     spaces = await conn.fetchrow(_SQL["namespaces"], host_schema)
@@ -114,7 +133,7 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     expected = await this_build(conn, host_schema)
     used: list[tuple[str, str]] = []
     wanted: set[Key] = set()
-    for index in host_indexes():
+    for index in HOST_INDEXES:
         theirs = await fitting(conn, host_schema, index)
         key = ("index", index.name, index.table)
         if theirs is not None:
@@ -122,7 +141,7 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
             continue
         wanted.add(key)
         found = present.get(key)
-        sql = for_host({"i": index.sql}, host_schema)["i"]
+        sql = index.sql(host_schema)
         if found is None:
             steps.append(
                 Step(
@@ -158,9 +177,7 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
             if migration.version in applied
             else f"migrations not applied: {migration.label}"
         )
-        steps += [
-            Step(sql=sql, why=why) for sql in for_host(dict(migration.steps), host_schema).values()
-        ]
+        steps += [Step(sql=sql, why=why) for sql in migration.steps.values()]
         if migration.version not in applied:
             steps.append(
                 Step(
@@ -172,6 +189,8 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     made_by_migrations = bool(pending) or restore
     steps += _repairs(present, expected, wanted, host_schema, compare=not made_by_migrations)
     recorded = await recorded_schema(conn)
+    view_steps = _views(present, expected, host_schema, moved=recorded not in (None, host_schema))
+    steps += view_steps
     if recorded != host_schema:
         steps.append(
             Step(
@@ -188,12 +207,14 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
         # repair, not a problem of its own.
         steps.append(
             Step(
-                sql="UPDATE stall_nudge.sweeps SET judged_to = NULL, full_pass_at = NULL",
+                sql="UPDATE stall_nudge.ticks SET judged_to = NULL, full_pass_at = NULL",
                 why=steps[0].why,
             )
         )
     absent = {OUR_SCHEMA} if spaces["ours"] is None else set()
     absent |= {t if "." in t else f"@{t}" for t in tables_missing}
+    # A view made anew holds no privileges yet.
+    absent |= {f"{OUR_SCHEMA}.{v}" for v in VIEWS.values() for s in view_steps if v in s.sql}
     recorded_roles = {}
     if "stall_nudge.grants" not in absent:
         recorded_roles = {r["role"]: r["given"] for r in await conn.fetch(_SQL["recorded_grants"])}
@@ -256,7 +277,10 @@ def _repairs(
             k
             for k in ours
             if k[0] in ("function", *HUNG_ON_TABLES)
-            or (k[0] in RELATION_KINDS and k[1] not in {t.rsplit(".", 1)[-1] for t in OUR_TABLES})
+            or (
+                k[0] in RELATION_KINDS
+                and k[1] not in {*(t.rsplit(".", 1)[-1] for t in OUR_TABLES), *VIEWS.values()}
+            )
         )
     )
     extra_tables = {name for kind, name, _ in extra if kind == "table"}
@@ -311,6 +335,34 @@ def _repairs(
                     why=why,
                 ),
             ]
+    return steps
+
+
+def _views(
+    present: Mapping[Key, Found],
+    expected: Mapping[Key, Found] | None,
+    host_schema: str,
+    *,
+    moved: bool,
+) -> list[Step]:
+    """Make each view of a host table that is missing, differs from this build's, or reads
+    the schema the host's tables were in before (``moved``)."""
+    steps: list[Step] = []
+    for table, view in VIEWS.items():
+        key = ("view", view, "")
+        found = present.get(key)
+        create = Step(sql=view_sql(table, host_schema), why=f"missing: view {view}")
+        if found is None:
+            steps.append(create)
+            continue
+        why = None
+        if moved:
+            why = f"different: view {view} reads the host's tables where they were"
+        elif expected is not None and expected[key].definition != found.definition:
+            why = f"different: view {view}"
+        if why is not None:
+            drop = f"DROP VIEW IF EXISTS {OUR_SCHEMA}.{quote_ident(view)}"
+            steps += [Step(sql=drop, why=why), attrs.evolve(create, why=why)]
     return steps
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from typing import Any
 
 import asyncpg
 
-from adapters.postgres.sql import for_host, queries
+from adapters.postgres.sql import queries
 from stall_core import format_seconds
 
 from ._errors import DATABASE_ERRORS
@@ -45,8 +44,8 @@ class BoundedPool:
     """One-statement calls on a pool (the hook directory's ``Queryable``), each a guest's, bounded.
 
     Each call runs in its own transaction that resolves names in pg_catalog
-    alone (ledger.sql's ``guest``), with the host's tables written ``@name``
-    qualified by the schema migrate recorded. The bound, ``timeout`` seconds,
+    and our schema alone (ledger.sql's ``guest``), where migrate's views of the
+    host's tables live. The bound, ``timeout`` seconds,
     covers waiting for a connection, the statements and handing it back.
     """
 
@@ -70,8 +69,9 @@ class BoundedPool:
             async with asyncio.timeout(self._timeout):
                 conn = await self._pool.acquire()
                 async with conn.transaction():
-                    schema = await conn.fetchval(_GUEST, column=1)
-                    result = await getattr(conn, method)(_qualified(query, schema), *args)
+                    if await conn.fetchval(_GUEST, column=1) is None:
+                        raise asyncpg.UndefinedTableError(NOT_MIGRATED)
+                    result = await getattr(conn, method)(query, *args)
                 done = True
         except TimeoutError:
             raise TimeoutError(f"timed out after {format_seconds(self._timeout)}") from None
@@ -79,13 +79,3 @@ class BoundedPool:
             if conn is not None:
                 await hand_back(self._pool, conn, idle=done, within=self._timeout)
         return result
-
-
-@functools.lru_cache(maxsize=256)
-def _qualified(query: str, schema: str | None) -> str:
-    """``query`` with its ``@relations`` named in the host's ``schema``."""
-    if "@" not in query:
-        return query
-    if schema is None:
-        raise asyncpg.UndefinedTableError(NOT_MIGRATED)
-    return for_host({"q": query}, schema)["q"]

@@ -1,37 +1,35 @@
-"""Every statement the Postgres adapter sends, as a reviewer reads it: one place to print or diff.
+"""Every statement the Postgres adapter ships, as written in its ``.sql`` files: one place to print.
 
-Rules are expanded and comments kept; what is sent is the same less its
-comments and indentation. ``expanded/`` in this package holds them, one file
-per source (a test keeps it current), and ``stall-nudge sql`` prints them.
+``stall-nudge sql`` prints these. What is sent is the same less the comments
+after each description (``sql.sendable``); the views and indexes migrate
+makes name the host's schema, so ``migrate --print-sql`` prints those.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from adapters.postgres.sql import expanded
+from adapters.postgres.sql import parse_queries, script
 
-from ._ledger import readable_statements
-from ._manifest import host_indexes, migrations
+from ._manifest import migrations
 
 __all__ = ["shipped_sql"]
 
+#: The adapter's statement files, by the name ``stall-nudge sql`` gives each.
+SOURCES = {
+    "tick": "tick.sql",
+    "ledger": "ledger.sql",
+    "hooks": "hooks.sql",
+    "migrate": "migrate.sql",
+}
+
 
 def shipped_sql() -> Mapping[str, Mapping[str, str]]:
-    """{source: {name: statement}} for every source of statements the adapter ships.
-
-    Host relations are written ``@name``, as in the files: the ledger names
-    them with the host's schema when it sends them.
-    """
-    schema: dict[str, str] = {}
-    for migration in migrations():
-        for name, sql in migration.steps.items():
-            schema[f"{migration.version:04d}_{migration.name}.{name}"] = sql
-    for index in host_indexes():
-        schema[f"host_indexes.{index.name}"] = index.sql
-    return {
-        "ledger": readable_statements(),
-        "hooks": expanded("adapters.postgres", "hooks.sql"),
-        "migrate": expanded("adapters.postgres", "migrate.sql"),
-        "schema": schema,
+    """{source: {name: statement}}: every statement the adapter ships, as its file holds it."""
+    found = {
+        source: parse_queries(script("adapters.postgres", filename))
+        for source, filename in SOURCES.items()
     }
+    for migration in migrations():
+        found[migration.label] = migration.steps
+    return found

@@ -12,7 +12,7 @@ import attrs
 
 from adapters.postgres.sql import quote_ident
 
-from ._manifest import HOST_TABLES, LEDGER_TABLE, OUR_SCHEMA, PREFIX, migrations
+from ._manifest import HOST_TABLES, OUR_SCHEMA, PREFIX, migrations
 
 __all__ = [
     "GUEST_PATH",
@@ -120,11 +120,7 @@ class Plan:
 
 def table_of(name: str, host_schema: str) -> str:
     """A table of ours or the host's, qualified by its schema."""
-    schema = (
-        host_schema
-        if name in (*HOST_TABLES, LEDGER_TABLE) or name.startswith(PREFIX)
-        else OUR_SCHEMA
-    )
+    schema = host_schema if name in HOST_TABLES or name.startswith(PREFIX) else OUR_SCHEMA
     return f"{quote_ident(schema)}.{quote_ident(name)}"
 
 
@@ -140,8 +136,7 @@ def drop_object(kind: str, name: str, on_table: str, host_schema: str) -> str:
     if kind in RELATION_KINDS:
         return f"DROP {kind.upper()} IF EXISTS {table_of(name, host_schema)} CASCADE"
     if kind == "index":
-        schema = host_schema if on_table == LEDGER_TABLE else OUR_SCHEMA
-        return f"DROP INDEX IF EXISTS {quote_ident(schema)}.{quote_ident(name)}"
+        return f"DROP INDEX IF EXISTS {OUR_SCHEMA}.{quote_ident(name)}"
     if kind == "constraint":
         return (
             f"ALTER TABLE {table_of(on_table, host_schema)} "

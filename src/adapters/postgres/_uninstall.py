@@ -11,7 +11,7 @@ from adapters.postgres.sql import queries
 
 from ._catalog import guest_session, objects
 from ._grants import recorded_revokes
-from ._manifest import HOST_TABLES, LEDGER_TABLE, OUR_SCHEMA, PREFIX
+from ._manifest import HOST_TABLES, OUR_SCHEMA, PREFIX
 from ._migrate import PROGRESS_EVERY, Say, run_plan
 from ._steps import (
     RELATION_KINDS,
@@ -20,7 +20,6 @@ from ._steps import (
     drop_host_index,
     drop_object,
     drop_trigger,
-    table_of,
 )
 from ._types import Connection
 
@@ -72,13 +71,6 @@ async def _uninstall_plan(conn: Connection, host_schema: str) -> Plan:
                     why="uninstall: an earlier build's objects in the host's schema",
                 )
             )
-    if ("table", LEDGER_TABLE, "") in present:
-        steps.append(
-            Step(
-                sql=f"DROP TABLE IF EXISTS {table_of(LEDGER_TABLE, host_schema)}",
-                why="uninstall: the nudge ledger",
-            )
-        )
     if spaces["ours"] is not None:
         steps.append(
             Step(

@@ -1,4 +1,4 @@
--- The reference host schema (docs/host-schema.md): switchboard's tables as the sweep
+-- The reference host schema (docs/operations.md): switchboard's tables as the sweep
 -- reads them. Switchboard owns these; the library ships them for tests, the
 -- demo and embedders who want a starting point. Idempotent. Every id is
 -- text here; adapters.postgres.host_schema_sql builds it with uuid or bigint ids

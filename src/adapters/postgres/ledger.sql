@@ -1,105 +1,129 @@
--- The Postgres ledger's other statements: the tick lock, the fleet's record, refunds,
--- and inspection. Each query starts with a "-- name: NAME" line and a
--- one-line description; adapters/postgres/sql.py loads them once, with every
--- {{rule(...)}} expanded from rules.sql and each @table qualified with the host's schema.
--- The tick's charging statements are built from the parts in tick.sql. Every policy
--- number arrives as a parameter from PacingPolicy.
+-- The ledger's statements outside a tick: a guest's transaction, inspection and status.
+-- Each runs after guest (or tick_lock, tick.sql), under the search_path pg_catalog,
+-- stall_nudge, pg_temp: host_todos and the other host_ views are migrate's views of the
+-- host's tables.
 
 -- name: guest
--- Make this transaction a guest's, and read the host's schema: from here on it resolves functions, operators and types in pg_catalog alone (then its own temporary schema), so nothing another role creates in the host's schema ever runs as ours.
+-- Make this transaction a guest's: from here on it resolves names in pg_catalog, then our own schema (the ledger, and migrate's views of the host's tables), so nothing another role creates is ever resolved.
 -- Local to the transaction: the session's own search_path (an embedder's pool) is untouched.
--- The host's tables are named with the schema migrate recorded (NULL: not migrated).
-SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
+-- Returns the host's schema migrate recorded (NULL: not migrated).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, stall_nudge, pg_temp', true),
        (SELECT g.host_schema FROM stall_nudge.settings g) AS host_schema;
-
--- name: tick_lock
--- Take the fleet's tick lock for this transaction (or learn another instance holds it), then read the time and when the fleet last swept.
--- $1 the tick lock's key, $2 statement and lock timeout (ms, as text), for the rest of this
--- transaction. It also makes the transaction a guest's (guest) and turns JIT off (compiling a
--- statement of a few index probes costs far more than running it). The record read here is
--- this statement's snapshot, taken before the lock: enough for an instance that did not get
--- the lock to pace itself by. One that did reads the whole record (tick_record). Transaction-level
--- only, so it works behind a transaction-pooling PgBouncer. Every name is qualified: the
--- session's search_path still holds when this statement is parsed.
-SELECT l.got, pg_catalog.clock_timestamp() AS now, s.swept_at
-  FROM (SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
-               pg_catalog.set_config('statement_timeout', $2, true),
-               pg_catalog.set_config('lock_timeout', $2, true),
-               pg_catalog.set_config('jit', 'off', true),
-               pg_catalog.pg_try_advisory_xact_lock($1) AS got
-        OFFSET 0) l
-  LEFT JOIN stall_nudge.sweeps s ON true;
-
--- name: tick_record
--- With the tick lock held: the time and the fleet's record, in a snapshot taken after the lock.
--- The sweep before this one committed before the lock was free, so it is seen here: a
--- sweep's "now" is never earlier than that commit, and the fleet never sweeps twice
--- within an interval because one snapshot predates the other's commit.
-SELECT clock_timestamp() AS now, s.swept_at, s.judged_to, s.full_pass_at, s.full_pass_pairs,
-       g.host_schema
-  FROM (SELECT 1) one
-  LEFT JOIN stall_nudge.sweeps s ON true
-  LEFT JOIN stall_nudge.settings g ON true;
-
--- name: plan_once
--- From here on in this transaction, plan each statement once per connection, whatever its values.
--- The judging statement's plan does not depend on them (every read of a host table is one
--- descent for one pair), and planning it costs more than running it on a few pairs. The
--- delta's finding statement, whose range scans do depend on them, runs before this.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
-
--- name: record_sweep
--- The fleet's record of this sweep: when it swept (database time) and at what interval, what it judged, and for a full pass when, how long and how many pairs.
--- $1 now, $2 the sweeping instance's interval (ms; NULL: keep the last), $3 the tick's kind
--- (delta or full), $4 pairs judged, $5 how long it took (ms; kept for a full pass).
--- judged_to is where the next delta reads from (less its lookback).
-INSERT INTO stall_nudge.sweeps AS s (swept_at, interval_ms, judged_to, last_kind, last_judged,
-                                     full_pass_at, full_pass_ms, full_pass_pairs)
-VALUES ($1, $2, $1, $3, $4, CASE WHEN $3 = 'full' THEN $1::timestamptz END,
-        CASE WHEN $3 = 'full' THEN $5::float8 END, CASE WHEN $3 = 'full' THEN $4::int END)
-ON CONFLICT (singleton) DO UPDATE
-   SET swept_at = EXCLUDED.swept_at,
-       interval_ms = coalesce(EXCLUDED.interval_ms, s.interval_ms),
-       judged_to = EXCLUDED.judged_to,
-       last_kind = EXCLUDED.last_kind,
-       last_judged = EXCLUDED.last_judged,
-       full_pass_at = coalesce(EXCLUDED.full_pass_at, s.full_pass_at),
-       full_pass_ms = coalesce(EXCLUDED.full_pass_ms, s.full_pass_ms),
-       full_pass_pairs = coalesce(EXCLUDED.full_pass_pairs, s.full_pass_pairs);
-
--- name: hold_tick
--- Wait for the fleet's tick lock and hold it until this transaction ends: sweeps skip meanwhile.
--- $1 the tick lock's key.
-SELECT pg_advisory_xact_lock($1);
-
--- name: refund
--- Take back a nudge that reached no receiver: compare-and-set on the row its charge wrote.
--- mirrors stall_core.refunded_row
--- $1 endpoint_id, $2 queue, $3 the nudge's number, $4 its charged_at (the stamp it wrote),
--- $5 the todo it named. A later charge changed the stamp or the named todo, a reset the
--- count, a drain deleted the row: none is undone. Run after hold_tick in the same
--- transaction, so no sweep's snapshot straddles it.
-UPDATE @queue_stall_nudges r
-   SET nudges = nudges - 1
- WHERE {{pair_is(r, $1, $2)}} AND nudges = $3 AND last_nudged_at = $4 AND named_todo = $5
-RETURNING nudges;
 
 -- name: now
 -- The database's clock, the time authority every decision is measured on.
-SELECT clock_timestamp();
+SELECT pg_catalog.clock_timestamp();
 
 -- name: ledger_rows
 -- Every ledger row, for inspection and tests.
 SELECT endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at
-  FROM @queue_stall_nudges;
+  FROM queue_stall_nudges;
 
 -- name: count_ledger_rows
--- How many ledger rows there are (the metrics' gauge, read after a tick that may change it).
-SELECT count(*) FROM @queue_stall_nudges;
+-- How many ledger rows there are (the metrics' gauge).
+SELECT count(*) FROM stall_nudge.queue_stall_nudges;
 
--- name: sweep_record
--- The fleet's record of its sweeps, for status.
-SELECT s.swept_at, s.interval_ms, s.last_kind, s.last_judged, s.full_pass_at, s.full_pass_ms,
-       s.full_pass_pairs
+-- name: fleet_record
+-- The fleet's record of its ticks, for status.
+SELECT t.swept_at, t.interval_ms, t.last_kind, t.last_judged, t.full_pass_at, t.full_pass_ms,
+       t.full_pass_pairs
   FROM (SELECT 1) one
-  LEFT JOIN stall_nudge.sweeps s ON true;
+  LEFT JOIN stall_nudge.ticks t ON true;
+
+-- name: pair_status
+-- "Is my queue drained?": every pair with a pending todo, a ledger row or a held entry, with the facts its verdict needs (stall_core.pair_status turns them into the verdict).
+-- $1 the quarantine queue. One pass over the pending todos (status is an operator's
+-- command, not the tick) counts each pair's todos past the sender gate and held by it
+-- (stall_core.passes_gate) and finds its work (stall_core.work_of); then per pair one
+-- descent each for its latest claim, its receiver, its endpoint and its hooks' health, and
+-- its first todo holding an instant the sweep does not read (stall_core.readable).
+WITH pending AS (
+    SELECT t.endpoint_id, t.queue,
+           count(*) FILTER (WHERE g.passes) AS sendable,
+           count(*) FILTER (WHERE NOT g.passes) AS held_by_gate,
+           (array_agg(t.id::text ORDER BY t.created_at, t.id::text COLLATE "C")
+              FILTER (WHERE g.work))[1] AS todo_id,
+           min(t.created_at) FILTER (WHERE g.work) AS created_at
+      FROM host_todos t
+     CROSS JOIN LATERAL (
+            SELECT t.delivery_id IS NULL
+                   OR (EXISTS (SELECT 1 FROM host_deliveries d WHERE d.id = t.delivery_id)
+                       AND NOT EXISTS (SELECT 1 FROM host_deliveries u
+                                        WHERE u.id = t.delivery_id AND NOT u.verified))
+                   AS passes) p
+     CROSS JOIN LATERAL (
+            SELECT p.passes, p.passes AND t.queue <> $1
+                   AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
+                   AND t.created_at > '0001-01-01 00:00:00+00'
+                   AND t.created_at < '9999-12-31 23:59:59.999999+00' AS work) g
+     WHERE t.state = 'pending'
+     GROUP BY t.endpoint_id, t.queue
+),
+found AS (
+    SELECT p.endpoint_id::text AS endpoint_id, p.queue, p.endpoint_id AS key,
+           p.sendable, p.held_by_gate, p.todo_id, p.created_at
+      FROM pending p
+    UNION ALL
+    SELECT o.endpoint_id, o.queue,
+           (json_populate_record(NULL::host_endpoints, json_build_object('id', o.endpoint_id))).id,
+           0, 0, NULL, NULL
+      FROM (SELECT r.endpoint_id, r.queue FROM queue_stall_nudges r
+            UNION
+            SELECT h.endpoint_id, h.queue FROM held h) o
+     WHERE NOT EXISTS (SELECT 1 FROM pending p
+                        WHERE p.endpoint_id::text = o.endpoint_id AND p.queue = o.queue)
+),
+unreadable AS (
+    -- Each pair's first todo (by id) holding an instant the sweep does not read: a pending
+    -- todo's created_at (not work), else any todo's claimed_at (not progress), as PostgreSQL
+    -- prints it. Range scans at the ends of the arrivals and claim-times indexes.
+    SELECT DISTINCT ON (u.endpoint_id, u.queue) u.endpoint_id, u.queue, u.id, u.column_name, u.value
+      FROM (SELECT x.endpoint_id::text AS endpoint_id, x.queue, x.id::text AS id,
+                   'created_at' AS column_name, coalesce(x.created_at::text, 'NULL') AS value
+              FROM host_todos x
+             WHERE x.state = 'pending'
+               AND (x.created_at IS NULL OR x.created_at <= '0001-01-01 00:00:00+00'
+                    OR x.created_at >= '9999-12-31 23:59:59.999999+00')
+            UNION ALL
+            SELECT x.endpoint_id::text, x.queue, x.id::text, 'claimed_at', x.claimed_at::text
+              FROM host_todos x
+             WHERE x.claimed_at <= '0001-01-01 00:00:00+00'
+                OR x.claimed_at >= '9999-12-31 23:59:59.999999+00') u
+     ORDER BY u.endpoint_id, u.queue, u.column_name <> 'created_at', u.id COLLATE "C"
+)
+SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_at,
+       (SELECT t.title FROM host_todos t
+         WHERE t.id = (json_populate_record(NULL::host_todos, json_build_object('id', f.todo_id))).id)
+       AS title,
+       EXISTS (SELECT 1 FROM host_endpoints e WHERE e.id = f.key AND e.state = 'active')
+       AS endpoint_active,
+       coalesce(h.receivers, 0) > 0 AS has_receiver,
+       (SELECT t.claimed_at FROM host_todos t
+         WHERE t.endpoint_id = f.key AND t.queue = f.queue AND t.claimed_at IS NOT NULL
+           AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
+           AND t.claimed_at > '0001-01-01 00:00:00+00'
+           AND t.claimed_at < '9999-12-31 23:59:59.999999+00'
+         ORDER BY t.claimed_at DESC
+         LIMIT 1) AS latest_claim,
+       r.named_todo IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM host_todos n
+                        WHERE n.id = (json_populate_record(
+                                 NULL::host_todos, json_build_object('id', r.named_todo))).id
+                          AND n.state = 'pending' AND n.endpoint_id = f.key
+                          AND n.queue = f.queue) AS named_departed,
+       r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at,
+       coalesce(h.hook_failures, 0) AS hook_failures, coalesce(h.hooks_disabled, 0) AS hooks_disabled,
+       u.id AS unreadable_todo, u.column_name AS unreadable_column, u.value AS unreadable_value
+  FROM found f
+  LEFT JOIN queue_stall_nudges r ON r.endpoint_id = f.endpoint_id AND r.queue = f.queue
+  LEFT JOIN LATERAL (
+        -- The covering hooks (stall_core.covers): how many are enabled (receivers), the most
+        -- consecutive failures of one of those, and how many are disabled.
+        SELECT count(*) FILTER (WHERE c.enabled) AS receivers,
+               max(c.consecutive_failures) FILTER (WHERE c.enabled) AS hook_failures,
+               count(*) FILTER (WHERE NOT c.enabled) AS hooks_disabled
+          FROM host_notify_hooks c
+         WHERE c.endpoint_id = f.key AND (c.queues IS NULL OR f.queue = ANY (c.queues))) h
+    ON true
+  LEFT JOIN unreadable u ON u.endpoint_id = f.endpoint_id AND u.queue = f.queue
+ ORDER BY f.endpoint_id COLLATE "C", f.queue COLLATE "C";

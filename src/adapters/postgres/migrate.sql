@@ -83,14 +83,12 @@ SELECT (SELECT oid FROM pg_namespace WHERE nspname = 'stall_nudge') AS ours,
        (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host;
 
 -- name: objects
--- Every object of ours in the catalog: whatever is in our schema ($1), the ledger and whatever carries our prefix in the host's ($2), the indexes and triggers with our prefix on the host's tables ($3), and every trigger, rule, policy and row-level security on our tables (no build of ours makes one: code another role hangs on our tables), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
+-- Every object of ours in the catalog: whatever is in our schema ($1), whatever carries our prefix in the host's ($2), the indexes and triggers with our prefix on the host's tables ($3), and every trigger, rule, policy and row-level security on our tables (no build of ours makes one: code another role hangs on our tables), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
 WITH ours AS (
     SELECT c.oid, c.relname, c.relkind
       FROM pg_class c
      WHERE (c.relnamespace = $1
-            OR (c.relnamespace = $2
-                AND (c.relname = 'queue_stall_nudges'
-                     OR c.relname LIKE 'stall\_nudge\_%')))
+            OR (c.relnamespace = $2 AND c.relname LIKE 'stall\_nudge\_%'))
        AND NOT (c.relnamespace = $2 AND c.relname = ANY ($3::name[]))
        AND c.relkind <> ALL ('{i,I,t,c}')
 ),
@@ -204,7 +202,7 @@ SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
  WHERE pid = $1;
 
 -- name: recorded_grants
--- The roles migrate --grant recorded, and the privileges it gave each ("kind|target|column|privilege", the host's written @): what --uninstall revokes.
+-- The roles migrate --grant recorded, and the privileges it gave each ("kind|target|column|privilege", the host's schema and tables written as Privilege.target has them): what --uninstall revokes.
 SELECT role, given FROM stall_nudge.grants ORDER BY role;
 
 -- name: has_privileges
@@ -245,6 +243,14 @@ SELECT w.p
 -- Whether this role is a superuser.
 SELECT rolsuper FROM pg_roles WHERE rolname = current_user;
 
+-- name: given_our_schema
+-- Whether our schema's owner gave this role (or a role it belongs to, not PUBLIC) USAGE on it: a sweeping role of that install.
+SELECT EXISTS (SELECT 1
+                 FROM pg_namespace n, aclexplode(n.nspacl) a
+                WHERE n.nspname = 'stall_nudge' AND a.privilege_type = 'USAGE'
+                  AND a.grantee <> 0 AND a.grantor = n.nspowner
+                  AND pg_has_role(current_user, a.grantee, 'MEMBER'));
+
 -- name: role_kind
 -- Role $1 as --grant asks about it (no row: no such role): a superuser needs no grant, and a predefined role (pg_*) is PostgreSQL's, never ours to change.
 SELECT rolsuper AS superuser, rolname LIKE 'pg\_%' AS predefined FROM pg_roles WHERE rolname = $1;
@@ -260,7 +266,7 @@ SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
  ORDER BY 1;
 
 -- name: owners
--- Who owns what carries one of our names: our schema, everything in it, and in the host's schema ($1) the ledger and every relation with our prefix. Each with its kind, the table an index is on, its owner, and whether this role may trust it: the owner is this role, a role it is granted (a superuser's implicit membership does not count), or a superuser.
+-- Who owns what carries one of our names: our schema, everything in it, and in the host's schema ($1) every relation with our prefix. Each with its kind, the table an index is on, its owner, and whether this role may trust it: the owner is this role, a role it is granted (a superuser's implicit membership does not count), or a superuser.
 WITH RECURSIVE mine (oid) AS (
     SELECT oid FROM pg_roles WHERE rolname = current_user
     UNION
@@ -280,8 +286,7 @@ found (kind, schema, name, on_table, owner) AS (
       LEFT JOIN pg_index i ON i.indexrelid = c.oid
       LEFT JOIN pg_class t ON t.oid = i.indrelid
      WHERE n.nspname = 'stall_nudge'
-        OR (n.nspname = $1
-            AND (c.relname = 'queue_stall_nudges' OR c.relname LIKE 'stall\_nudge\_%'))
+        OR (n.nspname = $1 AND c.relname LIKE 'stall\_nudge\_%')
     UNION ALL
     SELECT 'function', n.nspname::text,
            p.proname::text || '(' || pg_get_function_identity_arguments(p.oid) || ')', '',

@@ -1,7 +1,7 @@
-"""`stall-nudge sql`: print what the sweep, the hook directory and migrate send, expanded.
+"""`stall-nudge sql`: print the statements the sweep, the hook directory and migrate send.
 
-The same text as ``src/adapters/postgres/expanded/``: every rule expanded,
-every statement built from its parts, comments kept. Nothing connects.
+Each as its ``.sql`` file holds it: plain PostgreSQL under its ``-- name:``
+header, comments kept. Nothing connects.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from .common import OK, CliError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sql",
-        help="print the SQL stall-nudge sends, rules expanded (no database needed)",
-        description="Print every statement the Postgres adapter sends, or the named ones, "
-        "as it runs them: rules expanded, tick statements built from their parts, comments "
-        "kept. --list names them.",
+        help="print the SQL stall-nudge sends (no database needed)",
+        description="Print every statement the Postgres adapter sends, or the named ones, as "
+        "its source file holds it. --list names them.",
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="statements to print (all)")
     parser.add_argument("--list", action="store_true", help="list the statements, one a line")
@@ -46,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise CliError(f"no statement named {', '.join(unknown)} (stall-nudge sql --list)")
     for key, sql in found.items():
-        print(f"-- statement: {key}\n{sql.rstrip()}\n")
+        print(f"-- name: {key}\n{sql.rstrip()}\n")
     return OK
