@@ -31,8 +31,12 @@ from stall_core import (
     TodoRef,
     aware,
     charge_row,
+    endpoint_active,
     has_departed,
+    has_receiver,
+    is_receiver,
     latest_claim,
+    passes_gate,
     plan_tick,
     refunded_row,
     reset_row,
@@ -106,13 +110,6 @@ class Hook:
     consecutive_failures: int = 0
     disabled_at: datetime | None = None
     disabled_reason: str | None = None
-
-    def covers(self, endpoint_id: str, queue: str) -> bool:
-        return (
-            self.enabled
-            and self.endpoint_id == endpoint_id
-            and (self.queues is None or queue in self.queues)
-        )
 
 
 @attrs.frozen(kw_only=True)
@@ -259,9 +256,11 @@ class MemoryBoard:
         return hook
 
     def hooks_covering(self, endpoint_id: str, queue: str) -> tuple[Hook, ...]:
-        """The enabled hooks of the endpoint whose queue filter covers ``queue``, by id."""
+        """The pair's receivers (``stall_core.is_receiver``), by id."""
         return tuple(
-            hook for _, hook in sorted(self._hooks.items()) if hook.covers(endpoint_id, queue)
+            hook
+            for _, hook in sorted(self._hooks.items())
+            if is_receiver(hook.enabled, hook.endpoint_id, hook.queues, endpoint_id, queue)
         )
 
     def create_todo(
@@ -388,12 +387,10 @@ class MemoryBoard:
 
     # -- the sweep's view and the ledger --------------------------------------
 
-    def gate_passes(self, todo: Todo) -> bool:
-        """SPEC-0011 sender gate: a verified delivery, or none (operator-made); fails closed."""
-        if todo.delivery_id is None:
-            return True
-        delivery = self._deliveries.get(todo.delivery_id)
-        return delivery is not None and delivery.verified
+    def _sendable(self, todo: Todo) -> bool:
+        """``stall_core.passes_gate`` on the todo's delivery row (None when it is missing)."""
+        delivery = None if todo.delivery_id is None else self._deliveries.get(todo.delivery_id)
+        return passes_gate(todo.delivery_id, None if delivery is None else delivery.verified)
 
     def pair_states(self, ledger: Mapping[PairKey, LedgerRow] | None = None) -> list[PairState]:
         """The state of every pair with a pending todo or a ledger row.
@@ -415,18 +412,23 @@ class MemoryBoard:
     ) -> PairState:
         endpoint_id, queue = key
         oldest = work_of(
-            TodoRef(id=t.id, created_at=t.created_at, title=t.title)
-            for t in todos
-            if t.state == "pending" and self.gate_passes(t)
+            (
+                TodoRef(id=t.id, created_at=t.created_at, title=t.title)
+                for t in todos
+                if t.state == "pending" and self._sendable(t)
+            ),
+            endpoint_id=endpoint_id,
+            queue=queue,
         )
         endpoint = self._endpoints.get(endpoint_id)
+        hooks = ((h.enabled, h.endpoint_id, h.queues) for h in self._hooks.values())
         pending = {t.id for t in todos if t.state == "pending"}
         return PairState(
             endpoint_id=endpoint_id,
             queue=queue,
             oldest=oldest,
-            endpoint_active=endpoint is not None and endpoint.state == "active",
-            has_receiver=any(h.covers(endpoint_id, queue) for h in self._hooks.values()),
+            endpoint_active=endpoint_active(None if endpoint is None else endpoint.state),
+            has_receiver=has_receiver(hooks, endpoint_id, queue),
             latest_claim=latest_claim(t.claimed_at for t in todos),
             named_departed=has_departed(ledger.get(key), pending),
         )
@@ -442,7 +444,7 @@ class MemoryBoard:
         self._swept_at = now
         pairs = self.pair_states()
         plan = plan_tick(pairs, self._ledger, now, policy)
-        for key in plan.drained:
+        for key in plan.cleared:
             del self._ledger[key]
         for key in plan.reset:
             self._ledger[key] = reset_row(self._ledger[key], now)
@@ -451,7 +453,7 @@ class MemoryBoard:
         return ChargeOutcome(
             now=now,
             charged=plan.charges,
-            drained=plan.drained,
+            cleared=plan.cleared,
             swept_at=now,
             kind="full",
             judged=len(pairs),

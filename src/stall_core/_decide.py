@@ -3,42 +3,49 @@
 Theory of operation
 -------------------
 Every rule that decides whether a pair is nudged is one function here; the
-Postgres judge (adapters/postgres/tick.sql) restates those the spec puts in
-the query and names the function it mirrors, and the differential tests
-hold the two together by those names. The rules, in the order a tick
-applies them:
+memory board and the simulator call them. The Postgres statements
+(adapters/postgres/tick.sql) restate those the query must hold, each naming
+the function it mirrors, and tests/postgres/test_rules_differential.py holds
+each restatement to its function on random rows. The rules, in the order a
+tick applies them:
 
-=============  ===============================================================
-rule           statement
-=============  ===============================================================
-readable       an instant every reader judges alike: strictly inside a Python
-               datetime's range; a host value outside it (an infinity, a year
-               BC or past 9999, NULL) is never work nor progress
-work_of        the pair's oldest pending todo that passes the sender gate and
-               was created at a readable instant (ties broken by id); the
-               ledger reads it (``PairState.oldest``); the quarantine queue
-               has none (``is_candidate``)
-is_candidate   work older than the threshold (strictly), an active endpoint,
-               an enabled hook covering the queue
-made_progress  a ledger row, and: progress a reset kept, or the todo the row
-               names has departed (``has_departed``), or a claim stamped
-               after the row's last nudge (``latest_claim``, readable claims
-               only)
-is_due         a candidate with no row or progress (nudge 1, at once), or
-               below the cap with its backoff step over (``next_due_at``)
-charge_order   least nudged (``effective_nudges``), oldest work, then
-               endpoint_id and queue by code point
-tick limit     the first ``tick_limit`` due pairs in that order are charged
-               (``plan_tick``)
-charge_row     nudge ``effective + 1`` names the work; its stamp is now, or
-               the latest claim if later (``charge_stamp``), so a claim
-               counts once whatever its stamp
-reset_row      progress no charge answered: the row keeps it (count 0)
-drain          a row whose pair has no work is deleted
-=============  ===============================================================
+===============  =======================================================================
+rule             statement
+===============  =======================================================================
+readable         an instant every reader judges alike: strictly inside a Python
+                 datetime's range; a host value outside it (an infinity, a year BC or
+                 past 9999, NULL) is never work nor progress
+passes_gate      no delivery, or a delivery row that exists and is verified (SPEC-0011)
+is_quarantine    the quarantine queue holds deliveries back: its todos are never work
+names_fit        endpoint id (as text) and queue together fit NAMES_MAX_BYTES of UTF-8
+work_of          the pair's oldest pending todo that passes the gate and was created at
+                 a readable instant (ties broken by id); none in the quarantine queue,
+                 none for names that do not fit: our indexes hold only pairs whose names
+                 fit, so no host write fails because of us
+endpoint_active  the endpoint's row exists and its state is 'active'
+covers           the hook is the endpoint's; its queue filter is NULL or holds the queue
+is_receiver      an enabled hook that covers the pair (``has_receiver``: one hook is)
+is_candidate     work older than the threshold (strictly), an active endpoint, a
+                 receiver
+made_progress    a ledger row, and: progress a reset kept, or the todo the row names has
+                 departed (``has_departed``), or a claim stamped after the row's last
+                 nudge (``latest_claim``, readable claims only)
+capped           ``cap`` nudges spent without progress: silent until progress
+is_due           a candidate with no row or progress (nudge 1, at once), or not capped
+                 with its backoff step over (``next_due_at``)
+charge_order     least nudged (``effective_nudges``), oldest work, then endpoint_id and
+                 queue by code point
+tick limit       the first ``tick_limit`` due pairs in that order are charged
+                 (``plan_tick``)
+charge_row       nudge ``effective + 1`` names the work; its stamp is now, or the latest
+                 claim if later (``charge_stamp``), so a claim counts once whatever its
+                 stamp
+reset_row        progress no charge answered: the row keeps it (count 0)
+clear            a row whose pair has no work is deleted (``Clear``)
+===============  =======================================================================
 
 ``decide`` classifies one pair; ``plan_tick`` turns a whole board into the
-charges, drains and resets of one tick. Nothing here reads a clock or
+charges, clears and resets of one tick. Nothing here reads a clock or
 touches IO: the sweeper and the ledger adapters gather the inputs and
 apply the outputs.
 """
@@ -59,29 +66,38 @@ __all__ = [
     "FULL_PASS_INTERVAL",
     "HELD_RETRY_FRACTION",
     "LAST_INSTANT",
+    "NAMES_MAX_BYTES",
     "Capped",
     "Charge",
+    "Clear",
     "Decision",
-    "Drain",
     "Idle",
     "IdleReason",
     "Reset",
     "TickPlan",
     "Wait",
+    "capped",
     "charge_order",
     "charge_row",
     "charge_stamp",
+    "covers",
     "decide",
     "effective_nudges",
+    "endpoint_active",
     "full_pass_due",
     "has_departed",
+    "has_receiver",
     "is_candidate",
     "is_due",
+    "is_quarantine",
+    "is_receiver",
     "later",
     "latest_claim",
     "made_progress",
+    "names_fit",
     "next_due_at",
     "next_sweep_in",
+    "passes_gate",
     "plan_tick",
     "readable",
     "refunded_row",
@@ -95,7 +111,7 @@ __all__ = [
 class IdleReason(enum.Enum):
     """Why a pair with no ledger business this tick is left alone."""
 
-    NO_WORK = "no-work"  # no gate-passing, non-quarantine pending todo
+    NO_WORK = "no-work"  # work_of found none
     ENDPOINT_INACTIVE = "endpoint-inactive"
     NO_RECEIVER = "no-receiver"
     FRESH = "fresh"  # its oldest gate-passing todo is within the threshold
@@ -124,8 +140,8 @@ class Capped:
 
 
 @attrs.frozen(kw_only=True)
-class Drain:
-    """A ledger row whose pair has no pending work left: delete it."""
+class Clear:
+    """A ledger row whose pair has no work left: delete it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -147,11 +163,11 @@ class Reset:
     reason: IdleReason
 
 
-Decision = Charge | Wait | Capped | Drain | Reset | Idle
+Decision = Charge | Wait | Capped | Clear | Reset | Idle
 
 
 def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef | IdleReason:
-    work = None if pair.queue == QUARANTINE_QUEUE else pair.oldest
+    work = pair.oldest
     if work is None:
         return IdleReason.NO_WORK
     if not pair.endpoint_active:
@@ -187,18 +203,81 @@ def later(at: datetime, delta: timedelta) -> datetime:
     return LAST_INSTANT if at > LAST_INSTANT - delta else at + delta
 
 
-def work_of(pending: Iterable[TodoRef]) -> TodoRef | None:
+def passes_gate(delivery_id: object | None, verified: bool | None) -> bool:
+    """SPEC-0011's sender gate: True for a todo with no delivery, or a verified one.
+
+    ``verified`` is the delivery row's flag, None when that row is missing:
+    the gate fails closed, so a todo whose delivery vanished is never sent.
+    """
+    return delivery_id is None or verified is True
+
+
+def is_quarantine(queue: str) -> bool:
+    """True for the queue that holds deliveries back (SPEC-0038: never pending work)."""
+    return queue == QUARANTINE_QUEUE
+
+
+#: The most bytes of UTF-8 a pair's endpoint id (as text) and queue take together. A
+#: btree entry stops near 2.7 kB; our indexes hold only pairs whose names fit, so no
+#: host write ever fails because of a name's length.
+NAMES_MAX_BYTES = 2000
+
+
+def names_fit(endpoint_id: str, queue: str) -> bool:
+    """True when the pair's names together take at most ``NAMES_MAX_BYTES`` of UTF-8.
+
+    A pair whose names do not fit is never work (``work_of``), and status
+    shows it (``Verdict.NAMES_TOO_LONG``): it is never skipped silently.
+    """
+    size = len(endpoint_id.encode("utf-8", "surrogatepass"))
+    return size + len(queue.encode("utf-8", "surrogatepass")) <= NAMES_MAX_BYTES
+
+
+def work_of(pending: Iterable[TodoRef], *, endpoint_id: str, queue: str) -> TodoRef | None:
     """The pair's work among its pending todos that pass the sender gate: the oldest readable.
 
     Ties go by id in code point order, so every reader names the same todo.
-    A todo created at an instant that is not ``readable`` is not work.
+    A todo created at an instant that is not ``readable`` is not work; nor
+    is any todo of the quarantine queue, or of a pair whose names do not fit.
     """
+    if is_quarantine(queue) or not names_fit(endpoint_id, queue):
+        return None
     work = (t for t in pending if readable(t.created_at))
     return min(work, key=lambda t: (t.created_at, t.id), default=None)
 
 
+def endpoint_active(state: str | None) -> bool:
+    """True when the endpoint's state (None: no such endpoint row) lets its queues be nudged."""
+    return state == "active"
+
+
+def covers(
+    hook_endpoint: str, hook_queues: Collection[str] | None, endpoint_id: str, queue: str
+) -> bool:
+    """True when the hook is the pair's endpoint's and its queue filter (None: all) holds it."""
+    return hook_endpoint == endpoint_id and (hook_queues is None or queue in hook_queues)
+
+
+def is_receiver(
+    enabled: bool,
+    hook_endpoint: str,
+    hook_queues: Collection[str] | None,
+    endpoint_id: str,
+    queue: str,
+) -> bool:
+    """True when the hook receives the pair's wakes: enabled, and it ``covers`` the pair."""
+    return enabled and covers(hook_endpoint, hook_queues, endpoint_id, queue)
+
+
+def has_receiver(
+    hooks: Iterable[tuple[bool, str, Collection[str] | None]], endpoint_id: str, queue: str
+) -> bool:
+    """True when one of ``hooks`` (each: enabled, endpoint_id, queues) ``is_receiver``."""
+    return any(is_receiver(*hook, endpoint_id, queue) for hook in hooks)
+
+
 def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
-    """True when the pair is stalled: gated work past the threshold, active, reachable."""
+    """True when the pair is stalled: work past the threshold, an active endpoint, a receiver."""
     return isinstance(_candidacy(pair, now, policy), TodoRef)
 
 
@@ -251,9 +330,14 @@ def effective_nudges(pair: PairState, row: LedgerRow | None) -> int:
     return row.nudges
 
 
+def capped(nudges: int, policy: PacingPolicy) -> bool:
+    """True when ``nudges`` spent without progress reach the cap: no nudge until progress."""
+    return nudges >= policy.cap
+
+
 def next_due_at(row: LedgerRow, policy: PacingPolicy) -> datetime | None:
-    """When the nudge after ``row.nudges`` may fire, absent progress; None once capped."""
-    if row.nudges >= policy.cap:
+    """When the nudge after ``row.nudges`` may fire, absent progress; None once ``capped``."""
+    if capped(row.nudges, policy):
         return None
     return later(row.last_nudged_at, policy.delay_before(row.nudges + 1))
 
@@ -309,7 +393,7 @@ def refunded_row(row: LedgerRow | None, nudge: Nudge) -> LedgerRow | None:
 
     Compare-and-set: only the row that nudge's own charge wrote (same count,
     stamp and named todo) is refunded, so a refund can never undo a later
-    charge, a reset or a drain. Two charges may share a count and a stamp
+    charge, a reset or a clear. Two charges may share a count and a stamp
     (both nudge 1, both stamped with one claim stamped ahead of the clock),
     never the todo they name as well: the first one's todo departed to make
     the second one a nudge 1. The stamp stays: the retry waits one step.
@@ -322,13 +406,13 @@ def refunded_row(row: LedgerRow | None, nudge: Nudge) -> LedgerRow | None:
 
 
 def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: PacingPolicy) -> Decision:
-    """Classify one pair at ``now``: charge, wait, capped, drain, reset or idle."""
+    """Classify one pair at ``now``: charge, wait, capped, clear, reset or idle."""
     aware("now", now)
     if row is not None and row.key != pair.key:
         raise ValueError(f"ledger row {row.key!r} does not belong to pair {pair.key!r}")
     work = _candidacy(pair, now, policy)
     if work is IdleReason.NO_WORK and row is not None:
-        return Drain()
+        return Clear()
     if isinstance(work, IdleReason):
         return Reset(reason=work) if made_progress(pair, row) else Idle(reason=work)
     if starts_over(pair, row):
@@ -344,10 +428,10 @@ def decide(pair: PairState, row: LedgerRow | None, now: datetime, policy: Pacing
 
 @attrs.frozen(kw_only=True)
 class TickPlan:
-    """One tick's work: nudges to charge (at most tick_limit), rows to delete and to reset."""
+    """One tick's work: nudges to charge (at most tick_limit), rows to clear and to reset."""
 
     charges: tuple[Nudge, ...]
-    drained: tuple[PairKey, ...]
+    cleared: tuple[PairKey, ...]
     #: Pairs that were due but held back by the tick limit.
     held_back: int = 0
     #: Rows with progress this tick does not charge (``Reset``, or held back): ``reset_row``.
@@ -364,11 +448,11 @@ def plan_tick(
 
     Due pairs are charged in ``charge_order``, at most ``tick_limit`` of
     them, so every ledger picks the same four. A row whose pair is absent
-    from ``pairs`` has no pending work: drained. A row with progress that is
+    from ``pairs`` has no pending work: cleared. A row with progress that is
     not charged (a ``Reset``, or held back by the tick limit) is reset.
     """
     due: list[tuple[tuple[int, datetime, str, str], Nudge]] = []
-    drained: list[PairKey] = []
+    cleared: list[PairKey] = []
     reset: list[PairKey] = []
     progressed: set[PairKey] = set()
     seen: set[PairKey] = set()
@@ -378,8 +462,8 @@ def plan_tick(
         seen.add(pair.key)
         row = ledger_rows.get(pair.key)
         decision = decide(pair, row, now, policy)
-        if isinstance(decision, Drain):
-            drained.append(pair.key)
+        if isinstance(decision, Clear):
+            cleared.append(pair.key)
         elif isinstance(decision, Reset):
             reset.append(pair.key)
         elif isinstance(decision, Charge):
@@ -394,13 +478,13 @@ def plan_tick(
             )
             order = charge_order(decision.number - 1, decision.todo, *pair.key)
             due.append((order, nudge))
-    drained.extend(key for key in ledger_rows if key not in seen)
+    cleared.extend(key for key in ledger_rows if key not in seen)
     due.sort(key=lambda item: item[0])
     charges = tuple(nudge for _, nudge in due[: policy.tick_limit])
     reset.extend(n.key for _, n in due[policy.tick_limit :] if n.key in progressed)
     return TickPlan(
         charges=charges,
-        drained=tuple(sorted(drained)),
+        cleared=tuple(sorted(cleared)),
         held_back=max(0, len(due) - policy.tick_limit),
         reset=tuple(sorted(reset)),
     )

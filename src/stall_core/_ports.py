@@ -49,7 +49,7 @@ class LedgerPort(Protocol):
         (``reset_row``). The decision is re-checked against the ledger row as
         it stands when the charge is written, so a nudge another sweeper
         committed first is neither counted nor returned. Rows of pairs with no
-        gate-passing pending todo are deleted in the same call. Returns only
+        work (``work_of``) are cleared in the same call. Returns only
         once everything is committed; on failure raises ``LedgerError`` with
         nothing written. Never changes a todo.
         """
@@ -59,7 +59,7 @@ class LedgerPort(Protocol):
         """Take back the charge of a nudge that reached no receiver; True if refunded.
 
         Follows ``stall_core.refunded_row``: compare-and-set on the row that
-        nudge's charge wrote, so a later charge or a drain is never undone.
+        nudge's charge wrote, so a later charge or a clear is never undone.
         Raises ``LedgerError`` when the ledger cannot be reached.
         """
         ...

@@ -10,19 +10,21 @@ import attrs
 from ._decide import (
     Capped,
     Charge,
-    Drain,
+    Clear,
     Idle,
     IdleReason,
     Reset,
     Wait,
     decide,
     effective_nudges,
+    is_quarantine,
     later,
     made_progress,
+    names_fit,
     next_due_at,
 )
 from ._policy import PacingPolicy
-from ._values import QUARANTINE_QUEUE, LedgerRow, PairState
+from ._values import LedgerRow, PairState
 
 __all__ = ["PairStatus", "Unreadable", "Verdict", "pair_status"]
 
@@ -30,16 +32,17 @@ __all__ = ["PairStatus", "Unreadable", "Verdict", "pair_status"]
 class Verdict(enum.Enum):
     """What the sweep will do with a pair, in the words `stall-nudge status` prints."""
 
-    FRESH = "fresh"  # gated work, but younger than the threshold
+    FRESH = "fresh"  # work, but younger than the threshold
     DUE = "due"  # the next tick charges it (tick limit permitting)
     BACKING_OFF = "backing-off"  # nudged, waiting out the backoff
     CAPPED = "capped"  # cap reached without progress: silent, work stays claimable
     NO_RECEIVER = "no-receiver"  # no enabled notify hook covers the queue
     ENDPOINT_INACTIVE = "endpoint-inactive"  # endpoint paused or disabled
-    UNGATED = "ungated"  # only unverified deliveries pending: pull only
+    HELD_BY_GATE = "held-by-gate"  # only todos the sender gate holds back: pull only
     QUARANTINE = "quarantine"  # held deliveries: never nudged
-    DRAINED = "drained"  # no gated pending work; a leftover row goes next tick
-    UNREADABLE = "unreadable"  # gated work, all created at instants the sweep cannot read
+    NAMES_TOO_LONG = "names-too-long"  # pending todos, names past NAMES_MAX_BYTES: never work
+    DRAINED = "drained"  # no pending work; a leftover row is cleared next tick
+    UNREADABLE = "unreadable"  # sendable todos, all created at instants the sweep cannot read
 
 
 @attrs.frozen(kw_only=True)
@@ -62,8 +65,10 @@ class PairStatus:
 
     endpoint_id: str
     queue: str
-    pending_gated: int
-    pending_ungated: int
+    #: Pending todos that pass the sender gate (``passes_gate``).
+    sendable: int
+    #: Pending todos the sender gate holds back.
+    held_by_gate: int
     oldest_age: timedelta | None
     #: The effective count: nudges since the last progress (None: no ledger row).
     effective_nudges: int | None
@@ -85,8 +90,8 @@ def pair_status(
     pair: PairState,
     row: LedgerRow | None,
     *,
-    pending_gated: int,
-    pending_ungated: int,
+    sendable: int,
+    held_by_gate: int,
     now: datetime,
     policy: PacingPolicy,
     hook_failures: int = 0,
@@ -95,16 +100,13 @@ def pair_status(
 ) -> PairStatus:
     """The verdict the sweep's own ``decide`` gives this pair at ``now``.
 
-    Sendable pending todos none of which is work (``pair.oldest`` is None),
-    with a value the sweep cannot read (``unreadable``), are ``UNREADABLE``:
-    only a person can fix them.
+    A pair with no work says why (``_no_work``), whether or not a leftover
+    ledger row is cleared next tick.
     """
     decision = decide(pair, row, now, policy)
     if isinstance(decision, Reset):  # the row keeps the progress; the verdict is the reason
         decision = Idle(reason=decision.reason)
     next_due: datetime | None = None
-    # Sendable todos pending, none of them work, and a value the sweep cannot read.
-    unread = bool(pending_gated and unreadable and pair.queue != QUARANTINE_QUEUE)
     match decision:
         case Charge():
             verdict, next_due = Verdict.DUE, now
@@ -112,11 +114,9 @@ def pair_status(
             verdict, next_due = Verdict.BACKING_OFF, due_at
         case Capped():
             verdict = Verdict.CAPPED
-        case Drain():
-            verdict = Verdict.UNREADABLE if unread else Verdict.DRAINED
         case Idle(reason=IdleReason.FRESH):
             verdict = Verdict.FRESH
-            assert pair.oldest is not None  # FRESH needs gated work
+            assert pair.oldest is not None  # FRESH needs work
             # Not before: the first tick strictly after the threshold, or the backoff if later.
             next_due = later(pair.oldest.created_at, policy.threshold)
             if row is not None and not made_progress(pair, row):
@@ -126,20 +126,13 @@ def pair_status(
             verdict = Verdict.NO_RECEIVER
         case Idle(reason=IdleReason.ENDPOINT_INACTIVE):
             verdict = Verdict.ENDPOINT_INACTIVE
-        case Idle():
-            if pair.queue == QUARANTINE_QUEUE:
-                verdict = Verdict.QUARANTINE
-            elif unread:
-                verdict = Verdict.UNREADABLE
-            elif pending_ungated:
-                verdict = Verdict.UNGATED
-            else:
-                verdict = Verdict.DRAINED
+        case Clear() | Idle():
+            verdict = _no_work(pair, sendable, held_by_gate, unreadable)
     return PairStatus(
         endpoint_id=pair.endpoint_id,
         queue=pair.queue,
-        pending_gated=pending_gated,
-        pending_ungated=pending_ungated,
+        sendable=sendable,
+        held_by_gate=held_by_gate,
         oldest_age=None if pair.oldest is None else now - pair.oldest.created_at,
         effective_nudges=None if row is None else effective_nudges(pair, row),
         last_nudged_at=None if row is None else row.last_nudged_at,
@@ -150,3 +143,18 @@ def pair_status(
         named_todo=None if row is None else row.named_todo,
         unreadable=unreadable,
     )
+
+
+def _no_work(
+    pair: PairState, sendable: int, held_by_gate: int, unreadable: Unreadable | None
+) -> Verdict:
+    """Why a pair has no work: by design (quarantine), for a person, or none is pending."""
+    if is_quarantine(pair.queue):
+        return Verdict.QUARANTINE
+    if (sendable or held_by_gate) and not names_fit(pair.endpoint_id, pair.queue):
+        return Verdict.NAMES_TOO_LONG
+    if sendable and unreadable is not None:  # sendable, and none of it created readably
+        return Verdict.UNREADABLE
+    if held_by_gate:
+        return Verdict.HELD_BY_GATE
+    return Verdict.DRAINED

@@ -10,7 +10,7 @@ whether any receiver answered. One that reached nobody is refunded in the
 ledger (compare-and-set), so it does not count toward the cap.
 
 Logging: each woken nudge is a record at info; each tick's summary is a
-record at info when the tick charged, drained or refused something, else
+record at info when the tick charged, cleared or refused something, else
 at debug (an idle sidecar is quiet). A failed tick in ``run`` is logged
 here, once, in one line (a traceback only for what is not a ledger
 failure, a bug); ``on_error`` receives it to record or count, not to log
@@ -54,7 +54,8 @@ class TickReport:
     #: The instant the ledger decided at, on its own clock.
     now: datetime
     charged: tuple[Nudge, ...]
-    drained: tuple[PairKey, ...]
+    #: Ledger rows deleted because their pair has no work left (``Clear``).
+    cleared: tuple[PairKey, ...]
     #: Nudges the wake port took; whether a receiver answered is known later (receipts).
     queued: int
     #: Nudges the wake port refused outright; their charges were refunded.
@@ -179,7 +180,7 @@ class Sweeper:
                 task = asyncio.create_task(self._follow(nudge, receipt))
                 self._receipts.add(task)
                 task.add_done_callback(self._receipts.discard)
-        busy = bool(outcome.charged or outcome.drained or refused)
+        busy = bool(outcome.charged or outcome.cleared or refused)
         log.log(
             logging.INFO if busy else logging.DEBUG,
             "tick %d: %s",
@@ -187,7 +188,7 @@ class Sweeper:
             "skipped (another instance holds the tick, or the fleet swept within the interval)"
             if outcome.skipped
             else f"{outcome.kind} pass judged {outcome.judged} pair(s): "
-            f"charged {len(outcome.charged)}, drained {len(outcome.drained)}, "
+            f"charged {len(outcome.charged)}, cleared {len(outcome.cleared)}, "
             f"queued {queued}, refused {refused}",
             extra={"tick": self._ticks},
         )
@@ -195,7 +196,7 @@ class Sweeper:
             tick=self._ticks,
             now=outcome.now,
             charged=outcome.charged,
-            drained=outcome.drained,
+            cleared=outcome.cleared,
             queued=queued,
             refused=refused,
             duration_s=loop.time() - started,
@@ -294,7 +295,7 @@ class Sweeper:
         Each tick goes to ``on_report``, or, when it failed, to ``on_error``
         as a ``TickFailure``. A failing tick is logged here with its number
         (``on_error`` need not log it again) and the loop goes on: the queue
-        is still drained by pull, and the next tick tries again.
+        is still claimable by pull, and the next tick tries again.
         """
         seconds = positive_seconds(
             "interval", interval.total_seconds() if isinstance(interval, timedelta) else interval

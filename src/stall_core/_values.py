@@ -81,9 +81,8 @@ class TodoRef:
 class PairState:
     """What the sweep knows of one (endpoint, queue) pair at one instant, read from the host's rows.
 
-    ``oldest`` is the pair's work: its oldest pending, unclaimed todo whose
-    delivery passes the sender gate, outside the quarantine queue (None when
-    there is none). ``latest_claim`` is the latest ``claimed_at`` of any of
+    ``oldest`` is the pair's work as ``stall_core.work_of`` finds it (None
+    when there is none). ``latest_claim`` is the latest ``claimed_at`` of any of
     its todos (None: never claimed). ``named_departed`` says the todo its
     ledger row names is no longer pending in this pair: claimed, finished,
     deleted or moved (False without a row or a named todo).
@@ -158,7 +157,7 @@ def _tick_kind(_: object, attribute: attrs.Attribute[str | None], value: str | N
 
 @attrs.frozen(kw_only=True)
 class ChargeOutcome:
-    """What one ledger tick committed: the nudges to deliver, the rows deleted.
+    """What one ledger tick committed: the nudges to deliver, the rows cleared.
 
     ``now`` is the instant the ledger decided at, read from its own time
     authority. ``skipped`` means this tick decided nothing: another instance
@@ -172,7 +171,7 @@ class ChargeOutcome:
 
     now: datetime = attrs.field(validator=_must_be_aware)
     charged: tuple[Nudge, ...] = ()
-    drained: tuple[PairKey, ...] = ()
+    cleared: tuple[PairKey, ...] = ()
     skipped: bool = False
     swept_at: datetime | None = attrs.field(default=None, validator=_aware_or_none)
     kind: str | None = attrs.field(default=None, validator=_tick_kind)

@@ -22,15 +22,18 @@ nudge counts toward the cap. In production a nudge that reaches no receiver
 at all is refunded and does not count; the simulator does not model that
 case (its receivers always answer).
 
-The sweep makes the core's decisions with plain integers. A pair is
-looked at only on the first tick where ``decide`` would charge it or drain
+The host's rules are the core's own: a todo is sendable by
+``passes_gate``, a pair has a receiver by ``has_receiver``, and its
+endpoint is active by ``endpoint_active``. The sweep makes the core's
+decisions with plain integers. A pair is
+looked at only on the first tick where ``decide`` would charge it or clear
 its row, and due pairs wait behind the tick limit in ``plan_tick``'s order
 (``run``, ``sweep``); a charge is nudge ``effective_nudges + 1``,
 stamped with the tick's instant, as ``charge_stamp`` would. Those
 restatements live in ``rules``, each pinned to the core by
 tests/unit/test_sim_rules.py. ``simulate(..., check=True)`` also runs
 ``plan_tick`` over the whole board on every tick and raises unless it
-charges and drains exactly what the run did; the tests run random boards
+charges and clears exactly what the run did; the tests run random boards
 that way, and tests/unit/test_sim_faithful.py replays runs on the real
 ``Sweeper``.
 

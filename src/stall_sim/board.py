@@ -38,8 +38,8 @@ class SimPair:
     # deques, a 600-byte block each, cost the run its cache.
     #: Numbers of the pending todos, oldest first, verified or not: what a claim takes.
     pending: list[int] = attrs.field(factory=list)
-    #: The verified subset of ``pending``: the gated work the sweep sees.
-    gated: list[int] = attrs.field(factory=list)
+    #: The subset of ``pending`` that passes the sender gate: the work the sweep sees.
+    sendable: list[int] = attrs.field(factory=list)
     #: The latest claim on the pair; -1 before the first.
     last_claim_us: int = -1
 

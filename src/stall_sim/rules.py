@@ -1,13 +1,14 @@
 """The core's rules, restated in whole microseconds for the simulator's fast path.
 
 The run decides with plain integers: which tick a pair acts on (it is
-charged or its row drained), in what order due pairs wait behind the tick
+charged or its row cleared), in what order due pairs wait behind the tick
 limit, and which nudge number a charge is. Each rule here names the core
-function it mirrors (``# mirrors stall_core.<name>``, checked by
-tests/unit/test_rule_copies.py) and is pinned to it on random inputs by
-tests/unit/test_sim_rules.py, which also runs
-whole scenarios with ``check=True``: on every tick, ``plan_tick`` over the
-whole board must charge and drain exactly what the fast path did.
+function it mirrors (``# mirrors stall_core.<name>``) and is pinned to it on
+random inputs by tests/unit/test_sim_rules.py, which also runs whole
+scenarios with ``check=True``: on every tick, ``plan_tick`` over the whole
+board must charge and clear exactly what the fast path did. The host's
+rules (the gate, receivers, the active endpoint) it does not restate: the
+run calls the core's functions.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def nudges_spent(row_nudges: int | None, progressed: bool) -> int:
 class ChargeOrder:
     """plan_tick's charge order as one integer per due pair; the smallest is charged first.
 
-    plan_tick orders due pairs by nudges spent, then their oldest gated todo, then
+    plan_tick orders due pairs by nudges spent, then their oldest sendable todo, then
     (endpoint_id, queue). A rank packs the three into one int, most
     significant first, so the held-back heap compares plain ints (twice as
     fast as tuples). Pair indexes sort as (endpoint_id, queue) do, because

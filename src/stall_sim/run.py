@@ -7,8 +7,8 @@ before its sweep), then the tick's sweep if the agenda lists it or due
 pairs are held back. Every change to a pair's work or ledger row
 reschedules it (``_reschedule``): a pair due on the very next sweep joins
 ``DuePairs`` at once under its charge rank; one that acts later goes on the
-agenda for the first tick where ``decide`` would charge it or drain its row
-(``rules``), and joins ``DuePairs`` (or has its row drained) on that tick.
+agenda for the first tick where ``decide`` would charge it or clear its row
+(``rules``), and joins ``DuePairs`` (or has its row cleared) on that tick.
 Each sweep then charges the best ``tick_limit`` due pairs. Due pairs left
 over are the ones the tick limit holds back on a real board; they keep
 their rank until their state changes.
@@ -20,7 +20,7 @@ on its way: that claim reschedules it.
 The sweep decides with plain integers (``rules``) and builds no core
 values; a recorded run builds the ``Nudge`` of each charge for its log.
 With ``check`` every tick is swept and ``plan_tick`` over the whole board,
-as a ledger would read it, must charge and drain exactly what the run did.
+as a ledger would read it, must charge and clear exactly what the run did.
 """
 
 from __future__ import annotations
@@ -29,7 +29,19 @@ import math
 from array import array
 from heapq import heappop, heappush, heapreplace
 
-from stall_core import LedgerRow, Nudge, PairKey, PairState, TodoRef, plan_tick
+from stall_core import (
+    LedgerRow,
+    Nudge,
+    PairKey,
+    PairState,
+    TodoRef,
+    capped,
+    endpoint_active,
+    has_receiver,
+    passes_gate,
+    plan_tick,
+    work_of,
+)
 
 from .board import NOT_SCHEDULED, SimPair, todo_id
 from .events import Arrival, Claimed, ConsumerClaims, Created
@@ -66,7 +78,7 @@ def simulate(
     the same todos; ``chance`` draws lost wakes and flaky claims. With
     ``record`` the result keeps every nudge, every host event and the layout.
     With ``check`` every tick also runs ``plan_tick`` over the whole board and
-    raises ``AssertionError`` if it charges or drains other than the run did;
+    raises ``AssertionError`` if it charges or clears other than the run did;
     that is slow, and meant for tests. Neither changes the result.
     """
     run = _Run(scenario, policy, workload=workload, chance=chance, record=record, check=check)
@@ -197,12 +209,16 @@ class _Run:
         self.pair_count = len(self.pairs)
 
     def _layout(self) -> list[SimPair]:
+        """The pairs; each endpoint's hook covers every queue, and a hookless pair has none."""
         share = self.scenario.hookless_share
         keys = pair_keys(self.scenario.pairs, self.scenario.queues_per_endpoint)
         pairs = []
         for index, (endpoint_id, queue) in enumerate(keys):
             hookless = share > 0 and self.workload.random() < share
-            pairs.append(SimPair(index, endpoint_id, queue, not hookless))
+            hooks = () if hookless else ((True, endpoint_id, None),)
+            pairs.append(
+                SimPair(index, endpoint_id, queue, has_receiver(hooks, endpoint_id, queue))
+            )
         return pairs
 
     # -- the loop ----------------------------------------------------------------
@@ -290,16 +306,21 @@ class _Run:
             heappop(self.arrivals)
 
     def _create(self, pair: SimPair, now: int) -> None:
-        """A todo arrives: pending, gated if verified, and its creation wake goes out."""
+        """A todo arrives: pending, sendable if it passes the gate, and its creation wake goes out.
+
+        Every simulated todo comes with a delivery, verified or not; the todo's
+        number names it.
+        """
         tally = self.tally
         number = tally.todos
         tally.todos = number + 1
         self.created_us.append(now)
         share = self.unverified_share
         verified = not share or self.draw_workload() >= share
+        sendable = passes_gate(number, verified)
         pair.pending.append(number)
-        if verified:  # mirrors stall_core.is_candidate: only what passes the gate is work
-            pair.gated.append(number)
+        if sendable:
+            pair.sendable.append(number)
         if self.record:
             tally.trace.append(
                 Created(
@@ -313,7 +334,7 @@ class _Run:
         if pair.has_receiver:
             tally.creation_wakes += 1
             self._wake(pair, now)
-            if verified and len(pair.gated) == 1:
+            if sendable and len(pair.sendable) == 1:
                 self._reschedule(pair, now)  # after the wake: it may have a claim on its way
 
     def _wake(self, pair: SimPair, now: int) -> bool:
@@ -348,13 +369,13 @@ class _Run:
         claim = pair.claim
         assert claim is not None  # the pair's claim key was on the heap
         pair.claim = pair.claim_at_us = None
-        pending, gated = pair.pending, pair.gated
+        pending, sendable = pair.pending, pair.sendable
         created_us, waits = self.created_us, self.tally.waits_us
         taken = 0
         while taken < claim.up_to and pending:
             number = pending.pop(0)
-            if gated and gated[0] == number:  # gated is pending's verified subsequence
-                gated.pop(0)
+            if sendable and sendable[0] == number:  # a subsequence of pending
+                sendable.pop(0)
             taken += 1
             waits.append(now - created_us[number])
             if self.record:
@@ -370,7 +391,7 @@ class _Run:
     # -- the sweep -----------------------------------------------------------------
 
     def _reschedule(self, pair: SimPair, since_us: int) -> None:
-        """Find the first tick from ``since_us`` where decide() would charge or drain the pair.
+        """Find the first tick from ``since_us`` where decide() would charge or clear the pair.
 
         A pair due on the very next sweep is held at once, as that sweep would
         do first thing; one that acts later goes on the agenda for that tick;
@@ -384,8 +405,8 @@ class _Run:
         # hookless pair gets no wakes, so no claims, and is never charged).
         if pair.held_rank is not None:
             self.due.drop(pair)  # its state changed: rank it afresh
-        gated, charged_us = pair.gated, pair.charged_us
-        if not gated and charged_us is None:
+        sendable, charged_us = pair.sendable, pair.charged_us
+        if not sendable and charged_us is None:
             pair.agenda_tick = NOT_SCHEDULED  # nothing to decide until work arrives
             return
         tick_us = self.tick_us
@@ -398,14 +419,14 @@ class _Run:
             # claims), so it reschedules the pair.
             pair.agenda_tick = NOT_SCHEDULED
             return
-        if gated:
-            oldest_created_us = self.created_us[gated[0]]
+        if sendable:
+            oldest_created_us = self.created_us[sendable[0]]
             stalled = first_stalled_tick(oldest_created_us, self.threshold_us, tick_us)
             if stalled > tick:
                 tick = stalled
-        # else (mirrors stall_core.decide): a row without gated work is a Drain next sweep.
+        # else (mirrors stall_core.decide): a row without work is a Clear next sweep.
         progressed = has_unconsumed_claim(pair.last_claim_us, charged_us)
-        if gated and charged_us is not None and not progressed:
+        if sendable and charged_us is not None and not progressed:
             if pair.due_tick is None:
                 pair.agenda_tick = NOT_SCHEDULED  # capped: only progress makes it due again
                 return
@@ -413,7 +434,7 @@ class _Run:
         claimed_first = claim_at is not None and tick * tick_us >= claim_at
         if tick > self.last_tick or claimed_first:
             pair.agenda_tick = NOT_SCHEDULED
-        elif gated and tick == next_sweep:
+        elif sendable and tick == next_sweep:
             pair.agenda_tick = NOT_SCHEDULED
             self.due.add(pair, nudges_spent(pair.row_nudges, progressed), oldest_created_us)
         elif pair.agenda_tick != tick:
@@ -421,27 +442,27 @@ class _Run:
             self.agenda.add(pair, tick)
 
     def _sweep(self, tick: int, listed: list[SimPair]) -> None:
-        """One tick: hold the pairs due on it, drain rows, charge the best due pairs."""
+        """One tick: hold the pairs due on it, clear rows, charge the best due pairs."""
         pacing = self.pacing
         assert pacing is not None  # only a pacing policy puts ticks on the agenda
         planned = self._plan_tick(tick) if self.check else None
-        drained: list[PairKey] = []
+        cleared: list[PairKey] = []
         for pair in listed:
             if pair.agenda_tick != tick:
                 continue  # rescheduled since it was listed
             pair.agenda_tick = NOT_SCHEDULED
-            if pair.gated:
+            if pair.sendable:
                 progressed = has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
                 spent = nudges_spent(pair.row_nudges, progressed)
-                self.due.add(pair, spent, self.created_us[pair.gated[0]])
-            else:  # mirrors stall_core.decide: no work left, a Drain deletes the row
+                self.due.add(pair, spent, self.created_us[pair.sendable[0]])
+            else:  # mirrors stall_core.decide: no work left, a Clear deletes the row
                 pair.row_nudges = pair.charged_us = pair.due_tick = None
-                drained.append(pair.key)
+                cleared.append(pair.key)
         # mirrors stall_core.plan_tick: at most tick_limit charges, in charge order
         chosen = self.due.take(pacing.tick_limit, self.pairs)
         charged = self._charge(tick, chosen) if chosen else []
         if planned is not None:
-            done = (charged, tuple(sorted(drained)))
+            done = (charged, tuple(sorted(cleared)))
             if planned != done:
                 raise AssertionError(f"tick {tick}: plan_tick did {planned}, the run did {done}")
         if self.due.count:
@@ -490,13 +511,16 @@ class _Run:
         )
 
     def _oldest(self, pair: SimPair) -> TodoRef:
-        """The TodoRef of the pair's oldest gated todo."""
-        number = pair.gated[0]
+        """The TodoRef of the pair's oldest sendable todo."""
+        return self._ref(pair.sendable[0])
+
+    def _ref(self, number: int) -> TodoRef:
+        """The TodoRef of the run's ``number``-th todo."""
         created_at = self.timeline.instant(self.created_us[number])
         return TodoRef(id=todo_id(number), created_at=created_at)
 
     def _plan_tick(self, tick: int) -> tuple[list[Nudge], tuple[PairKey, ...]]:
-        """What plan_tick charges and drains on ``tick``, reading the board as a ledger does."""
+        """What plan_tick charges and clears on ``tick``, reading the board as a ledger does."""
         assert self.pacing is not None
         timeline = self.timeline
         states, rows = [], {}
@@ -506,8 +530,12 @@ class _Run:
                 PairState(
                     endpoint_id=pair.endpoint_id,
                     queue=pair.queue,
-                    oldest=self._oldest(pair) if pair.gated else None,
-                    endpoint_active=True,
+                    oldest=work_of(
+                        (self._ref(number) for number in pair.sendable),
+                        endpoint_id=pair.endpoint_id,
+                        queue=pair.queue,
+                    ),
+                    endpoint_active=endpoint_active("active"),
                     has_receiver=pair.has_receiver,
                     latest_claim=claim_at,
                 )
@@ -520,7 +548,7 @@ class _Run:
                     last_nudged_at=timeline.instant(pair.charged_us),
                 )
         plan = plan_tick(states, rows, timeline.instant(tick * timeline.tick_us), self.pacing)
-        return list(plan.charges), plan.drained
+        return list(plan.charges), plan.cleared
 
     # -- the result ----------------------------------------------------------------
 
@@ -528,7 +556,7 @@ class _Run:
         tally, end_us, pacing = self.tally, self.timeline.end_us, self.pacing
         # Kept as doubles: they sort twice as fast as ints past 2**30 and hold these exactly.
         waits = sorted(tally.waits_us)
-        pending_pairs = capped = 0
+        pending_pairs = capped_pairs = 0
         oldest: int | None = None
         for pair in self.pairs:
             if not pair.pending:
@@ -536,10 +564,10 @@ class _Run:
             pending_pairs += 1
             age = end_us - self.created_us[pair.pending[0]]
             oldest = age if oldest is None else max(oldest, age)
-            if pacing and pair.charged_us is not None and pair.gated:
+            if pacing and pair.charged_us is not None and pair.sendable:
                 progressed = has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
-                if nudges_spent(pair.row_nudges, progressed) >= pacing.cap:
-                    capped += 1
+                if capped(nudges_spent(pair.row_nudges, progressed), pacing):
+                    capped_pairs += 1
         return SimResult(
             policy=self.policy.name,
             pairs=self.scenario.pairs,
@@ -561,7 +589,7 @@ class _Run:
             ),
             pending=tally.todos - tally.claims,
             pending_pairs=pending_pairs,
-            capped_pairs=capped,
+            capped_pairs=capped_pairs,
             oldest_pending_s=None if oldest is None else oldest / 1e6,
             max_started_in_tick=tally.max_started_in_tick,
             held_back_ticks=tally.held_back_ticks,

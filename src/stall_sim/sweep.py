@@ -15,7 +15,7 @@ __all__ = ["DuePairs", "SweepAgenda"]
 
 @attrs.define
 class SweepAgenda:
-    """The ticks the sweep must look at, each with the pairs that become due or drain on it.
+    """The ticks the sweep must look at, each with the pairs that become due or are cleared on it.
 
     A pair listed on a tick it is no longer scheduled for (its
     ``agenda_tick`` moved since) is stale and skipped.
@@ -57,7 +57,7 @@ class DuePairs:
     def add(self, pair: SimPair, spent: int, oldest_created_us: int) -> None:
         """Hold ``pair`` until the tick limit lets it through.
 
-        It spent ``spent`` nudges since progress; its oldest gated todo was
+        It spent ``spent`` nudges since progress; its oldest sendable todo was
         created ``oldest_created_us`` after the start.
         """
         rank = self.order.rank(spent, oldest_created_us, pair.index)

@@ -5,7 +5,7 @@ that provides the ``driver`` fixture, a ``BoardDriver`` (the project's own
 tests/contract/test_memory.py and test_postgres.py do exactly that).
 Scenarios speak only the ``BoardDriver`` interface and never branch on the
 backend. The scenarios need pytest, pytest-asyncio
-and time-machine (the ``test`` extra); docs/host-schema.md says how to run
+and time-machine (the ``test`` extra); docs/reliability.md says how to run
 them against your host.
 """
 
@@ -262,7 +262,7 @@ class LedgerContract:
         report = await sweep(driver, clock.advance(minutes(1)), wake)
 
         assert () == report.charged
-        assert (("ep-1", "lane-l"),) == report.drained
+        assert (("ep-1", "lane-l"),) == report.cleared
         assert {} == await driver.ledger_rows()
 
         await driver.create_todo(
@@ -429,10 +429,10 @@ class LedgerContract:
         # lane-y is nudged only once past the threshold on the ledger's clock (strictly).
         assert [[("lane-l", 1)], [], [("lane-l", 1)], [], [], [("lane-y", 1)]] == charged
 
-    async def test_a_stale_snapshot_cannot_resurrect_a_drained_row(
+    async def test_a_stale_snapshot_cannot_resurrect_a_cleared_row(
         self, driver: BoardDriver
     ) -> None:
-        """An instance that ticks while another sweeps skips; after the drain it sees no work."""
+        """An instance that ticks while another sweeps skips; after the clear it sees no work."""
         [todo] = await stalled_queue(driver)
         wake = RecordingWake()
         await sweep(driver, T0 + minutes(10), wake)
@@ -440,14 +440,14 @@ class LedgerContract:
         await driver.complete(todo)
 
         async with driver.hold_tick():
-            # This instance's view predates the drain in progress elsewhere: it must not act.
+            # This instance's view predates the clear in progress elsewhere: it must not act.
             stale = await sweep(driver, T0 + minutes(12), wake)
-        drained = await sweep(driver, T0 + minutes(12), wake)
+        cleared = await sweep(driver, T0 + minutes(12), wake)
         later = await sweep(driver, T0 + minutes(13), wake)
 
-        assert (True, (), ()) == (stale.skipped, stale.charged, stale.drained)
-        assert (("ep-1", "lane-l"),) == drained.drained
-        assert ((), ()) == (later.charged, later.drained)
+        assert (True, (), ()) == (stale.skipped, stale.charged, stale.cleared)
+        assert (("ep-1", "lane-l"),) == cleared.cleared
+        assert ((), ()) == (later.charged, later.cleared)
         assert [todo] == [n.todo.id for n in wake.sent]
         assert {} == await driver.ledger_rows()
 
@@ -463,7 +463,7 @@ class LedgerContract:
             held = (list(wake.sent), await driver.ledger_rows())
         after = await sweep(driver, T0 + minutes(10), wake)
 
-        assert (True, (), ()) == (skipped.skipped, skipped.charged, skipped.drained)
+        assert (True, (), ()) == (skipped.skipped, skipped.charged, skipped.cleared)
         assert ([], {}) == held
         assert (False, [1]) == (after.skipped, [n.number for n in after.charged])
         assert 1 == len(wake.sent)
@@ -494,7 +494,7 @@ class LedgerContract:
         assert 5 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
 
     async def test_a_refund_never_undoes_a_later_charge(self, driver: BoardDriver) -> None:
-        """A late refund is refused once a later charge or a drain changed the row."""
+        """A late refund is refused once a later charge or a clear changed the row."""
         ids = await stalled_queue(driver, todos=2)
         wake = RecordingWake()
         [first] = (await sweep(driver, T0 + minutes(10), wake)).charged
@@ -713,37 +713,37 @@ class LedgerContract:
         wake = RecordingWake()
         await sweep(driver, T0 + minutes(10), wake)
         await driver.claim(todo, owner="consumer", at=T0 + minutes(11))
-        drained = await sweep(driver, T0 + minutes(12), wake)
+        cleared = await sweep(driver, T0 + minutes(12), wake)
         await driver.requeue(todo)
 
         report = await sweep(driver, T0 + minutes(13), wake)
 
-        assert (("ep-1", "lane-l"),) == drained.drained
+        assert (("ep-1", "lane-l"),) == cleared.cleared
         assert [(1, todo)] == [(n.number, n.todo.id) for n in report.charged]
 
     # -- the reported case, on hosts that read progress differently ---------------------
 
     async def test_the_reported_case_with_a_host_clock_behind(self, driver: BoardDriver) -> None:
-        """Claims stamped by a host clock 60 s behind the ledger's: the queue drains."""
-        await _drains(driver, stamp=lambda at: at - timedelta(seconds=60))
+        """Claims stamped by a host clock 60 s behind the ledger's: the queue ends drained."""
+        await _ends_drained(driver, stamp=lambda at: at - timedelta(seconds=60))
 
     async def test_the_reported_case_on_a_host_that_deletes_finished_work(
         self, driver: BoardDriver
     ) -> None:
-        """A host that deletes each todo once done: the queue drains."""
-        await _drains(driver, finish="delete")
+        """A host that deletes each todo once done: the queue ends drained."""
+        await _ends_drained(driver, finish="delete")
 
     async def test_the_reported_case_on_a_host_that_unstamps_finished_work(
         self, driver: BoardDriver
     ) -> None:
-        """A host that clears claimed_at once done: the queue drains."""
-        await _drains(driver, finish="unstamp")
+        """A host that clears claimed_at once done: the queue ends drained."""
+        await _ends_drained(driver, finish="unstamp")
 
     async def test_the_reported_case_with_a_claim_that_spans_the_fifth_nudge(
         self, driver: BoardDriver
     ) -> None:
-        """A consumer whose claim reads the time before nudge 5 and commits after: it drains."""
-        await _drains(driver, late_claim=True)
+        """A consumer whose claim reads the time before nudge 5 and commits after: drained."""
+        await _ends_drained(driver, late_claim=True)
 
 
 async def _not_progress(
@@ -772,7 +772,7 @@ async def _not_progress(
     assert [(3, named, T0 + minutes(15) + POLICY.backoff[1])] == charged
 
 
-async def _drains(
+async def _ends_drained(
     driver: BoardDriver,
     *,
     stamp: Callable[[datetime], datetime] = lambda at: at,

@@ -1,4 +1,4 @@
-"""The pure decisions: decide and its parts, charge_row and plan_tick, on plain values."""
+"""The core's rules on plain values: the predicates, decide and its parts, and plan_tick."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import attrs
 import pytest
 
 from stall_core import (
+    FULL_PASS_INTERVAL,
     HELD_RETRY_FRACTION,
+    NAMES_MAX_BYTES,
     QUARANTINE_QUEUE,
     Capped,
     Charge,
-    Drain,
+    Clear,
+    Decision,
     Idle,
     IdleReason,
     LedgerRow,
@@ -22,18 +25,27 @@ from stall_core import (
     Reset,
     TodoRef,
     Wait,
+    capped,
     charge_order,
     charge_row,
     charge_stamp,
+    covers,
     decide,
     effective_nudges,
+    endpoint_active,
+    full_pass_due,
     has_departed,
+    has_receiver,
     is_candidate,
     is_due,
+    is_quarantine,
+    is_receiver,
     latest_claim,
     made_progress,
+    names_fit,
     next_due_at,
     next_sweep_in,
+    passes_gate,
     plan_tick,
     readable,
     refunded_row,
@@ -47,6 +59,8 @@ from tests.support import T0, minutes
 POLICY = PacingPolicy()
 NOW = T0 + minutes(30)
 US = timedelta(microseconds=1)
+FIRST = datetime.min.replace(tzinfo=UTC)
+LAST = datetime.max.replace(tzinfo=UTC)
 
 
 def todo(created_at: datetime = T0, todo_id: str = "t1", title: str | None = None) -> TodoRef:
@@ -97,137 +111,218 @@ def row(
     )
 
 
-def charged(number: int, charged_at: datetime) -> Nudge:
-    """A nudge of the default pair naming t1, as its charge wrote it."""
-    return Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=number, charged_at=charged_at)
+def charged(number: int, charged_at: datetime, todo_id: str = "t1") -> Nudge:
+    """A nudge of the default pair, as its charge wrote it."""
+    return Nudge(
+        endpoint_id="ep",
+        queue="lane",
+        todo=todo(todo_id=todo_id),
+        number=number,
+        charged_at=charged_at,
+    )
 
 
-# -- candidacy ----------------------------------------------------------------
+def charges(
+    pairs: list[PairState], rows: dict[tuple[str, str], LedgerRow], at: datetime
+) -> list[tuple[str, int, str, datetime]]:
+    """plan_tick's charges at ``at`` as (endpoint, number, named todo, stamp)."""
+    plan = plan_tick(pairs, rows, at, POLICY)
+    return [(n.endpoint_id, n.number, n.todo.id, n.charged_at) for n in plan.charges]
+
+
+# -- the host's rules -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("delivery_id", "verified", "passes"),
+    [(None, None, True), ("d", True, True), ("d", False, False), ("d", None, False)],
+    ids=["no delivery", "verified", "unverified", "delivery row missing"],
+)
+def test_passes_gate(delivery_id: str | None, verified: bool | None, passes: bool) -> None:
+    """The sender gate: no delivery or a verified one; a missing delivery row fails closed."""
+    assert passes is passes_gate(delivery_id, verified)
+
+
+@pytest.mark.parametrize(
+    ("hook", "covered"),
+    [
+        (("ep", None), True),
+        (("ep", ("lane", "x")), True),
+        (("ep", ("x",)), False),
+        (("ep", ()), False),
+        (("other", None), False),
+    ],
+    ids=["all queues", "listed", "not listed", "empty filter", "another endpoint"],
+)
+def test_covers_reads_the_endpoint_and_the_queue_filter(
+    hook: tuple[str, tuple[str, ...] | None], covered: bool
+) -> None:
+    """A hook covers its own endpoint's queues: all of them (NULL), or those its filter lists."""
+    endpoint, queues = hook
+
+    assert covered is covers(endpoint, queues, "ep", "lane")
+    assert covered is is_receiver(True, endpoint, queues, "ep", "lane")
+    assert False is is_receiver(False, endpoint, queues, "ep", "lane")
+
+
+def test_a_receiver_is_an_enabled_covering_hook() -> None:
+    """has_receiver needs one hook both enabled and covering; none, or a disabled one, is not."""
+    assert True is has_receiver([(False, "ep", None), (True, "ep", ("lane",))], "ep", "lane")
+    assert False is has_receiver([(False, "ep", None), (True, "ep", ("x",))], "ep", "lane")
+    assert False is has_receiver([], "ep", "lane")
+
+
+@pytest.mark.parametrize(
+    ("state", "active"), [("active", True), ("paused", False), ("disabled", False), (None, False)]
+)
+def test_only_an_active_endpoint_is_nudged(state: str | None, active: bool) -> None:
+    """endpoint_active: the state 'active'; a paused, disabled or missing endpoint is not."""
+    assert active is endpoint_active(state)
+
+
+def test_the_quarantine_queue_is_never_work() -> None:
+    """Quarantine holds deliveries back: its oldest todo is no work, other queues' is."""
+    held = [todo(T0 - timedelta(days=365))]
+
+    assert (True, False) == (is_quarantine(QUARANTINE_QUEUE), is_quarantine("lane"))
+    assert None is work_of(held, endpoint_id="ep", queue=QUARANTINE_QUEUE)
+    assert held[0] == work_of(held, endpoint_id="ep", queue="lane")
+
+
+@pytest.mark.parametrize(
+    ("endpoint_id", "queue", "fit"),
+    [
+        ("e" * 1000, "q" * 1000, True),
+        ("e" * 1000, "q" * 1001, False),
+        ("é" * 500, "q" * 1000, True),  # 1,000 bytes of UTF-8
+        ("é" * 500, "q" * 1001, False),
+        ("队" * 666, "q" * 2, True),  # 1,998 bytes and 2
+        ("队" * 666, "q" * 3, False),
+    ],
+    ids=["2000 ASCII", "2001 ASCII", "2000 two-byte", "2001 two-byte", "2000 three-byte", "2001"],
+)
+def test_names_fit_counts_bytes_of_utf8(endpoint_id: str, queue: str, fit: bool) -> None:
+    """A pair's names fit when endpoint id and queue take at most 2,000 bytes of UTF-8 together."""
+    assert 2000 == NAMES_MAX_BYTES
+    assert fit is names_fit(endpoint_id, queue)
+    assert (todo() if fit else None) == work_of([todo()], endpoint_id=endpoint_id, queue=queue)
+
+
+def test_the_work_is_the_oldest_readable_todo_ties_by_id_in_code_point_order() -> None:
+    """work_of: the earliest readable created_at, then the smaller id by code point ('B' < 'a')."""
+    todos = [
+        TodoRef(id="odd", created_at=FIRST),
+        TodoRef(id="a", created_at=T0),
+        TodoRef(id="B", created_at=T0),
+        TodoRef(id="0", created_at=T0 + US),
+    ]
+
+    assert TodoRef(id="B", created_at=T0) == work_of(todos, endpoint_id="ep", queue="lane")
+    assert None is work_of([], endpoint_id="ep", queue="lane")
+
+
+@pytest.mark.parametrize(
+    ("at", "expected"),
+    [
+        (FIRST, False),
+        (FIRST + US, True),
+        (LAST - US, True),
+        (LAST, False),
+        (datetime(1, 1, 1, 4, tzinfo=timezone(timedelta(hours=5))), False),
+    ],
+)
+def test_readable_excludes_the_ends_a_driver_writes_as_infinities(
+    at: datetime, expected: bool
+) -> None:
+    """The two ends of a Python datetime's range stand for the infinities: not readable."""
+    assert expected == readable(at)
+
+
+def test_latest_claim_is_the_latest_readable_stamp_of_any_todo() -> None:
+    """latest_claim skips todos never claimed and stamps at an end of the range; none: None."""
+    assert NOW == latest_claim([T0, None, NOW, NOW - US, LAST])
+    assert (None, None) == (latest_claim([None, FIRST]), latest_claim([]))
+
+
+@pytest.mark.parametrize(
+    ("ledger", "pending", "departed"),
+    [
+        (row(1, T0), (), True),
+        (row(1, T0), ("t2", "t3"), True),
+        (row(1, T0), ("t1", "t2"), False),
+        (row(1, T0, named=None), (), False),  # an older build's row names no todo
+        (None, (), False),
+    ],
+    ids=["gone", "others pending", "still pending", "old build row", "no row"],
+)
+def test_has_departed_when_the_named_todo_is_not_pending_in_the_pair(
+    ledger: LedgerRow | None, pending: tuple[str, ...], departed: bool
+) -> None:
+    """The named todo absent from the pending ids (claimed, done, deleted, moved) departed."""
+    assert departed is has_departed(ledger, pending)
+
+
+# -- candidacy --------------------------------------------------------------------------
 
 
 def test_threshold_is_strict() -> None:
-    """A todo created exactly the threshold ago is fresh; a microsecond older is stalled."""
+    """Exactly the threshold old is fresh, with or without a row; a microsecond older is due."""
     at_threshold = pair(oldest=todo(NOW - POLICY.threshold))
-    past_threshold = pair(oldest=todo(NOW - POLICY.threshold - US))
+    past_threshold = pair(oldest=todo(NOW - POLICY.threshold - US, title="work"))
 
     assert False is is_candidate(at_threshold, NOW, POLICY)
-    assert Idle(reason=IdleReason.FRESH) == decide(at_threshold, None, NOW, POLICY)
+    assert Idle(reason=IdleReason.FRESH) == decide(at_threshold, row(2, T0), NOW, POLICY)
     assert True is is_candidate(past_threshold, NOW, POLICY)
+    assert Charge(number=1, todo=past_threshold.oldest) == decide(  # type: ignore[arg-type]
+        past_threshold, None, NOW, POLICY
+    )
 
 
-def test_fresh_work_is_not_a_stalled_queue() -> None:
-    """Fresh work is not a stalled queue: a todo seconds old is idle, with or without a row."""
-    fresh = pair(oldest=todo(NOW - timedelta(seconds=5)))
-
-    assert Idle(reason=IdleReason.FRESH) == decide(fresh, None, NOW, POLICY)
-    assert Idle(reason=IdleReason.FRESH) == decide(fresh, row(2, T0), NOW, POLICY)
-
-
-def test_stalled_pair_without_row_is_charged_first_nudge() -> None:
-    """A stalled pair with no ledger row is charged nudge 1 naming its oldest todo."""
-    ref = todo(title="work")
-
-    assert Charge(number=1, todo=ref) == decide(pair(oldest=ref), None, NOW, POLICY)
-
-
-def test_quarantine_is_not_pending_work() -> None:
-    """Nudging does not wake a quarantined queue: quarantine work counts as no work."""
-    held = pair(queue=QUARANTINE_QUEUE, oldest=todo(T0 - timedelta(days=365)))
-
-    assert False is is_candidate(held, NOW, POLICY)
-    assert Idle(reason=IdleReason.NO_WORK) == decide(held, None, NOW, POLICY)
-    assert Drain() == decide(held, row(1, T0, queue=QUARANTINE_QUEUE), NOW, POLICY)
-
-
-def test_inactive_endpoint_is_idle_and_keeps_its_row() -> None:
-    """An inactive endpoint is idle, and its ledger row is left as it is (not drained)."""
-    paused = pair(active=False)
-
-    assert Idle(reason=IdleReason.ENDPOINT_INACTIVE) == decide(paused, None, NOW, POLICY)
-    assert Idle(reason=IdleReason.ENDPOINT_INACTIVE) == decide(paused, row(3, T0), NOW, POLICY)
+@pytest.mark.parametrize(
+    ("state", "ledger", "decision"),
+    [
+        (pair(active=False), row(3, T0), Idle(reason=IdleReason.ENDPOINT_INACTIVE)),
+        (pair(receiver=False), row(1, T0), Idle(reason=IdleReason.NO_RECEIVER)),
+        (pair(no_work=True), None, Idle(reason=IdleReason.NO_WORK)),
+        (pair(no_work=True), row(2, T0), Clear()),
+        (pair(no_work=True, active=False, receiver=False), row(POLICY.cap, T0), Clear()),
+        (
+            pair(no_work=True, claimed=NOW, departed=True),
+            row(2, T0, progressed_at=T0 + minutes(1)),
+            Clear(),
+        ),
+    ],
+    ids=["inactive", "no receiver", "no work", "row, no work", "row, idle", "row with progress"],
+)
+def test_a_pair_that_is_no_candidate_keeps_its_row_unless_it_has_no_work(
+    state: PairState, ledger: LedgerRow | None, decision: Decision
+) -> None:
+    """Idle pairs keep their rows as they are; a row whose pair has no work is cleared."""
+    assert decision == decide(state, ledger, NOW, POLICY)
 
 
-def test_a_queue_with_no_receiver_is_not_charged() -> None:
-    """A queue with no receiver is not charged: idle, whatever its row says."""
-    hookless = pair(receiver=False)
-
-    assert False is is_candidate(hookless, NOW, POLICY)
-    assert Idle(reason=IdleReason.NO_RECEIVER) == decide(hookless, None, NOW, POLICY)
-    assert Idle(reason=IdleReason.NO_RECEIVER) == decide(hookless, row(1, T0), NOW, POLICY)
+# -- pacing -------------------------------------------------------------------------------
 
 
-def test_no_work_without_a_row_is_idle_not_drain() -> None:
-    """Drain is for a ledger row only: a pair with no work and no row is idle."""
-    assert Idle(reason=IdleReason.NO_WORK) == decide(pair(no_work=True), None, NOW, POLICY)
-    assert Drain() == decide(pair(no_work=True), row(2, T0), NOW, POLICY)
-
-
-def test_no_work_drains_even_when_inactive_or_hookless() -> None:
-    """A row whose pair has no work is deleted even if the endpoint is paused or hookless."""
-    drained = pair(no_work=True, active=False, receiver=False)
-
-    assert Drain() == decide(drained, row(POLICY.cap, T0), NOW, POLICY)
-
-
-def test_no_work_drains_a_row_with_progress() -> None:
-    """A drained pair's row is deleted, not reset, whatever progress it shows or kept."""
-    progressed = pair(no_work=True, claimed=NOW, departed=True)
-
-    assert Drain() == decide(progressed, row(2, T0, progressed_at=T0 + minutes(1)), NOW, POLICY)
-
-
-# -- pacing ---------------------------------------------------------------------
-
-
-def test_wait_names_the_due_time() -> None:
-    """A candidate inside its backoff waits until last nudge + the next step."""
-    ledger = row(2, NOW - minutes(1))
-
-    assert Wait(due_at=NOW - minutes(1) + POLICY.backoff[1]) == decide(pair(), ledger, NOW, POLICY)
-
-
-def test_charge_exactly_at_due_time() -> None:
-    """At the due instant itself the next nudge is charged."""
+def test_a_candidate_waits_its_step_is_charged_at_its_end_and_falls_silent_at_the_cap() -> None:
+    """Wait until last nudge + the next step, charge at that instant, capped after cap nudges."""
     ledger = row(1, NOW - POLICY.backoff[0])
 
-    assert Charge(number=2, todo=todo()) == decide(pair(), ledger, NOW, POLICY)
     assert Wait(due_at=NOW) == decide(pair(), ledger, NOW - US, POLICY)
+    assert Charge(number=2, todo=todo()) == decide(pair(), ledger, NOW, POLICY)
+    assert Capped(nudges=POLICY.cap) == decide(
+        pair(), row(POLICY.cap, T0), T0 + timedelta(days=30), POLICY
+    )
 
 
-def test_capped_after_cap_nudges() -> None:
-    """After cap nudges without progress the pair is capped, however long it waits."""
-    ledger = row(POLICY.cap, T0)
+def test_next_due_at_is_the_next_step_after_the_last_nudge_until_capped() -> None:
+    """next_due_at is last nudge + the next step; None once ``capped``; the range's end at most."""
+    late = datetime(9999, 12, 31, 23, 58, tzinfo=UTC)
 
-    assert Capped(nudges=POLICY.cap) == decide(pair(), ledger, T0 + timedelta(days=30), POLICY)
-
-
-def test_next_due_at() -> None:
-    """next_due_at is last nudge + the next step, and None once capped."""
-    assert T0 + POLICY.backoff[0] == next_due_at(row(1, T0), POLICY)
-    assert T0 + POLICY.backoff[-1] == next_due_at(row(POLICY.cap - 1, T0), POLICY)
+    assert T0 + POLICY.backoff[1] == next_due_at(row(2, T0), POLICY)
+    assert [False, True, True] == [capped(n, POLICY) for n in (4, 5, 9)]
     assert None is next_due_at(row(POLICY.cap, T0), POLICY)
-    assert None is next_due_at(row(POLICY.cap + 4, T0), POLICY)
-
-
-def test_next_due_at_with_a_longer_cap_repeats_the_last_step() -> None:
-    """A policy whose cap outruns the schedule keeps the last step."""
-    policy = PacingPolicy(cap=len(POLICY.backoff) + 4)
-
-    assert T0 + POLICY.backoff[-1] == next_due_at(row(len(POLICY.backoff) + 2, T0), policy)
-
-
-def test_charge_row() -> None:
-    """A committed charge leaves a row with its number, its stamp and the todo it named."""
-    nudge = Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=3, charged_at=NOW)
-
-    assert row(3, NOW, named="t1") == charge_row(nudge)
-
-
-def test_charge_row_answers_the_progress_a_reset_kept() -> None:
-    """A charge's row keeps no progress: the nudge it records answered it."""
-    nudge = Nudge(endpoint_id="ep", queue="lane", todo=todo(todo_id="t2"), number=1, charged_at=NOW)
-
-    assert (None, "t2") == (charge_row(nudge).progressed_at, charge_row(nudge).named_todo)
+    assert LAST == next_due_at(row(1, late), POLICY)
 
 
 def test_is_due_is_a_charge_decision() -> None:
@@ -244,40 +339,42 @@ def test_is_due_is_a_charge_decision() -> None:
     ]
 
 
-def test_charge_order_is_spent_then_oldest_work_then_ids() -> None:
-    """charge_order sorts by nudges spent, then the oldest work, then endpoint_id and queue."""
+def test_charge_row_records_the_charge_and_answers_kept_progress() -> None:
+    """A committed charge leaves its number, stamp and named todo, and keeps no progress."""
+    nudge = charged(3, NOW, todo_id="t2")
+
+    assert row(3, NOW, named="t2") == charge_row(nudge)
+
+
+def test_charge_order_is_spent_then_oldest_work_then_ids_by_code_point() -> None:
+    """charge_order sorts by nudges spent, then the oldest work, then endpoint_id, then queue."""
     keys = [
         charge_order(1, todo(T0 - minutes(9)), "a", "q"),
         charge_order(0, todo(T0), "b", "q"),
         charge_order(0, todo(T0), "a", "z"),
+        charge_order(0, todo(T0), "a", "Z"),
+        charge_order(0, todo(T0), "é", "a"),
         charge_order(0, todo(T0 - US), "z", "z"),
     ]
 
     assert (0, T0, "b", "q") == keys[1]
-    assert [keys[3], keys[2], keys[1], keys[0]] == sorted(keys)
+    assert [keys[5], keys[3], keys[2], keys[1], keys[4], keys[0]] == sorted(keys)
 
 
-# -- progress, read two ways ----------------------------------------------------------
-
-
-def test_latest_claim_is_the_latest_stamp_of_any_todo() -> None:
-    """latest_claim is the latest claimed_at among the pair's todos, never-claimed ones aside."""
-    assert NOW == latest_claim([T0, None, NOW, NOW - US])
-
-
-def test_latest_claim_of_todos_never_claimed_is_none() -> None:
-    """With no claimed_at among the pair's todos (or no todos) there is no latest claim."""
-    assert (None, None) == (latest_claim([None, None]), latest_claim([]))
+# -- progress, read two ways --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("after", [US, minutes(1), timedelta(days=1)], ids=["1us", "1m", "1d"])
 def test_a_claim_stamped_after_the_last_nudge_is_progress(after: timedelta) -> None:
     """A claim stamped after the row's last nudge is progress: nudge 1 again, at once."""
-    ledger = row(POLICY.cap - 1, NOW - minutes(1))
+    ledger = row(POLICY.cap, NOW - minutes(1))
     claimed = pair(claimed=ledger.last_nudged_at + after)
 
-    assert True is made_progress(claimed, ledger)
-    assert 0 == effective_nudges(claimed, ledger)
+    assert (True, True, 0) == (
+        made_progress(claimed, ledger),
+        starts_over(claimed, ledger),
+        effective_nudges(claimed, ledger),
+    )
     assert Charge(number=1, todo=todo()) == decide(claimed, ledger, NOW, POLICY)
 
 
@@ -287,73 +384,21 @@ def test_a_claim_stamped_at_or_before_the_last_nudge_is_not_progress(before: tim
     ledger = row(2, NOW - minutes(1))
     claimed = pair(claimed=ledger.last_nudged_at - before)
 
-    assert False is made_progress(claimed, ledger)
-    assert 2 == effective_nudges(claimed, ledger)
+    assert (False, 2) == (made_progress(claimed, ledger), effective_nudges(claimed, ledger))
     assert Wait(due_at=ledger.last_nudged_at + POLICY.backoff[1]) == decide(
         claimed, ledger, NOW, POLICY
     )
 
 
-def test_a_claim_before_the_last_nudge_leaves_a_capped_pair_capped() -> None:
-    """A capped pair whose latest claim is older than its last nudge stays capped."""
-    ledger = row(POLICY.cap, NOW - minutes(10))
-
-    assert Capped(nudges=POLICY.cap) == decide(pair(claimed=T0), ledger, NOW, POLICY)
-
-
-def test_progress_lifts_a_capped_pair() -> None:
-    """A capped pair with a claim after its last nudge is charged nudge 1 again."""
-    ledger = row(POLICY.cap, T0 + minutes(3))
-    progressed = pair(claimed=T0 + minutes(4))
-
-    assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
-
-
-def test_the_named_todo_departed_is_progress() -> None:
-    """The todo the last nudge named no longer pending is progress, though no stamp says so."""
+def test_the_named_todo_departed_is_progress_though_no_stamp_says_so() -> None:
+    """The named todo no longer pending is progress; still pending, a capped pair stays capped."""
     ledger = row(POLICY.cap, NOW - minutes(1))
     # t1 was claimed by a host whose clock is behind, or deleted, or moved: t2 is the work now.
     departed = pair(oldest=todo(todo_id="t2"), claimed=NOW - minutes(10), departed=True)
-
-    assert True is made_progress(departed, ledger)
-    assert Charge(number=1, todo=todo(todo_id="t2")) == decide(departed, ledger, NOW, POLICY)
-
-
-def test_the_named_todo_still_pending_is_not_progress() -> None:
-    """With the named todo still pending and no later claim, a capped pair stays capped."""
-    ledger = row(POLICY.cap, NOW - minutes(1))
     stays = pair(claimed=NOW - minutes(10), departed=False)
 
-    assert False is made_progress(stays, ledger)
+    assert Charge(number=1, todo=todo(todo_id="t2")) == decide(departed, ledger, NOW, POLICY)
     assert Capped(nudges=POLICY.cap) == decide(stays, ledger, NOW, POLICY)
-
-
-def test_a_claim_that_spanned_the_charge_is_progress_only_on_the_named_todo() -> None:
-    """A claim stamped before the charge it committed after counts if it took the named todo."""
-    ledger = row(2, NOW - minutes(1))
-    spanned = NOW - minutes(1) - US
-
-    assert True is made_progress(pair(claimed=spanned, departed=True), ledger)
-    assert False is made_progress(pair(claimed=spanned, departed=False), ledger)
-
-
-@pytest.mark.parametrize("pending", [(), ("t2",), ("t2", "t3")], ids=repr)
-def test_has_departed_when_the_named_todo_is_not_pending_in_the_pair(
-    pending: tuple[str, ...],
-) -> None:
-    """A named todo absent from the pair's pending ids (claimed, done, deleted, moved) departed."""
-    assert True is has_departed(row(1, T0, named="t1"), pending)
-
-
-@pytest.mark.parametrize("pending", [("t1",), ("t1", "t2")], ids=repr)
-def test_has_not_departed_while_the_named_todo_is_pending(pending: tuple[str, ...]) -> None:
-    """A named todo still among the pair's pending ids has not departed."""
-    assert False is has_departed(row(1, T0, named="t1"), pending)
-
-
-def test_nothing_departs_without_a_row() -> None:
-    """With no ledger row there is no named todo to depart."""
-    assert False is has_departed(None, set())
 
 
 def test_a_change_of_gate_is_not_a_departure() -> None:
@@ -361,136 +406,63 @@ def test_a_change_of_gate_is_not_a_departure() -> None:
     ledger = row(2, NOW - minutes(1), named="t1")
     # t1's delivery is no longer verified: t1 stays pending (so among the pending ids) but
     # the work is t2 now.
-    still_pending = has_departed(ledger, {"t1", "t2"})
-    regated = pair(oldest=todo(todo_id="t2"), departed=still_pending)
+    regated = pair(oldest=todo(todo_id="t2"), departed=has_departed(ledger, {"t1", "t2"}))
 
-    assert False is still_pending
-    assert False is made_progress(regated, ledger)
     assert Wait(due_at=ledger.last_nudged_at + POLICY.backoff[1]) == decide(
         regated, ledger, NOW, POLICY
     )
-
-
-@pytest.mark.parametrize(
-    ("state", "reason"),
-    [
-        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
-        ({"receiver": False}, IdleReason.NO_RECEIVER),
-    ],
-)
-def test_a_change_of_endpoint_or_hooks_is_not_progress(
-    state: dict[str, bool], reason: IdleReason
-) -> None:
-    """An endpoint paused or a hook gone leaves the row as it is (idle), and back again it waits."""
-    ledger = row(2, NOW - minutes(1))
-
-    assert Idle(reason=reason) == decide(pair(**state), ledger, NOW, POLICY)  # type: ignore[arg-type]
-    assert False is made_progress(pair(**state), ledger)  # type: ignore[arg-type]
-    assert isinstance(decide(pair(), ledger, NOW, POLICY), Wait)
 
 
 def test_progress_without_a_row_is_not_progress() -> None:
     """With no ledger row there is nothing to progress past; the count is zero."""
     claimed = pair(claimed=T0, departed=True)
 
-    assert False is made_progress(claimed, None)
-    assert 0 == effective_nudges(claimed, None)
-
-
-# -- rows an older build charged -------------------------------------------------------
-
-
-@pytest.mark.parametrize("pending", [(), ("t1",), ("t2",)], ids=repr)
-def test_an_old_build_row_never_departs(pending: tuple[str, ...]) -> None:
-    """A row that names no todo (an older build charged it) never departs, whatever is pending."""
-    assert False is has_departed(row(2, T0, named=None), pending)
+    assert (False, True, 0) == (
+        made_progress(claimed, None),
+        starts_over(claimed, None),
+        effective_nudges(claimed, None),
+    )
 
 
 @pytest.mark.parametrize(
     ("claim_after", "progressed"),
-    [(US, True), (minutes(5), True), (timedelta(0), False), (-minutes(1), False)],
-    ids=["1us after", "5m after", "at", "1m before"],
+    [(US, True), (timedelta(0), False), (-minutes(1), False)],
+    ids=["1us after", "at", "1m before"],
 )
 def test_an_old_build_row_reads_progress_by_timestamps_alone(
     claim_after: timedelta, progressed: bool
 ) -> None:
-    """An old-build row's progress is a claim stamped after its last nudge, and only that."""
+    """An old-build row's progress is a claim stamped after its last nudge; its charge names t1."""
     legacy = row(POLICY.cap, NOW - minutes(10), named=None)
     state = pair(claimed=legacy.last_nudged_at + claim_after, departed=has_departed(legacy, set()))
 
     assert progressed is made_progress(state, legacy)
-    assert (Charge(number=1, todo=todo()) if progressed else Capped(nudges=POLICY.cap)) == (
-        decide(state, legacy, NOW, POLICY)
+    assert ([("ep", 1, "t1", NOW)] if progressed else []) == charges(
+        [state], {legacy.key: legacy}, NOW
     )
 
 
-def test_an_old_build_row_is_charged_a_row_that_names_its_todo() -> None:
-    """The first charge of an old-build row writes a row naming the todo it woke."""
-    legacy = row(1, NOW - POLICY.backoff[0], named=None)
-
-    [nudge] = plan_tick([pair()], {legacy.key: legacy}, NOW, POLICY).charges
-
-    assert row(2, NOW, named="t1") == charge_row(nudge)
+# -- progress a reset keeps ---------------------------------------------------------------
 
 
-# -- progress a reset keeps ------------------------------------------------------------
-
-
-def test_reset_row_keeps_the_stamp_and_the_named_todo_and_spends_nothing() -> None:
-    """reset_row sets the count to 0 and keeps the progress at now; stamp and named todo stay."""
+def test_reset_row_keeps_the_stamp_the_named_todo_and_the_first_progress() -> None:
+    """reset_row: count 0, progress kept at now (or as first kept); stamp and named todo stay."""
     ledger = row(4, NOW - minutes(30), named="t7")
+    kept = row(0, NOW - minutes(30), named="t7", progressed_at=NOW)
 
-    assert row(0, NOW - minutes(30), named="t7", progressed_at=NOW) == reset_row(ledger, NOW)
-
-
-def test_reset_row_keeps_progress_already_kept() -> None:
-    """A row that already keeps progress keeps its first progressed_at through another reset."""
-    kept = row(0, T0, progressed_at=NOW - minutes(5))
-
-    assert kept == reset_row(kept, NOW)
-
-
-def test_progress_kept_by_a_reset_counts_with_nothing_else_in_sight() -> None:
-    """A row keeping progress starts over though no claim is later and its named todo is pending."""
-    kept = row(0, NOW - minutes(10), progressed_at=NOW - minutes(5))
-
-    assert True is made_progress(pair(), kept)
-    assert True is starts_over(pair(), kept)
-    assert Charge(number=1, todo=todo()) == decide(pair(), kept, NOW, POLICY)
+    assert kept == reset_row(ledger, NOW)
+    assert kept == reset_row(kept, NOW + minutes(5))
 
 
 def test_progress_kept_by_a_reset_counts_until_a_charge_answers_it() -> None:
-    """The charge that answers kept progress consumes it: the same pair then backs off."""
+    """A row keeping progress starts over with nothing else in sight; its charge consumes it."""
     kept = row(0, NOW - minutes(10), progressed_at=NOW - minutes(5))
 
     [nudge] = plan_tick([pair()], {kept.key: kept}, NOW, POLICY).charges
     answered = charge_row(nudge)
 
-    assert (1, NOW) == (nudge.number, nudge.charged_at)
-    assert False is made_progress(pair(), answered)
+    assert (True, 1, NOW) == (made_progress(pair(), kept), nudge.number, nudge.charged_at)
     assert Wait(due_at=NOW + POLICY.backoff[0]) == decide(pair(), answered, NOW + US, POLICY)
-
-
-@pytest.mark.parametrize(
-    ("state", "reason"),
-    [
-        ({"active": False}, IdleReason.ENDPOINT_INACTIVE),
-        ({"receiver": False}, IdleReason.NO_RECEIVER),
-        ({"oldest": todo(NOW - minutes(1))}, IdleReason.FRESH),
-    ],
-)
-def test_progress_kept_by_a_reset_outlasts_ticks_that_cannot_charge(
-    state: dict[str, object], reason: IdleReason
-) -> None:
-    """A row keeping progress is reset again while not a candidate, its first progress kept."""
-    kept = row(0, NOW - minutes(10), progressed_at=NOW - minutes(5))
-    idle = pair(**state)  # type: ignore[arg-type]
-
-    plan = plan_tick([idle], {kept.key: kept}, NOW, POLICY)
-
-    assert Reset(reason=reason) == decide(idle, kept, NOW, POLICY)
-    assert ((), (kept.key,)) == (plan.charges, plan.reset)
-    assert kept == reset_row(kept, NOW)
 
 
 @pytest.mark.parametrize(
@@ -504,78 +476,41 @@ def test_progress_kept_by_a_reset_outlasts_ticks_that_cannot_charge(
 def test_progress_that_is_not_charged_resets_the_row(
     state: dict[str, object], reason: IdleReason
 ) -> None:
-    """A pair with progress that is no candidate keeps its row reset; without progress, idle."""
+    """Progress on a pair that is no candidate resets its row; without progress, idle."""
     ledger = row(POLICY.cap - 1, NOW - minutes(5))
     progressed = pair(claimed=NOW - minutes(1), **state)  # type: ignore[arg-type]
 
     plan = plan_tick([progressed], {ledger.key: ledger}, NOW, POLICY)
 
     assert Reset(reason=reason) == decide(progressed, ledger, NOW, POLICY)
-    assert ((), (), (ledger.key,)) == (plan.charges, plan.drained, plan.reset)
+    assert ((), (), (ledger.key,)) == (plan.charges, plan.cleared, plan.reset)
     assert Idle(reason=reason) == decide(pair(**state), ledger, NOW, POLICY)  # type: ignore[arg-type]
-    assert () == plan_tick([pair(**state)], {ledger.key: ledger}, NOW, POLICY).reset  # type: ignore[arg-type]
 
 
-def test_a_reset_row_is_charged_nudge_one_once_the_pair_is_a_candidate_again() -> None:
-    """Progress seen while paused is kept by the reset and answered by nudge 1 on resuming."""
+def test_progress_seen_while_paused_is_answered_by_nudge_one_on_resuming() -> None:
+    """The named todo departs while paused: the reset keeps it, nudge 1 answers it on resuming."""
     ledger = row(POLICY.cap, NOW - minutes(30))
-    # The named todo was claimed and done while the endpoint was paused.
     paused = pair(active=False, oldest=todo(todo_id="t2"), departed=True)
 
     kept = reset_row(ledger, NOW)
-    resumed = pair(oldest=todo(todo_id="t2"), departed=True)
     later = NOW + minutes(1)
-    [nudge] = plan_tick([resumed], {kept.key: kept}, later, POLICY).charges
+    resumed = pair(oldest=todo(todo_id="t2"), departed=True)
 
     assert (kept.key,) == plan_tick([paused], {ledger.key: ledger}, NOW, POLICY).reset
-    assert (1, later, "t2") == (nudge.number, nudge.charged_at, nudge.todo.id)
-    assert False is made_progress(pair(oldest=todo(todo_id="t2")), charge_row(nudge))
+    assert [("ep", 1, "t2", later)] == charges([resumed], {kept.key: kept}, later)
 
 
-# -- the charge stamp: a claim ahead of now is consumed once -----------------------------
+# -- the charge stamp: a claim ahead of now is consumed once --------------------------------
 
 
-def test_charge_stamp_takes_a_claim_later_than_now() -> None:
-    """A claim stamped after now (a host clock ahead) becomes the stamp."""
-    assert NOW + US == charge_stamp(pair(claimed=NOW + US), NOW)
-
-
-def test_charge_stamp_is_now_for_an_earlier_claim() -> None:
-    """A claim before now leaves the stamp at now."""
-    assert NOW == charge_stamp(pair(claimed=NOW - minutes(1)), NOW)
-
-
-def test_charge_stamp_is_now_for_a_claim_at_now() -> None:
-    """A claim at exactly now leaves the stamp at now."""
-    assert NOW == charge_stamp(pair(claimed=NOW), NOW)
-
-
-def test_charge_stamp_is_now_without_a_claim() -> None:
-    """A pair never claimed is stamped with now."""
-    assert NOW == charge_stamp(pair(), NOW)
-
-
-def test_a_progress_charge_is_stamped_with_a_claim_later_than_now() -> None:
-    """A row's progress claim stamped after now is nudge 1, stamped with that claim."""
-    progressed = pair(claimed=NOW + US)
-    rows = {("ep", "lane"): row(3, NOW - minutes(1))}
-
-    [nudge] = plan_tick([progressed], rows, NOW, POLICY).charges
-
-    assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
-        nudge
-    )
-
-
-def test_plan_tick_stamps_a_later_claim() -> None:
-    """A first charge of a pair claimed after now is stamped with that claim, not now."""
-    claimed_later = pair(claimed=NOW + US)
-
-    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
-
-    assert Nudge(endpoint_id="ep", queue="lane", todo=todo(), number=1, charged_at=NOW + US) == (
-        nudge
-    )
+@pytest.mark.parametrize(
+    ("claimed", "stamp"),
+    [(NOW + US, NOW + US), (NOW, NOW), (NOW - minutes(1), NOW), (None, NOW)],
+    ids=["ahead", "at now", "behind", "never claimed"],
+)
+def test_charge_stamp_is_now_or_a_later_claim(claimed: datetime | None, stamp: datetime) -> None:
+    """A charge is stamped now, or with the pair's latest claim if that is later."""
+    assert stamp == charge_stamp(pair(claimed=claimed), NOW)
 
 
 def test_a_claim_stamped_ahead_of_now_is_consumed_by_the_charge() -> None:
@@ -611,80 +546,42 @@ def test_a_claim_stamped_ahead_of_now_counts_once_across_a_reset() -> None:
 
     assert ((), (ledger.key,)) == (plan.charges, plan.reset)
     assert (1, ahead) == (nudge.number, nudge.charged_at)
-    assert False is made_progress(resumed, answered)
     assert ((), ()) == (after.charges, after.reset)
 
 
-def test_a_claim_consumed_by_a_charge_is_not_progress_again() -> None:
-    """After a later-claim charge consumed that claim, the same history waits from the claim."""
-    claimed_later = pair(claimed=NOW + US)
-    [nudge] = plan_tick([claimed_later], {}, NOW, POLICY).charges
-
-    later = NOW + minutes(1)
-
-    assert False is made_progress(claimed_later, charge_row(nudge))
-    assert Wait(due_at=NOW + US + POLICY.backoff[0]) == decide(
-        claimed_later, charge_row(nudge), later, POLICY
-    )
+# -- refunds --------------------------------------------------------------------------------
 
 
-# -- refunds ----------------------------------------------------------------------------
-
-
-def test_refunded_row_takes_back_its_own_charge() -> None:
-    """The row a nudge's charge wrote (same count, same stamp) comes back one lower."""
-    assert row(2, NOW) == refunded_row(row(3, NOW), charged(3, NOW))
-
-
-def test_refunded_row_of_a_first_nudge_has_no_nudges() -> None:
-    """Refunding nudge 1 leaves a row of 0 nudges, not no row."""
-    assert row(0, NOW) == refunded_row(row(1, NOW), charged(1, NOW))
-
-
-def test_refunded_row_keeps_the_stamp() -> None:
-    """The refunded row keeps the charge's stamp as its pacing base."""
-    refunded = refunded_row(row(1, NOW), charged(1, NOW))
-
-    assert NOW == (refunded.last_nudged_at if refunded else None)
-
-
-def test_refunded_row_never_undoes_a_later_charge() -> None:
-    """After a later charge (next number, later stamp) the old nudge's refund is refused."""
-    assert None is refunded_row(row(2, NOW + POLICY.backoff[0]), charged(1, NOW))
-
-
-def test_refunded_row_refuses_a_different_stamp() -> None:
-    """Same count but another stamp (a charge after progress) is not this nudge's row."""
-    assert None is refunded_row(row(1, NOW + US), charged(1, NOW))
-
-
-def test_refunded_row_refuses_a_different_count() -> None:
-    """Same stamp but another count is not this nudge's row."""
-    assert None is refunded_row(row(2, NOW), charged(1, NOW))
-
-
-def test_refunded_row_refuses_a_second_refund() -> None:
-    """A nudge already refunded is not refunded again."""
-    assert None is refunded_row(row(0, NOW), charged(1, NOW))
-
-
-def test_refunded_row_of_a_missing_row_is_none() -> None:
-    """A drained pair (row deleted) has nothing to refund: the row stays deleted."""
-    assert None is refunded_row(None, charged(1, NOW))
-
-
-@pytest.mark.parametrize("number", [1, 3])
-def test_refunded_row_refuses_a_reset_row(number: int) -> None:
-    """A row reset since a nudge's charge (count 0, progress kept) is not refunded by it."""
-    nudge = charged(number, NOW)
-    written = charge_row(nudge)
-
-    assert row(number - 1, NOW) == refunded_row(written, nudge)
-    assert None is refunded_row(reset_row(written, NOW + minutes(1)), nudge)
-
-
-# Charges pinned to one claim stamped ahead of the clock share (number, stamp): the
-# todo each names is what tells them apart.
+@pytest.mark.parametrize(
+    ("written", "nudge", "refunded"),
+    [
+        (row(3, NOW), charged(3, NOW), row(2, NOW)),
+        (row(1, NOW), charged(1, NOW), row(0, NOW)),  # a row of 0 nudges, stamp kept
+        (row(2, NOW + POLICY.backoff[0]), charged(1, NOW), None),  # a later charge
+        (row(1, NOW + US), charged(1, NOW), None),  # another stamp: a charge after progress
+        (row(2, NOW), charged(1, NOW), None),  # another count
+        (row(1, NOW, named="t2"), charged(1, NOW), None),  # another todo: pinned to one claim
+        (row(0, NOW), charged(1, NOW), None),  # refunded already
+        (None, charged(1, NOW), None),  # cleared: the row stays deleted
+        (reset_row(row(3, NOW), NOW + minutes(1)), charged(3, NOW), None),
+    ],
+    ids=[
+        "own charge",
+        "first nudge",
+        "later charge",
+        "other stamp",
+        "other count",
+        "other todo",
+        "twice",
+        "cleared",
+        "reset since",
+    ],
+)
+def test_refunded_row_takes_back_only_its_own_charge(
+    written: LedgerRow | None, nudge: Nudge, refunded: LedgerRow | None
+) -> None:
+    """Compare-and-set: only the row the nudge's charge wrote comes back one lower."""
+    assert refunded == refunded_row(written, nudge)
 
 
 def test_a_late_refund_never_undoes_a_later_charge_pinned_to_the_same_claim() -> None:
@@ -694,82 +591,61 @@ def test_a_late_refund_never_undoes_a_later_charge_pinned_to_the_same_claim() ->
     [first] = plan_tick([pair(claimed=ahead)], {ledger.key: ledger}, NOW, POLICY).charges
     # Then t1, the todo it named, departs (claimed on a clock behind): progress again.
     moved_on = pair(oldest=todo(todo_id="t2"), claimed=ahead, departed=True)
-    written = {ledger.key: charge_row(first)}
-    [second] = plan_tick([moved_on], written, NOW + minutes(1), POLICY).charges
+    [second] = plan_tick([moved_on], {ledger.key: charge_row(first)}, NOW + US, POLICY).charges
 
+    assert (first.number, first.charged_at) == (second.number, second.charged_at)
     assert None is refunded_row(charge_row(second), first)
 
 
-def test_a_late_refund_never_undoes_a_charge_after_a_reset_pinned_to_the_same_claim() -> None:
-    """A charge, a reset, a charge again at one claim ahead: the first's refund spares the last."""
-    ahead = NOW + minutes(30)
-    ledger = row(1, NOW - minutes(5))
-    [first] = plan_tick([pair(claimed=ahead)], {ledger.key: ledger}, NOW, POLICY).charges
-    # The named todo departs while the endpoint is paused: the next tick resets the row,
-    # and the one after, the endpoint resumed, charges nudge 1 again.
-    kept = reset_row(charge_row(first), NOW + minutes(1))
-    resumed = pair(oldest=todo(todo_id="t2"), claimed=ahead, departed=True)
-    [again] = plan_tick([resumed], {kept.key: kept}, NOW + minutes(2), POLICY).charges
-
-    assert None is refunded_row(charge_row(again), first)
-
-
-def test_a_refunded_first_nudge_waits_the_first_step() -> None:
-    """A row of 0 nudges waits until last_nudged_at + backoff[0]."""
-    ledger = row(0, NOW - minutes(1))
-
-    assert Wait(due_at=NOW - minutes(1) + POLICY.backoff[0]) == decide(pair(), ledger, NOW, POLICY)
-    assert NOW - minutes(1) + POLICY.backoff[0] == next_due_at(ledger, POLICY)
-
-
-def test_a_refunded_first_nudge_is_charged_number_one_when_due() -> None:
-    """At last_nudged_at + backoff[0] a row of 0 nudges is charged nudge 1."""
+def test_a_refunded_first_nudge_waits_the_first_step_then_is_nudge_one_again() -> None:
+    """A row of 0 nudges spends none, yet does not start over: nudge 1 after backoff[0]."""
     ledger = row(0, NOW - POLICY.backoff[0])
+    progressed = pair(claimed=ledger.last_nudged_at + US)
 
-    assert Charge(number=1, todo=todo()) == decide(pair(), ledger, NOW, POLICY)
+    assert (False, 0) == (starts_over(pair(), ledger), effective_nudges(pair(), ledger))
     assert Wait(due_at=NOW) == decide(pair(), ledger, NOW - US, POLICY)
+    assert Charge(number=1, todo=todo()) == decide(pair(), ledger, NOW, POLICY)
+    assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW - minutes(1), POLICY)
 
 
-def test_a_refunded_first_nudge_does_not_start_over() -> None:
-    """A row of 0 nudges with no progress kept counts no nudge spent, yet does not start over."""
-    ledger = row(0, NOW - minutes(1))
-
-    assert False is starts_over(pair(), ledger)
-    assert 0 == effective_nudges(pair(), ledger)
+# -- plan_tick ---------------------------------------------------------------------------
 
 
-def test_progress_after_a_refund_starts_over_at_once() -> None:
-    """A claim after a refunded nudge's stamp is progress: nudge 1 at once, no wait."""
-    ledger = row(0, NOW - minutes(1))
-    progressed = pair(claimed=NOW - minutes(1) + US)
+def test_plan_tick_charges_at_most_the_tick_limit_in_charge_order() -> None:
+    """Due pairs are charged in charge_order, tick_limit of them; held_back counts the rest."""
+    board = [
+        pair(endpoint_id="b", queue="q", oldest=todo(T0)),
+        pair(endpoint_id="a", queue="z", oldest=todo(T0)),
+        pair(endpoint_id="a", queue="m", oldest=todo(T0)),
+        pair(endpoint_id="z", queue="q", oldest=todo(T0 - minutes(1))),
+        pair(endpoint_id="c", queue="q", oldest=todo(T0 + minutes(1))),
+        pair(endpoint_id="waiting"),
+        pair(endpoint_id="fresh", oldest=todo(NOW)),
+    ]
+    rows = {("waiting", "lane"): row(1, NOW, endpoint_id="waiting")}
 
-    assert True is starts_over(progressed, ledger)
-    assert Charge(number=1, todo=todo()) == decide(progressed, ledger, NOW, POLICY)
+    plan = plan_tick(iter(board), rows, NOW, POLICY)
+
+    assert [("z", "q"), ("a", "m"), ("a", "z"), ("b", "q")] == [n.key for n in plan.charges]
+    assert 1 == plan.held_back
 
 
-def test_starts_over_without_a_row() -> None:
-    """A pair with no ledger row starts over."""
-    assert True is starts_over(pair(), None)
-
-
-# -- the tick limit and resets -----------------------------------------------------------
-
-
-def test_plan_tick_ranks_a_refunded_pair_with_the_least_nudged() -> None:
-    """A refunded pair (0 nudges, due) ranks as count 0, ahead of a pair due its nudge 2."""
-    policy = PacingPolicy(tick_limit=1)
-    refunded = pair(endpoint_id="b")
+def test_plan_tick_ranks_a_refunded_or_progressed_pair_with_the_least_nudged() -> None:
+    """A refunded pair (0 spent) and a progressed one (0) go before a pair due its nudge 2."""
+    policy = PacingPolicy(tick_limit=2)
     at_one = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
+    refunded = pair(endpoint_id="b")
+    progressed = pair(endpoint_id="c", claimed=NOW - minutes(1))
     rows = {
         ("a", "lane"): row(1, NOW - minutes(10), endpoint_id="a"),
         ("b", "lane"): row(0, NOW - minutes(10), endpoint_id="b"),
+        ("c", "lane"): row(4, NOW - minutes(2), endpoint_id="c"),
     }
 
-    plan = plan_tick([at_one, refunded], rows, NOW, policy)
+    plan = plan_tick([at_one, refunded, progressed], rows, NOW, policy)
 
-    assert [("b", 1)] == [(n.endpoint_id, n.number) for n in plan.charges]
-    assert 1 == plan.held_back
-    assert () == plan.reset  # the pair held back made no progress: its row stays
+    assert [("b", 1), ("c", 1)] == [(n.endpoint_id, n.number) for n in plan.charges]
+    assert (1, ()) == (plan.held_back, plan.reset)  # the pair held back made no progress
 
 
 @pytest.mark.parametrize(
@@ -778,55 +654,62 @@ def test_plan_tick_ranks_a_refunded_pair_with_the_least_nudged() -> None:
         ({"claimed": NOW - minutes(1)}, row(4, NOW - minutes(2), endpoint_id="b")),
         ({"departed": True}, row(4, NOW - minutes(2), endpoint_id="b")),
         ({}, row(0, NOW - minutes(2), endpoint_id="b", progressed_at=NOW - minutes(1))),
+        ({"claimed": NOW}, None),
     ],
-    ids=["claim", "departure", "kept"],
+    ids=["claim", "departure", "kept", "no row"],
 )
-def test_a_progressed_pair_held_back_by_the_tick_limit_is_reset(
-    progress: dict[str, object], ledger: LedgerRow
+def test_a_progressed_pair_held_back_by_the_tick_limit_is_reset_and_charged_first_next(
+    progress: dict[str, object], ledger: LedgerRow | None
 ) -> None:
-    """Due at nudge 1 but beyond the tick limit, a pair's row is reset and charged first next."""
+    """Beyond the tick limit, a pair's row keeps its progress (reset); without a row, nothing."""
     policy = PacingPolicy(tick_limit=1)
     first = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
     held = pair(endpoint_id="b", **progress)  # type: ignore[arg-type]
-    rows = {ledger.key: ledger}
+    rows = {} if ledger is None else {ledger.key: ledger}
 
     plan = plan_tick([first, held], rows, NOW, policy)
     rows = {n.key: charge_row(n) for n in plan.charges} | {
         key: reset_row(rows[key], NOW) for key in plan.reset
     }
-    then = NOW + policy.backoff[0]
     # What showed the progress may be gone by then (a todo deleted or unstamped): the row keeps it.
-    after = plan_tick([first, pair(endpoint_id="b")], rows, then, policy)
+    after = plan_tick([first, pair(endpoint_id="b")], rows, NOW + policy.backoff[0], policy)
 
-    assert ([("a", 1)], (("b", "lane"),), 1) == (
-        [(n.endpoint_id, n.number) for n in plan.charges],
-        plan.reset,
-        plan.held_back,
-    )
+    assert ([("a", 1)], 1) == ([(n.endpoint_id, n.number) for n in plan.charges], plan.held_back)
+    assert (() if ledger is None else (("b", "lane"),)) == plan.reset
     assert [("b", 1)] == [(n.endpoint_id, n.number) for n in after.charges]
 
 
-def test_a_pair_held_back_without_a_row_is_not_reset() -> None:
-    """A first nudge held back by the tick limit has no row to reset: it is simply due next tick."""
-    policy = PacingPolicy(tick_limit=1)
-    board = [pair(endpoint_id="a", oldest=todo(T0 - US)), pair(endpoint_id="b", claimed=NOW)]
+def test_plan_tick_clears_rows_with_no_work_and_orphans_sorted_and_leaves_its_input() -> None:
+    """Cleared: rows whose pair has no work or is absent, sorted by key; the rows are unchanged."""
+    rows = {
+        ("b", "q"): row(1, T0, endpoint_id="b", queue="q"),
+        ("a", "q"): row(2, T0, endpoint_id="a", queue="q"),
+        ("c", "q"): row(1, T0, endpoint_id="c", queue="q"),
+    }
+    before = dict(rows)
+    board = [pair(endpoint_id="b", queue="q", no_work=True), pair(endpoint_id="c", queue="q")]
 
-    plan = plan_tick(board, {}, NOW, policy)
+    plan = plan_tick(board, rows, NOW, POLICY)
 
-    assert ([("a", 1)], (), 1) == (
-        [(n.endpoint_id, n.number) for n in plan.charges],
-        plan.reset,
-        plan.held_back,
-    )
+    assert (("a", "q"), ("b", "q")) == plan.cleared
+    assert [("c", "q")] == [n.key for n in plan.charges]
+    assert before == rows
 
 
-# -- invalid inputs ---------------------------------------------------------------
+def test_plan_tick_stamps_a_first_charge_with_a_claim_later_than_now() -> None:
+    """A pair claimed after now (a host clock ahead) is charged with that claim as its stamp."""
+    assert [("ep", 1, "t1", NOW + US)] == charges([pair(claimed=NOW + US)], {}, NOW)
 
 
-def test_row_of_another_pair_raises() -> None:
-    """A ledger row belonging to another pair is refused, naming both keys."""
+# -- invalid inputs -------------------------------------------------------------------------
+
+
+def test_a_row_of_another_pair_or_a_pair_twice_is_refused() -> None:
+    """A ledger row of another pair is refused naming both keys; so is one pair twice."""
     with pytest.raises(ValueError, match="does not belong") as info:
         decide(pair(), row(1, T0, queue="other"), NOW, POLICY)
+    with pytest.raises(ValueError, match="appears twice"):
+        plan_tick([pair(), pair()], {}, NOW, POLICY)
 
     assert "'other'" in str(info.value)
 
@@ -877,186 +760,30 @@ def test_other_time_zones_compare_correctly() -> None:
     assert Idle(reason=IdleReason.FRESH) == decide(pair(), None, exactly_threshold, POLICY)
 
 
-# -- plan_tick --------------------------------------------------------------------
-
-
-def test_plan_tick_duplicate_pairs_raise() -> None:
-    """The same pair twice in one board is refused."""
-    with pytest.raises(ValueError, match="appears twice"):
-        plan_tick([pair(), pair()], {}, NOW, POLICY)
-
-
-def test_plan_tick_deletes_orphan_rows() -> None:
-    """A ledger row whose pair is absent from the board is deleted."""
-    rows = {("gone", "q"): row(3, T0, endpoint_id="gone", queue="q")}
-
-    plan = plan_tick([], rows, NOW, POLICY)
-
-    assert () == plan.charges
-    assert (("gone", "q"),) == plan.drained
-
-
-def test_plan_tick_drains_are_drains_and_orphans_sorted() -> None:
-    """Deletions hold drained pairs and orphan rows, sorted by key."""
-    rows = {
-        ("b", "q"): row(1, T0, endpoint_id="b", queue="q"),
-        ("a", "q"): row(2, T0, endpoint_id="a", queue="q"),
-        ("c", "q"): row(1, T0, endpoint_id="c", queue="q"),
-    }
-    board = [pair(endpoint_id="b", queue="q", no_work=True), pair(endpoint_id="c", queue="q")]
-
-    plan = plan_tick(board, rows, NOW, POLICY)
-
-    assert (("a", "q"), ("b", "q")) == plan.drained
-    assert [("c", "q")] == [n.key for n in plan.charges]
-
-
-def test_plan_tick_charges_carry_now_and_number() -> None:
-    """Each planned nudge is stamped with now, its number and the named todo."""
-    ref = todo(title="x")
-    rows = {("ep", "lane"): row(1, NOW - minutes(6))}
-
-    [nudge] = plan_tick([pair(oldest=ref)], rows, NOW, POLICY).charges
-
-    assert Nudge(endpoint_id="ep", queue="lane", todo=ref, number=2, charged_at=NOW) == nudge
-
-
-def test_plan_tick_orders_by_effective_count_first() -> None:
-    """Least-nudged first: a progressed pair (effective 0) goes before a fresher-row pair at 1."""
-    policy = PacingPolicy(tick_limit=1)
-    old_at_one = pair(endpoint_id="a", oldest=todo(T0 - timedelta(days=1)))
-    progressed_at_four = pair(endpoint_id="b", claimed=NOW - minutes(1))
-    rows = {
-        ("a", "lane"): row(1, NOW - minutes(10), endpoint_id="a"),
-        ("b", "lane"): row(4, NOW - minutes(2), endpoint_id="b"),
-    }
-
-    plan = plan_tick([old_at_one, progressed_at_four], rows, NOW, policy)
-
-    assert [("b", 1)] == [(n.endpoint_id, n.number) for n in plan.charges]
-    assert 1 == plan.held_back
-
-
-def test_plan_tick_orders_by_oldest_work_then_ids() -> None:
-    """Among equal counts, the oldest pending todo goes first, then endpoint_id, then queue."""
-    board = [
-        pair(endpoint_id="b", queue="q", oldest=todo(T0)),
-        pair(endpoint_id="a", queue="z", oldest=todo(T0)),
-        pair(endpoint_id="a", queue="m", oldest=todo(T0)),
-        pair(endpoint_id="z", queue="q", oldest=todo(T0 - minutes(1))),
-        pair(endpoint_id="c", queue="q", oldest=todo(T0 + minutes(1))),
-    ]
-
-    plan = plan_tick(board, {}, NOW, POLICY)
-
-    assert [("z", "q"), ("a", "m"), ("a", "z"), ("b", "q")] == [n.key for n in plan.charges]
-    assert 1 == plan.held_back
-
-
-def test_plan_tick_orders_ids_by_code_point() -> None:
-    """Ties break by code point (Postgres "C" collation): upper before lower, ASCII before é."""
-    names = ["é", "e", "E", "z", "Z", "ä"]
-    board = [pair(endpoint_id="ep", queue=q) for q in names]
-
-    plan = plan_tick(board, {}, NOW, PacingPolicy(tick_limit=len(names)))
-
-    assert ["E", "Z", "e", "z", "ä", "é"] == [n.queue for n in plan.charges]
-
-
-def test_plan_tick_endpoint_before_queue_by_code_point() -> None:
-    """endpoint_id decides before queue, each by code point."""
-    board = [
-        pair(endpoint_id="ép", queue="a"),
-        pair(endpoint_id="ep", queue="z"),
-        pair(endpoint_id="Ep", queue="zz"),
-    ]
-
-    plan = plan_tick(board, {}, NOW, POLICY)
-
-    assert [("Ep", "zz"), ("ep", "z"), ("ép", "a")] == [n.key for n in plan.charges]
-
-
-def test_plan_tick_held_back_counts_due_pairs_beyond_the_limit() -> None:
-    """held_back counts the due pairs the tick limit left out, not waiting or idle ones."""
-    board = [pair(endpoint_id=f"ep{i}") for i in range(POLICY.tick_limit + 3)]
-    board.append(pair(endpoint_id="waiting"))
-    board.append(pair(endpoint_id="fresh", oldest=todo(NOW)))
-    rows = {("waiting", "lane"): row(1, NOW, endpoint_id="waiting")}
-
-    plan = plan_tick(board, rows, NOW, POLICY)
-
-    assert POLICY.tick_limit == len(plan.charges)
-    assert 3 == plan.held_back
-
-
-def test_plan_tick_nothing_due_holds_nothing_back() -> None:
-    """With nothing due, the plan is empty and nothing is held back."""
-    plan = plan_tick([pair(receiver=False)], {}, NOW, POLICY)
-
-    assert ((), (), 0) == (plan.charges, plan.drained, plan.held_back)
-
-
-def test_plan_tick_accepts_any_iterable_of_pairs() -> None:
-    """plan_tick takes a generator of pairs as well as a list."""
-    plan = plan_tick((pair(endpoint_id=e) for e in "ab"), {}, NOW, POLICY)
-
-    assert ["a", "b"] == [n.endpoint_id for n in plan.charges]
-
-
-def test_plan_tick_does_not_mutate_its_rows() -> None:
-    """plan_tick only plans: the rows mapping it was given is unchanged."""
-    rows = {("ep", "lane"): row(1, T0), ("gone", "q"): row(1, T0, endpoint_id="gone", queue="q")}
-    before = dict(rows)
-
-    plan_tick([pair()], rows, NOW, POLICY)
-
-    assert before == rows
-
-
-def test_a_deep_backlog_costs_one_wake() -> None:
-    """A deep backlog costs one wake: one pair is one charge, whatever its depth."""
-    plan = plan_tick([pair(oldest=todo(T0, "oldest-of-five"))], {}, NOW, POLICY)
-
-    assert ["oldest-of-five"] == [n.todo.id for n in plan.charges]
+# -- when to tick ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("swept_ago", "wait"),
+    ("swept_ago", "wait", "held_wait"),
     [
-        (None, timedelta(seconds=15)),  # no record: a whole interval
-        (timedelta(0), timedelta(seconds=15)),  # this tick swept
-        (timedelta(seconds=4), timedelta(seconds=11)),  # another instance swept 4 s ago
-        (timedelta(seconds=15), timedelta(0)),  # due now
-        (timedelta(minutes=5), timedelta(0)),  # long overdue: at once
-        (-timedelta(minutes=5), timedelta(seconds=15)),  # a record from the future: capped
+        (None, timedelta(seconds=15), timedelta(seconds=15)),  # no record: a whole interval
+        (timedelta(0), timedelta(seconds=15), timedelta(seconds=15)),  # this tick swept
+        (timedelta(seconds=4), timedelta(seconds=11), timedelta(seconds=11)),  # 4 s ago
+        (timedelta(seconds=15), timedelta(0), timedelta(seconds=1.5)),  # due now
+        (timedelta(minutes=5), timedelta(0), timedelta(seconds=1.5)),  # long overdue
+        (-timedelta(minutes=5), timedelta(seconds=15), timedelta(seconds=15)),  # from the future
     ],
 )
 def test_a_looping_instance_waits_until_an_interval_after_the_fleet_swept(
-    swept_ago: timedelta | None, wait: timedelta
+    swept_ago: timedelta | None, wait: timedelta, held_wait: timedelta
 ) -> None:
-    """next_sweep_in paces an instance by the fleet's record, between nothing and one interval."""
+    """next_sweep_in: between nothing and an interval; a held tick due now waits a tenth."""
     swept_at = None if swept_ago is None else T0 - swept_ago
-
-    assert wait == next_sweep_in(swept_at, T0, timedelta(seconds=15))
-
-
-@pytest.mark.parametrize(
-    ("swept_ago", "wait"),
-    [
-        (timedelta(seconds=15), timedelta(seconds=1.5)),  # due: the holder has not committed
-        (timedelta(minutes=5), timedelta(seconds=1.5)),  # long overdue, held all the same
-        (timedelta(seconds=4), timedelta(seconds=11)),  # swept 4 s ago: the record paces it
-        (None, timedelta(seconds=15)),  # no record yet: a whole interval
-    ],
-)
-def test_a_tick_skipped_while_a_sweep_is_due_looks_again_after_a_tenth_of_an_interval(
-    swept_ago: timedelta | None, wait: timedelta
-) -> None:
-    """A tick held by another instance waits every / HELD_RETRY_FRACTION, never nothing."""
-    swept_at = None if swept_ago is None else T0 - swept_ago
+    every = timedelta(seconds=15)
 
     assert 10 == HELD_RETRY_FRACTION
-    assert wait == next_sweep_in(swept_at, T0, timedelta(seconds=15), skipped=True)
+    assert wait == next_sweep_in(swept_at, T0, every)
+    assert held_wait == next_sweep_in(swept_at, T0, every, skipped=True)
 
 
 @pytest.mark.parametrize(
@@ -1078,54 +805,25 @@ def test_a_tick_skips_only_while_the_fleet_swept_within_its_interval(
     assert False is swept_recently(swept_at, T0, None)
 
 
-def test_the_work_is_the_oldest_pending_todo_ties_by_id_in_code_point_order() -> None:
-    """work_of: the earliest created_at, then the smaller id by code point ('B' < 'a')."""
-    early, later = T0, T0 + timedelta(seconds=1)
-    todos = [
-        TodoRef(id="a", created_at=early),
-        TodoRef(id="B", created_at=early),
-        TodoRef(id="0", created_at=later),
+def test_a_full_pass_comes_first_then_once_per_interval_and_after_the_clock_went_back() -> None:
+    """full_pass_due: with no pass on record, at each five minutes, and before the last pass."""
+    assert timedelta(minutes=5) == FULL_PASS_INTERVAL
+    assert [True, False, False, True, True, True] == [
+        full_pass_due(last, at)
+        for last, at in [
+            (None, T0),
+            (T0, T0),
+            (T0, T0 + FULL_PASS_INTERVAL - US),
+            (T0, T0 + FULL_PASS_INTERVAL),
+            (T0, T0 + FULL_PASS_INTERVAL * 9),
+            (T0, T0 - US),  # a full pass is never wrong: a clock that went back asks for one
+        ]
     ]
 
-    assert TodoRef(id="B", created_at=early) == work_of(todos)
-    assert work_of([]) is None
 
-
-@pytest.mark.parametrize(
-    ("at", "expected"),
-    [
-        (datetime.min.replace(tzinfo=UTC), False),
-        (datetime.min.replace(tzinfo=UTC) + timedelta(microseconds=1), True),
-        (T0, True),
-        (datetime.max.replace(tzinfo=UTC) - timedelta(microseconds=1), True),
-        (datetime.max.replace(tzinfo=UTC), False),
-        (datetime(1, 1, 1, 4, tzinfo=timezone(timedelta(hours=5))), False),
-    ],
-)
-def test_readable_excludes_the_ends_a_driver_writes_as_infinities(
-    at: datetime, expected: bool
-) -> None:
-    """The two ends of a Python datetime's range stand for the infinities: not readable."""
-    assert expected == readable(at)
-
-
-def test_work_is_the_oldest_todo_created_at_a_readable_instant() -> None:
-    """A todo created at an end of the range is not work; the next oldest is."""
-    first = datetime.min.replace(tzinfo=UTC)
-    todos = [TodoRef(id="odd", created_at=first), TodoRef(id="ok", created_at=T0)]
-
-    assert TodoRef(id="ok", created_at=T0) == work_of(todos)
-
-
-def test_latest_claim_skips_a_claim_stamped_at_an_end_of_the_range() -> None:
-    """A claim stamped at an end of the range is not read; the latest readable one is."""
-    last = datetime.max.replace(tzinfo=UTC)
-
-    assert T0 == latest_claim([T0, last, None])
-
-
-def test_next_due_at_past_the_range_is_its_last_instant() -> None:
-    """A backoff that would end past year 9999 ends at the range's last instant, never raises."""
-    late = datetime(9999, 12, 31, 23, 58, tzinfo=UTC)
-
-    assert datetime.max.replace(tzinfo=UTC) == next_due_at(row(1, late), POLICY)
+def test_a_full_pass_interval_must_be_positive_and_instants_aware() -> None:
+    """Bad arguments name what is wrong."""
+    with pytest.raises(ValueError, match="full-pass interval must be positive"):
+        full_pass_due(T0, T0, timedelta(0))
+    with pytest.raises(ValueError, match="now"):
+        full_pass_due(T0, T0.replace(tzinfo=None))

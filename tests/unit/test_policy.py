@@ -22,25 +22,16 @@ def test_defaults_are_the_spec_numbers() -> None:
     assert 4 == policy.tick_limit
 
 
-def test_policy_is_frozen() -> None:
-    """A policy cannot be changed in place; changes go through attrs.evolve."""
+def test_a_policy_is_a_frozen_keyword_only_value() -> None:
+    """Changes go through attrs.evolve; positional numbers are refused; equal numbers, equal."""
     policy = PacingPolicy()
 
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         policy.cap = 7  # type: ignore[misc]
-
-    assert 7 == attrs.evolve(policy, cap=7).cap
-    assert 5 == policy.cap
-
-
-def test_policy_is_keyword_only() -> None:
-    """Positional arguments are refused, so a number never lands in the wrong field."""
     with pytest.raises(TypeError):
         PacingPolicy(minutes(2))  # type: ignore[call-arg]
 
-
-def test_policies_compare_by_value() -> None:
-    """Two policies with the same numbers are equal and hash alike."""
+    assert (7, 5) == (attrs.evolve(policy, cap=7).cap, policy.cap)
     assert PacingPolicy() == PacingPolicy(threshold=minutes(2))
     assert hash(PacingPolicy()) == hash(PacingPolicy(cap=5))
 
@@ -98,11 +89,11 @@ def test_shrinking_schedule_message_names_both_steps() -> None:
 
 
 def test_delay_before_follows_the_schedule() -> None:
-    """Nudge N (2..5) waits backoff[N - 2] after nudge N - 1."""
+    """Nudge N (2..5) waits backoff[N - 2] after nudge N - 1; a refunded nudge 1, backoff[0]."""
     policy = PacingPolicy()
 
-    assert [minutes(5), minutes(20), timedelta(hours=1), timedelta(hours=6)] == [
-        policy.delay_before(n) for n in range(2, 6)
+    assert [minutes(5), minutes(5), minutes(20), timedelta(hours=1), timedelta(hours=6)] == [
+        policy.delay_before(n) for n in range(1, 6)
     ]
 
 
@@ -113,13 +104,6 @@ def test_delay_before_repeats_the_last_step() -> None:
     assert [minutes(1), minutes(3), minutes(3), minutes(3)] == [
         policy.delay_before(n) for n in (2, 3, 4, 9)
     ]
-
-
-def test_a_refunded_first_nudge_waits_the_first_step() -> None:
-    """Nudge 1 tried again after a refund waits backoff[0], as nudge 2 would."""
-    policy = PacingPolicy()
-
-    assert policy.backoff[0] == policy.delay_before(1) == policy.delay_before(2)
 
 
 @pytest.mark.parametrize("nudge", [0, -3, True])

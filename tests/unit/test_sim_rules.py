@@ -5,13 +5,12 @@ order held-back pairs wait, which nudge number a charge is. Each rule test
 states one restatement and checks it against decide, is_candidate,
 effective_nudges or plan_tick; the board tests run whole random scenarios
 with ``check=True``, where every tick plan_tick over the whole board must
-charge and drain exactly what the run did.
+charge and clear exactly what the run did.
 """
 
 from __future__ import annotations
 
 import random
-from collections import deque
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -228,7 +227,7 @@ def test_due_pairs_take_what_plan_tick_charges(
     sims: dict[int, SimPair] = {}
     for index, spent, created_us in due:
         sim = SimPair(index, *keys[index], True)
-        sim.gated = deque([index])
+        sim.sendable = [index]
         sims[index] = sim
         held.add(sim, spent, created_us)
     for index in churn:  # drop some and hold them again, leaving stale entries behind
@@ -306,13 +305,13 @@ def checked_and_plain(scenario: Scenario, pacing: PacingPolicy, seed: int) -> li
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario=boards, pacing=policies, seed=st.integers(0, 2**16))
-def test_the_fast_path_charges_and_drains_what_plan_tick_does_on_every_tick(
+def test_the_fast_path_charges_and_clears_what_plan_tick_does_on_every_tick(
     scenario: Scenario, pacing: PacingPolicy, seed: int
 ) -> None:
     """On random boards, plan_tick over the whole board agrees with the run on every tick.
 
     The checked run raises on the first tick where plan_tick would charge
-    other pairs, numbers, todos or stamps, or drain other rows; checking
+    other pairs, numbers, todos or stamps, or clear other rows; checking
     changes nothing in the result.
     """
     checked, plain = checked_and_plain(scenario, pacing, seed)

@@ -136,43 +136,25 @@ def _clock() -> FakeClock:
 async def test_tick_takes_now_from_the_ledger_and_passes_the_policy(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
-    """Each tick hands the policy to the ledger and reports the instant the ledger decided at."""
+    """Each tick hands the policy (the spec's by default) to the ledger and reports its instant.
+
+    The report's now is the outcome's: the sweeper reads no clock of its own.
+    """
     policy = PacingPolicy(cap=3)
-    ledger = ScriptedLedger(events, clock)
+    ledger_now = T0 + minutes(42)
+    ledger = ScriptedLedger(events, clock, None, None, ChargeOutcome(now=ledger_now))
     sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events), policy=policy)
 
     first = await sweeper.tick()
     clock.advance(minutes(7))
     second = await sweeper.tick()
+    third = await sweeper.tick()
+    await Sweeper(ledger=ledger, wake=LoggingWake(events)).tick()
 
-    assert [(T0 + minutes(10), policy), (T0 + minutes(17), policy)] == ledger.calls
-    assert (T0 + minutes(10), T0 + minutes(17)) == (first.now, second.now)
+    assert [policy, policy, policy, PacingPolicy()] == [p for _, p in ledger.calls]
+    assert (T0 + minutes(10), T0 + minutes(17), ledger_now) == (first.now, second.now, third.now)
+    assert [1, 2, 3] == [first.tick, second.tick, third.tick]
     assert policy is sweeper.policy
-
-
-async def test_report_now_is_the_ledgers_even_when_it_differs_from_any_local_clock(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """The report's now is the outcome's: the sweeper reads no clock of its own."""
-    ledger_now = T0 + minutes(42)
-    ledger = ScriptedLedger(events, clock, ChargeOutcome(now=ledger_now))
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
-
-    report = await sweeper.tick()
-
-    assert ledger_now == report.now
-
-
-async def test_default_policy_is_the_spec_policy(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """Without a policy argument the sweeper uses the default (the spec's numbers)."""
-    ledger = ScriptedLedger(events, clock)
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
-
-    await sweeper.tick()
-
-    assert PacingPolicy() == ledger.calls[0][1]
 
 
 async def test_wakes_only_after_the_charge_returned(
@@ -180,7 +162,7 @@ async def test_wakes_only_after_the_charge_returned(
 ) -> None:
     """The wake port sees a nudge only after charge_due returned, in the ledger's order."""
     outcome = ChargeOutcome(
-        now=clock.now, charged=(nudge("a"), nudge("b")), drained=(("ep", "gone"),)
+        now=clock.now, charged=(nudge("a"), nudge("b")), cleared=(("ep", "gone"),)
     )
     ledger = ScriptedLedger(events, clock, outcome)
     sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
@@ -197,104 +179,46 @@ async def test_wakes_only_after_the_charge_returned(
 
 
 async def test_tick_report_fields(events: list[tuple[str, object]], clock: FakeClock) -> None:
-    """The report holds the tick number, now, the charged and drained, and the counts."""
+    """The report holds now, the charged and cleared, the counts, the pass and pairs judged."""
     outcome = ChargeOutcome(
-        now=clock.now, charged=(nudge("a"), nudge("b"), nudge("c")), drained=(("ep", "x"),)
+        now=clock.now,
+        charged=(nudge("a"), nudge("b"), nudge("c")),
+        cleared=(("ep", "x"),),
+        kind="delta",
+        judged=7,
     )
     wake = LoggingWake(events, refuse=frozenset({"b"}))
     sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=wake)
 
     report = await sweeper.tick()
 
-    assert 1 == report.tick
-    assert clock.now == report.now
-    assert outcome.charged == report.charged
-    assert (("ep", "x"),) == report.drained
-    assert (2, 1) == (report.queued, report.refused)
+    assert (clock.now, outcome.charged, (("ep", "x"),)) == (
+        report.now,
+        report.charged,
+        report.cleared,
+    )
+    assert (2, 1, False, "delta", 7) == (
+        report.queued,
+        report.refused,
+        report.skipped,
+        report.kind,
+        report.judged,
+    )
     assert 0.0 <= report.duration_s
-    assert not report.skipped
-
-
-async def test_the_report_says_what_the_tick_judged(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """The report carries the outcome's kind of pass and how many pairs it judged."""
-    outcome = ChargeOutcome(now=clock.now, kind="delta", judged=7)
-    sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=LoggingWake(events))
-
-    report = await sweeper.tick()
-
-    assert ("delta", 7) == (report.kind, report.judged)
-
-
-async def test_a_skipped_tick_judged_nothing(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """A skipped outcome reports no kind of pass and no pair judged."""
-    outcome = ChargeOutcome(now=clock.now, skipped=True)
-    sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=LoggingWake(events))
-
-    report = await sweeper.tick()
-
-    assert (True, None, 0) == (report.skipped, report.kind, report.judged)
-
-
-async def test_a_memory_board_tick_is_a_full_pass_over_every_pair(clock: FakeClock) -> None:
-    """The memory board judges every pair with pending work or a row: kind full, all counted."""
-    board = stalled_board(clock)
-    board.create_todo("t2", endpoint_id="ep", queue="other", created_at=T0)
-    sweeper = Sweeper(ledger=board, wake=RecordingWake())
-
-    report = await sweeper.tick()
-    await sweeper.settle()
-
-    assert ("full", 2, 2) == (report.kind, report.judged, len(report.charged))
 
 
 async def test_the_summary_names_the_pass_and_the_pairs_judged(
     events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The tick's summary line says which pass ran and how many pairs it judged."""
-    outcome = ChargeOutcome(now=clock.now, drained=(("ep", "x"),), kind="full", judged=3)
+    outcome = ChargeOutcome(now=clock.now, cleared=(("ep", "x"),), kind="full", judged=3)
     sweeper = Sweeper(ledger=ScriptedLedger(events, clock, outcome), wake=LoggingWake(events))
     with caplog.at_level(logging.INFO, logger="stall_core.sweeper"):
         await sweeper.tick()
 
-    assert ["tick 1: full pass judged 3 pair(s): charged 0, drained 1, queued 0, refused 0"] == [
+    assert ["tick 1: full pass judged 3 pair(s): charged 0, cleared 1, queued 0, refused 0"] == [
         r.getMessage() for r in caplog.records
     ]
-
-
-async def test_empty_tick_reports_zeroes(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """A tick with nothing due reports nothing charged, drained, queued or refused."""
-    sweeper = Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events))
-
-    report = await sweeper.tick()
-
-    assert ((), (), 0, 0) == (report.charged, report.drained, report.queued, report.refused)
-    assert [] == [e for e in events if e[0] == "wake"]
-
-
-async def test_tick_numbers_count_up(events: list[tuple[str, object]], clock: FakeClock) -> None:
-    """Each tick of one sweeper carries the next number."""
-    sweeper = Sweeper(ledger=ScriptedLedger(events, clock), wake=LoggingWake(events))
-
-    assert [1, 2, 3] == [(await sweeper.tick()).tick for _ in range(3)]
-
-
-async def test_naive_ledger_clock_is_rejected() -> None:
-    """A ledger clock returning a naive datetime fails the tick before anything is charged."""
-    board = stalled_board(lambda: datetime(2026, 10, 15, 9, 10))
-    wake = RecordingWake()
-    sweeper = Sweeper(ledger=board, wake=wake)
-
-    with pytest.raises(ValueError, match="clock"):
-        await sweeper.tick()
-
-    assert {} == dict(board.ledger)
-    assert [] == wake.sent
 
 
 def test_a_naive_outcome_instant_is_rejected() -> None:
@@ -327,57 +251,6 @@ async def test_nudge_delivery_fails_and_the_charge_is_refunded(
     assert "wake refused" in record.getMessage()
     # A WakeError is an expected refusal: logged without a traceback.
     assert not record.exc_info
-
-
-async def test_nudge_delivery_fails_then_the_first_step_retries(clock: FakeClock) -> None:
-    """After a refused wake the pair is not re-woken at once; nudge 1 retries after backoff[0]."""
-    board = stalled_board(clock)
-    wake = RecordingWake(refuse=True)
-    sweeper = Sweeper(ledger=board, wake=wake)
-    await sweeper.tick()
-    wake.refuse = False
-
-    clock.advance(minutes(1))
-    early = await sweeper.tick()
-    clock.advance(minutes(4))
-    retry = await sweeper.tick()
-    await sweeper.settle()
-
-    assert () == early.charged
-    assert [1] == [n.number for n in retry.charged]
-    assert [1] == [n.number for n in wake.sent]
-    assert 1 == board.ledger["ep", "lane"].nudges
-
-
-async def test_a_receipt_resolving_false_is_refunded_after_settle(clock: FakeClock) -> None:
-    """A wake the transport took but that reached nobody is refunded once its receipt resolves."""
-    board = stalled_board(clock)
-    wake = RecordingWake(reach=False)
-    sweeper = Sweeper(ledger=board, wake=wake)
-
-    report = await sweeper.tick()
-    await sweeper.settle()
-
-    # Taken by the transport, so not a failure of the tick; then lost.
-    assert (1, 0) == (report.queued, report.refused)
-    assert (["t1"], []) == ([n.todo.id for n in wake.lost], wake.sent)
-    assert 0 == board.ledger["ep", "lane"].nudges
-    assert clock.now == board.ledger["ep", "lane"].last_nudged_at
-    assert 1 == sweeper.refunded
-
-
-async def test_a_receipt_resolving_true_is_not_refunded(clock: FakeClock) -> None:
-    """A wake that reached a receiver keeps its charge."""
-    board = stalled_board(clock)
-    wake = RecordingWake()
-    sweeper = Sweeper(ledger=board, wake=wake)
-
-    await sweeper.tick()
-    await sweeper.settle()
-
-    assert ["t1"] == [n.todo.id for n in wake.sent]
-    assert 1 == board.ledger["ep", "lane"].nudges
-    assert 0 == sweeper.refunded
 
 
 class BrokenReceiptWake:
@@ -446,7 +319,7 @@ async def test_settle_waits_for_a_receipt_still_pending(
 async def test_a_refund_the_ledger_declines_is_not_counted(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
-    """A refund the ledger's compare-and-set declines (a later charge, a drain) counts nothing."""
+    """A refund the ledger's compare-and-set declines (a later charge, a clear) counts nothing."""
     outcome = ChargeOutcome(now=clock.now, charged=(nudge("a"),))
     ledger = ScriptedLedger(events, clock, outcome, refund=False)
     sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events, lose=frozenset({"a"})))
@@ -509,30 +382,11 @@ async def test_a_skipped_outcome_is_reported_and_wakes_nothing(
     assert (clock.now, (), (), 0, 0) == (
         report.now,
         report.charged,
-        report.drained,
+        report.cleared,
         report.queued,
         report.refused,
     )
     assert [] == [e for e in events if e[0] == "wake"]
-
-
-async def test_a_held_board_tick_is_skipped_and_wakes_nothing(clock: FakeClock) -> None:
-    """A memory board whose tick is held skips: nothing charged, nothing woken, until released."""
-    board = stalled_board(clock)
-    wake = RecordingWake()
-    sweeper = Sweeper(ledger=board, wake=wake)
-
-    with board.hold_tick():
-        held = await sweeper.tick()
-        rows_while_held = dict(board.ledger)
-    released = await sweeper.tick()
-    await sweeper.settle()
-
-    assert (True, (), 0, {}) == (held.skipped, held.charged, held.queued, rows_while_held)
-    assert clock.now == held.now
-    assert [1] == [n.number for n in released.charged]
-    assert not released.skipped
-    assert ["t1"] == [n.todo.id for n in wake.sent]
 
 
 async def test_one_failed_wake_does_not_stop_the_others(
@@ -575,7 +429,7 @@ async def test_sweep_query_error_propagates_from_tick(
 async def test_sweep_query_error_is_logged_and_the_loop_continues(
     events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Sweep query error: run() logs the failing tick by number and keeps ticking."""
+    """Sweep query error: run() logs the failing tick by number, hands it to on_error, goes on."""
     ledger = ScriptedLedger(
         events,
         clock,
@@ -585,6 +439,7 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
     )
     stop = asyncio.Event()
     reports: list[TickReport] = []
+    failures: list[TickFailure] = []
 
     def on_report(report: TickReport) -> None:
         reports.append(report)
@@ -593,12 +448,13 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
     sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
     with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
         ran = await asyncio.wait_for(
-            sweeper.run(interval=0.001, stop=stop, on_report=on_report), timeout=5
+            sweeper.run(interval=0.001, stop=stop, on_report=on_report, on_error=failures.append),
+            timeout=5,
         )
 
     assert 3 == ran
-    assert [3] == [r.tick for r in reports]
-    assert [1] == [r.queued for r in reports]
+    assert [(1, "connection reset"), (2, "unexpected")] == [(f.tick, f.error) for f in failures]
+    assert [(3, 1)] == [(r.tick, r.queued) for r in reports]
     assert [
         "tick 1: sweep failed, the loop continues: connection reset",
         "tick 2: sweep failed, the loop continues: unexpected",
@@ -607,28 +463,30 @@ async def test_sweep_query_error_is_logged_and_the_loop_continues(
     assert [RuntimeError] == [r.exc_info[0] for r in caplog.records if r.exc_info]
 
 
-async def test_a_failing_report_sink_does_not_stop_the_loop(
+async def test_a_failing_report_or_error_sink_does_not_stop_the_loop(
     events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An on_report callback that raises (a closed pipe) is logged and the loop goes on."""
-    ledger = ScriptedLedger(events, clock)
+    """on_report or on_error raising (a closed pipe) is logged, and the loop goes on."""
+    ledger = ScriptedLedger(events, clock, LedgerError("down"))
     stop = asyncio.Event()
     seen: list[int] = []
 
-    def sink(report: TickReport) -> None:
-        seen.append(report.tick)
-        if report.tick == 3:
+    def sink(result: TickReport | TickFailure) -> None:
+        seen.append(result.tick)
+        if result.tick == 3:
             stop.set()
         raise BrokenPipeError("stdout closed")
 
     sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
     with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
-        ran = await asyncio.wait_for(sweeper.run(interval=0.001, stop=stop, on_report=sink), 5)
+        ran = await asyncio.wait_for(
+            sweeper.run(interval=0.001, stop=stop, on_report=sink, on_error=sink), 5
+        )
 
     assert (3, [1, 2, 3]) == (ran, seen)
-    assert ["tick 1: reporting failed; the loop continues"] == [
-        r.getMessage() for r in caplog.records
-    ][:1]
+    assert [f"tick {n}: reporting failed; the loop continues" for n in (1, 2, 3)] == [
+        r.getMessage() for r in caplog.records if "reporting failed" in r.getMessage()
+    ]
 
 
 async def test_run_returns_at_once_when_already_stopped(
@@ -668,7 +526,7 @@ async def test_run_stops_promptly_when_the_event_is_set(
 async def test_run_ticks_each_interval_on_the_ledgers_clock(
     events: list[tuple[str, object]], clock: FakeClock
 ) -> None:
-    """run() ticks repeatedly, each tick deciding at the ledger's clock afresh, and reports each."""
+    """run() ticks every interval (a timedelta or seconds), deciding at the ledger's clock."""
     ledger = ScriptedLedger(events, clock)
     stop = asyncio.Event()
     reports: list[TickReport] = []
@@ -681,7 +539,7 @@ async def test_run_ticks_each_interval_on_the_ledgers_clock(
 
     ran = await asyncio.wait_for(
         Sweeper(ledger=ledger, wake=LoggingWake(events)).run(
-            interval=0.001, stop=stop, on_report=on_report
+            interval=timedelta(milliseconds=1), stop=stop, on_report=on_report
         ),
         timeout=5,
     )
@@ -752,56 +610,10 @@ async def test_run_rejects_non_positive_intervals(
     assert [] == ledger.calls
 
 
-async def test_a_failed_tick_reaches_on_error(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """A tick whose ledger fails is handed to on_error as a TickFailure, then the loop goes on."""
-    ledger = ScriptedLedger(events, clock, LedgerError("timed out after 30s"))
-    stop = asyncio.Event()
-    failures: list[TickFailure] = []
-    reports: list[TickReport] = []
-
-    def on_report(report: TickReport) -> None:
-        reports.append(report)
-        stop.set()
-
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
-    ran = await asyncio.wait_for(
-        sweeper.run(interval=0.001, stop=stop, on_report=on_report, on_error=failures.append), 5
-    )
-
-    assert 2 == ran
-    assert [(1, "timed out after 30s")] == [(f.tick, f.error) for f in failures]
-    assert [2] == [r.tick for r in reports]
-
-
-async def test_a_failing_error_sink_does_not_stop_the_loop(
-    events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
-) -> None:
-    """An on_error callback that raises is logged and the loop still ticks again."""
-    ledger = ScriptedLedger(events, clock, LedgerError("down"))
-    stop = asyncio.Event()
-
-    def sink(failure: TickFailure) -> None:
-        raise BrokenPipeError("stdout closed")
-
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
-    with caplog.at_level(logging.ERROR, logger="stall_core.sweeper"):
-        ran = await asyncio.wait_for(
-            sweeper.run(interval=0.001, stop=stop, on_report=lambda _: stop.set(), on_error=sink),
-            5,
-        )
-
-    assert 2 == ran
-    assert "tick 1: reporting failed; the loop continues" in [
-        r.getMessage() for r in caplog.records
-    ]
-
-
 async def test_an_idle_tick_logs_at_debug_and_a_busy_one_at_info(
     events: list[tuple[str, object]], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A tick that charged, drained or refused nothing logs its summary at debug, others at info."""
+    """A tick that charged, cleared or refused nothing logs its summary at debug, others at info."""
     ledger = ScriptedLedger(
         events,
         clock,
@@ -857,27 +669,6 @@ async def test_abandon_stops_following_receipts_without_refunds(
 
     assert [] == ledger.refunds
     assert False is pending.cancelled()
-
-
-async def test_run_takes_the_interval_as_a_timedelta(
-    events: list[tuple[str, object]], clock: FakeClock
-) -> None:
-    """run(interval=timedelta(...)) ticks as run(interval=seconds) does."""
-    ledger = ScriptedLedger(events, clock)
-    stop = asyncio.Event()
-    seen: list[int] = []
-
-    def on_report(report: TickReport) -> None:
-        seen.append(report.tick)
-        if report.tick == 2:
-            stop.set()
-
-    sweeper = Sweeper(ledger=ledger, wake=LoggingWake(events))
-    ran = await asyncio.wait_for(
-        sweeper.run(interval=timedelta(milliseconds=1), stop=stop, on_report=on_report), 5
-    )
-
-    assert (2, [1, 2]) == (ran, seen)
 
 
 async def test_the_loop_asks_the_ledger_to_skip_within_its_interval_and_once_does_not() -> None:
