@@ -30,7 +30,7 @@ __all__ = ["QUEUE_SIZE", "TIMEOUT_S", "Parts", "bootstrap"]
 
 #: Seconds any one database call may take (the ledger's default).
 TIMEOUT_S = 30.0
-#: Deliveries the dispatcher holds at most (a bounded in-process queue: docs/wake-contract.md).
+#: Deliveries the dispatcher holds at most (a bounded in-process queue: docs/architecture.md).
 QUEUE_SIZE = 1000
 
 
@@ -43,7 +43,7 @@ class Parts:
     owns_pool: bool
     #: ``pool`` with every call bounded by ``timeout``.
     bounded: BoundedPool
-    #: Always the spec's numbers (docs/pacing.md); only simulations and tests build others.
+    #: Always the spec's numbers (docs/architecture.md); only simulations and tests build others.
     policy: PacingPolicy
     #: Seconds any one database call, or a hand-over to the dispatcher, may take.
     timeout: float

@@ -17,10 +17,11 @@ _VERDICT_ORDER = (
     Verdict.BACKING_OFF,
     Verdict.CAPPED,
     Verdict.UNREADABLE,
+    Verdict.NAMES_TOO_LONG,
     Verdict.FRESH,
     Verdict.NO_RECEIVER,
     Verdict.ENDPOINT_INACTIVE,
-    Verdict.UNGATED,
+    Verdict.HELD_BY_GATE,
     Verdict.QUARANTINE,
     Verdict.DRAINED,
 )
@@ -29,8 +30,8 @@ _VERDICT_ORDER = (
 def counts_and_times(pair: PairStatus, now: datetime) -> tuple[str, ...]:
     """The cells the table and the page share: pending counts, oldest work, nudges, last, next."""
     return (
-        str(pair.pending_gated),
-        str(pair.pending_ungated),
+        str(pair.sendable),
+        str(pair.held_by_gate),
         age(pair.oldest_age),
         "-" if pair.effective_nudges is None else str(pair.effective_nudges),
         "-" if pair.last_nudged_at is None else age(now - pair.last_nudged_at) + " ago",
@@ -48,9 +49,10 @@ def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:
     disabled its hook. Fresh work does not count yet: a hook, a resume or a
     retry may come in time. And a host value the sweep cannot read
     (``PairStatus.unreadable``): a todo it never nudges for, a claim it
-    never counts, until a person fixes the value.
+    never counts, until a person fixes the value. Or names too long for
+    our indexes (``stall_core.names_fit``): that work is never nudged.
     """
-    if pair.verdict is Verdict.CAPPED or pair.unreadable is not None:  # UNREADABLE has one
+    if pair.verdict in {Verdict.CAPPED, Verdict.NAMES_TOO_LONG} or pair.unreadable is not None:
         return True
     if pair.oldest_age is None or pair.oldest_age <= policy.threshold:
         return False

@@ -57,7 +57,7 @@ class WatchedLedger:
 
     After each charge it sets the wire clock from the tick's ``now`` (read
     just after this host's clock), and counts the ledger's rows after a tick
-    that can have changed how many there are (a charge or a drain), and at
+    that can have changed how many there are (a charge or a clear), and at
     each full pass (for anything else: a hand edit, a migrate), so a quiet
     delta costs no count. Neither can fail the tick: a failure is one line
     at warning.
@@ -82,7 +82,7 @@ class WatchedLedger:
         asked_at = self._clock.host()
         outcome = await self._ledger.charge_due(policy=policy, every=every)
         self._clock.measured(outcome.now, asked_at)
-        if not (outcome.charged or outcome.drained or outcome.kind == "full"):
+        if not (outcome.charged or outcome.cleared or outcome.kind == "full"):
             return outcome
         try:
             counted = await self._pool.fetchrow(ledger_statements()["count_ledger_rows"])

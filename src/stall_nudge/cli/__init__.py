@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=_LEVELS,
         default=None,
         help="the least severe log record written to stderr (default: info for the sweep "
-        "loop, where a tick that charged, drained or refused nothing logs at debug; warning "
+        "loop, where a tick that charged, cleared or refused nothing logs at debug; warning "
         "for one-shot commands, whose answer is on stdout)",
     )
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")

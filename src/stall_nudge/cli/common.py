@@ -68,8 +68,8 @@ def add_dsn_argument(parser: argparse.ArgumentParser) -> None:
 # ignores. Embedders pass what they mean to stall_nudge.connect and are not
 # held to this. The table is the whole rule: libpq 18's list ("Environment
 # Variables" in its documentation, and PGREQUIRESSL of older releases), and
-# what asyncpg >=0.31,<0.33 reads (the pin in pyproject). An empty variable
-# counts as unset, as asyncpg takes its own.
+# what asyncpg reads (stall_nudge._connect.ASYNCPG_VARIABLES). An empty
+# variable counts as unset, as asyncpg takes its own.
 
 
 class Handling(enum.Enum):

@@ -169,8 +169,8 @@ async def _throwaway_database(dsn: str) -> AsyncIterator[str]:
         await create_database(dsn, name)
     except DATABASE_ERRORS as exc:
         raise CliError(f"cannot create the demo database: {describe(exc)}", status=1) from None
-    except ValueError as exc:  # asyncpg's DSN parser
-        raise CliError(f"malformed DSN: {exc}") from None
+    except ValueError:  # asyncpg's DSN parser; its message may quote the password
+        raise CliError("malformed DSN: asyncpg refuses it (check it with psql)") from None
     try:
         yield with_database(dsn, name)
     finally:
@@ -251,7 +251,7 @@ async def _play(host: Parts, clock: VirtualClock) -> int:
             while clock.now - last_wake < QUIET:
                 clock.now += TICK
                 report = await reaper.tick()
-                if report.charged or report.drained:
+                if report.charged or report.cleared:
                     rows = await host.ledger.ledger_rows()
                     for nudge in report.charged:
                         last_wake = clock.now
@@ -261,9 +261,9 @@ async def _play(host: Parts, clock: VirtualClock) -> int:
                             nudge=nudge.number,
                             row=_row(rows, nudge.queue),
                         )
-                    for _, queue in report.drained:
+                    for _, queue in report.cleared:
                         timeline.say(
-                            f"sweep: {queue} drained, ledger row deleted", row=_row(rows, queue)
+                            f"sweep: {queue} drained, ledger row cleared", row=_row(rows, queue)
                         )
                 await reaper.settle()
                 await consumer.settle()

@@ -22,7 +22,7 @@ class _Retired(argparse.Action):
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
         parser.error(
             "--footprint was retired: there is one footprint now, with nothing on the host's "
-            "tables but indexes (docs/host-schema.md); run migrate without it"
+            "tables but indexes (docs/operations.md); run migrate without it"
         )
 
 

@@ -122,8 +122,8 @@ def status_json(
                 {
                     "endpoint_id": p.endpoint_id,
                     "queue": p.queue,
-                    "pending_gated": p.pending_gated,
-                    "pending_ungated": p.pending_ungated,
+                    "sendable": p.sendable,
+                    "held_by_gate": p.held_by_gate,
                     "oldest_age_s": seconds(p.oldest_age),
                     "effective_nudges": p.effective_nudges,
                     "last_nudged_at": utc(p.last_nudged_at),
@@ -147,9 +147,9 @@ def status_json(
     )
 
 
-#: SENDABLE counts the pending todos that pass the sender gate (``pending_gated``), HELD
-#: BY GATE those it keeps out of nudges (``pending_ungated``). Not "verified": a todo with
-#: no delivery passes too; not "gated", which a person reads as "held back".
+#: SENDABLE counts the pending todos that pass the sender gate (``sendable``), HELD BY GATE
+#: those it keeps out of nudges (``held_by_gate``). Not "verified": a todo with no delivery
+#: passes too.
 _HEADER = (
     "ENDPOINT",
     "QUEUE",

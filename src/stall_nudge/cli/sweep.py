@@ -20,6 +20,7 @@ from .common import (
     ATTENTION,
     FAILED,
     OK,
+    USAGE,
     CliError,
     add_dsn_argument,
     duration,
@@ -164,7 +165,7 @@ def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict
             "kind": None,
             "judged": 0,
             "charged": [],
-            "drained": [],
+            "cleared": [],
             "queued": 0,
             "refused": 0,
         }
@@ -186,7 +187,7 @@ def record(result: TickReport | TickFailure, reaper: stall_nudge.Reaper) -> dict
             }
             for n in result.charged
         ],
-        "drained": [{"endpoint_id": e, "queue": q} for e, q in result.drained],
+        "cleared": [{"endpoint_id": e, "queue": q} for e, q in result.cleared],
         "queued": result.queued,
         "refused": result.refused,
     }
@@ -213,7 +214,7 @@ def _summary(report: TickReport, reaper: stall_nudge.Reaper) -> str:
     return (
         f"{at} tick {report.tick}: {report.kind} pass judged {report.judged} pair(s), "
         f"charged {len(report.charged)}"
-        f"{' [' + woke + ']' if woke else ''}, drained {len(report.drained)}, "
+        f"{' [' + woke + ']' if woke else ''}, cleared {len(report.cleared)}, "
         f"queued {report.queued}, refused {report.refused}; "
         f"hooks delivered {stats.delivered}, failed {stats.failed}, dropped {stats.dropped}; "
         f"refunded {reaper.refunded} ({took})"
@@ -249,6 +250,8 @@ async def _sweep(
                 await _loop(reaper, interval=interval, as_json=as_json)
             else:
                 await _serving(reaper, metrics, interval=interval, as_json=as_json)
+    except stall_nudge.DsnError as exc:
+        raise CliError(str(exc), status=USAGE) from None
     except stall_nudge.StartupError as exc:
         raise CliError(str(exc), status=FAILED) from None
     return OK
