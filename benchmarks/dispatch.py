@@ -4,12 +4,13 @@
     .venv/bin/python -m benchmarks.dispatch --dsn postgresql://postgres@127.0.0.1:5432/test
     .venv/bin/python -m benchmarks.dispatch --messages 2000 --samples 200   # a shorter run
 
-The receiver runs in its own process (one core each on a 2-core machine)
-and verifies every signature with the standardwebhooks package, answering
-204. Each phase runs on two hook directories in the same run: ``MemoryHooks``
-and the real path, ``PostgresHooks`` on a throwaway database of the server
-(``--dsn``, else STALL_TEST_DSN, else an embedded PostgreSQL), with its
-defaults (lookups cached for 1 s, successes booked in batches).
+The receiver (``stall_testing.Receiver``) runs in its own process (one
+core each on a 2-core machine), verifies every signature and answers 204,
+and is asked for its counts over a pipe. Each phase runs on two hook
+directories in the same run: ``MemoryHooks`` and the real path,
+``PostgresHooks`` on a throwaway database of the server (``--dsn``, else
+STALL_TEST_DSN, else an embedded PostgreSQL), with its defaults (lookups
+cached for 1 s, successes booked in batches).
 
 * throughput: a burst of messages queued at once, timed until the
   dispatcher has drained every delivery (response received and booked);
@@ -34,17 +35,16 @@ import asyncio
 import base64
 import multiprocessing
 import os
-import socket
 import statistics
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
+from multiprocessing.connection import Connection
 
 import aiohttp
 import asyncpg
-from aiohttp import web
 
 from adapters.http import CREATED, HookDispatcher, parse_secret, signed_headers
 from adapters.memory import MemoryBoard, MemoryHooks
@@ -52,6 +52,7 @@ from adapters.postgres import PostgresHooks, migrate
 from stall_core import HookDirectory, Nudge, TodoRef
 from stall_testing import (
     PostgresHost,
+    Receiver,
     create_database,
     drop_database,
     embedded_postgres,
@@ -64,54 +65,39 @@ TODO = TodoRef(id="t1", created_at=datetime(2026, 10, 15, 12, 0, tzinfo=UTC), ti
 HANGING_MESSAGES = 100
 
 
-def _serve(sock: socket.socket, secret: str) -> None:
-    """The receiver process: verify every delivery, count the bad ones, answer 204."""
-    from standardwebhooks.webhooks import Webhook  # only the receiver needs it
+def _serve(secret: str, pipe: Connection) -> None:
+    """The receiver process: the stall_testing receiver, answering the benchmark over ``pipe``."""
+    asyncio.run(_answer(secret, pipe))
 
-    webhook = Webhook(secret)
-    counts = {"ok": 0, "bad": 0, "hanging": 0}
-    release = asyncio.Event()
-    arrived = asyncio.Condition()
 
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.read()
-        try:
-            webhook.verify(body, dict(request.headers))
-        except Exception:
-            counts["bad"] += 1
-            return web.Response(status=400)
-        counts["ok"] += 1
-        return web.Response(status=204)
+async def _answer(secret: str, pipe: Connection) -> None:
+    """Send the base URL, then answer each question: held, release or stats."""
+    async with Receiver() as receiver:
+        receiver.url("hook", secret)
+        receiver.url("hang", secret)
+        receiver.route("hang", receiver.hang())  # never answers until released (or the timeout)
+        pipe.send(f"http://127.0.0.1:{receiver.port}")
+        while True:
+            question, *args = await asyncio.to_thread(pipe.recv)
+            if question == "held":  # once this many requests are held open on /hang
+                await receiver.wait_for(args[0], "hang")
+            elif question == "release":
+                receiver.release()
+            pipe.send(
+                {
+                    "ok": len(receiver.at("hook")),
+                    "bad": len(receiver.refused),
+                    "hanging": len(receiver.at("hang")),
+                    "cpu_s": time.process_time(),
+                }
+            )
 
-    async def hang(request: web.Request) -> web.Response:
-        """A hook that never answers: each request is held until /release (or the timeout)."""
-        async with arrived:
-            counts["hanging"] += 1
-            arrived.notify_all()
-        await release.wait()
-        return web.Response(status=204)
 
-    async def held(request: web.Request) -> web.Response:
-        """Answer once ``count`` requests are held open on /hang."""
-        count = int(request.query["count"])
-        async with arrived:
-            await arrived.wait_for(lambda: counts["hanging"] >= count)
-        return web.Response(status=204)
-
-    async def release_all(request: web.Request) -> web.Response:
-        release.set()
-        return web.Response(status=204)
-
-    async def stats(request: web.Request) -> web.Response:
-        return web.json_response({**counts, "cpu_s": time.process_time()})
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    app.router.add_post("/hang", hang)
-    app.router.add_get("/held", held)
-    app.router.add_post("/release", release_all)
-    app.router.add_get("/stats", stats)
-    web.run_app(app, sock=sock, access_log=None, print=None, handle_signals=True)
+async def _ask(pipe: Connection, *question: object) -> dict[str, float]:
+    """The receiver's counts, once it has done what ``question`` asks."""
+    pipe.send(question)
+    counts: dict[str, float] = await asyncio.to_thread(pipe.recv)
+    return counts
 
 
 def _percentile(values: list[float], q: int) -> float:
@@ -120,37 +106,26 @@ def _percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-async def _stats(session: aiohttp.ClientSession, stats_url: str) -> dict[str, float]:
-    async with session.get(stats_url) as response:
-        stats: dict[str, float] = await response.json()
-        return stats
-
-
 async def _isolation(
-    hooks: HookDirectory, base: str, samples: int, workers: int
+    hooks: HookDirectory, pipe: Connection, samples: int, workers: int
 ) -> tuple[list[float], int]:
     """The healthy hook's latencies while a hanging hook holds its attempts; and its in-flight."""
     latencies: list[float] = []
     nudge = Nudge(endpoint_id="e1", queue="q", todo=TODO, number=1, charged_at=TODO.created_at)
-    async with (
-        HookDispatcher(hooks=hooks, workers=workers) as dispatcher,
-        aiohttp.ClientSession() as session,
-    ):
+    async with HookDispatcher(hooks=hooks, workers=workers) as dispatcher:
         for _ in range(HANGING_MESSAGES):
             await dispatcher.notify(endpoint_id="slow", queue="q", todo=TODO, reason=CREATED)
         # Measure only once the hanging hook's attempts are all in flight.
-        async with session.get(f"{base}/held", params={"count": str(workers)}) as response:
-            response.raise_for_status()
+        await _ask(pipe, "held", workers)
         for _ in range(samples):
             t0 = time.perf_counter()
             delivered = await (await dispatcher.wake(nudge))
             latencies.append((time.perf_counter() - t0) * 1000)
             if not delivered:
                 raise SystemExit("the healthy hook was not delivered")
-        hanging = int((await _stats(session, f"{base}/stats"))["hanging"])
+        hanging = int((await _ask(pipe, "stats"))["hanging"])
         in_flight = dispatcher.outstanding
-        async with session.post(f"{base}/release") as response:
-            response.raise_for_status()
+        await _ask(pipe, "release")
         await dispatcher.settle()
     if in_flight != HANGING_MESSAGES:
         raise SystemExit(f"expected {HANGING_MESSAGES} hanging deliveries, {in_flight} outstanding")
@@ -214,9 +189,9 @@ async def _host_database(dsn: str, base: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 async def _bench(
-    dsn: str, base: str, messages: int, samples: int, workers: int, rounds: int
+    dsn: str, base: str, pipe: Connection, messages: int, samples: int, workers: int, rounds: int
 ) -> None:
-    url, stats_url = f"{base}/hook", f"{base}/stats"
+    url = f"{base}/hook"
     board = MemoryBoard(clock=lambda: datetime.now(UTC))
     board.add_endpoint("e1")
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
@@ -239,7 +214,7 @@ async def _bench(
                 failed += lost
         latencies = await _latency(memory, samples)
         real_latencies = await _latency(real, samples)
-        healthy, hanging = await _isolation(real, base, samples, workers)
+        healthy, hanging = await _isolation(real, pipe, samples, workers)
         booked = await pool.fetchval("SELECT count(*) FROM notify_hooks WHERE enabled")
 
     key = parse_secret(SECRET)
@@ -252,10 +227,10 @@ async def _bench(
             async with session.post(url, data=body, headers=headers) as response:
                 await response.read()
             bare.append((time.perf_counter() - t0) * 1000)
-        received = await _stats(session, stats_url)
+    received = await _ask(pipe, "stats")
 
     memory_rate, real_rate = (statistics.median(rates[name]) for name in ("memory", "postgres"))
-    print(f"receiver: verified={received['ok']} rejected={received['bad']} (standardwebhooks)")
+    print(f"receiver: verified={received['ok']} refused={received['bad']} (stall_testing)")
     for name in ("memory", "postgres"):
         print(
             f"throughput ({name}): {messages} messages a round, {rounds} rounds,"
@@ -303,18 +278,15 @@ def _server(dsn: str | None) -> Iterator[str]:
 
 
 @contextmanager
-def _receiver() -> Iterator[str]:
-    """The receiver process on a loopback port; its base URL."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    port = sock.getsockname()[1]
-    receiver = multiprocessing.get_context("spawn").Process(target=_serve, args=(sock, SECRET))
+def _receiver() -> Iterator[tuple[str, Connection]]:
+    """The receiver process on a loopback port: its base URL, and the pipe that asks it."""
+    spawn = multiprocessing.get_context("spawn")
+    ours, theirs = spawn.Pipe()
+    receiver = spawn.Process(target=_serve, args=(SECRET, theirs))
     receiver.start()
-    sock.close()
+    theirs.close()  # the process holds its end: if it dies, our reads end
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield ours.recv(), ours
     finally:
         receiver.terminate()
         receiver.join()
@@ -329,8 +301,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=32)  # per hook, the dispatcher's default
     args = parser.parse_args(argv)
 
-    with _server(args.dsn) as dsn, _receiver() as base:
-        asyncio.run(_bench(dsn, base, args.messages, args.samples, args.workers, args.rounds))
+    with _server(args.dsn) as dsn, _receiver() as (base, pipe):
+        asyncio.run(_bench(dsn, base, pipe, args.messages, args.samples, args.workers, args.rounds))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 
 For each fleet size: a fresh throwaway database (the reference host schema,
 migrated; dropped at the end) holds ``--pairs`` stalled (endpoint,
-queue) pairs, each with a hook pointing at a loopback receiver run here that
-answers 204, so every sweep wants more than the tick limit (4). N processes
+queue) pairs, each with a hook pointing at a loopback receiver run here
+(``stall_testing.Receiver``, which verifies each delivery) that answers
+204, so every sweep wants more than the tick limit (4). N processes
 ``python -m stall_nudge.cli sweep --interval ... --json`` start one after
 another, each after a random delay within one interval, and run on real
 wall clocks until the database's clock is ``--intervals`` intervals past the
@@ -59,12 +60,21 @@ from aiohttp import web
 
 from adapters.postgres import migrate
 from stall_core import PacingPolicy
-from stall_testing import create_database, drop_database, embedded_postgres, with_database
+from stall_testing import (
+    Received,
+    Receiver,
+    create_database,
+    drop_database,
+    embedded_postgres,
+    with_database,
+)
 
 #: Sidecar counts run by default, one after the other.
 FLEETS = (4, 8)
 #: Every stalled pair's todo was created this long before the run (far past the threshold).
 STALLED_FOR = timedelta(hours=1)
+#: Every hook's secret: the receiver verifies each delivery with it.
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 TICK_LIMIT = PacingPolicy().tick_limit
 #: How long a sidecar gets to stop on SIGTERM (its deliveries answer at once).
 STOP_S = 30.0
@@ -137,25 +147,16 @@ def max_in_window(times: Sequence[Any], window: Any) -> int:
 
 @contextlib.asynccontextmanager
 async def receiver() -> AsyncIterator[tuple[str, list[tuple[str, float]]]]:
-    """A loopback HTTP receiver answering 204; yields its URL and the deliveries it records."""
+    """The hooks' receiver, answering 204; yields its URL and each verified delivery's arrival."""
     arrivals: list[tuple[str, float]] = []
 
-    async def hook(request: web.Request) -> web.Response:
-        at = time.time()
-        arrivals.append((json.loads(await request.read())["meta"]["todo_id"], at))
+    async def arrived(received: Received, request: web.Request) -> web.StreamResponse:
+        arrivals.append((received.json()["meta"]["todo_id"], time.time()))
         return web.Response(status=204)
 
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}/hook", arrivals
-    finally:
-        await runner.cleanup()
+    async with Receiver() as hooks:
+        hooks.route("hook", arrived)
+        yield hooks.url("hook", SECRET), arrivals
 
 
 @contextlib.asynccontextmanager
@@ -168,7 +169,6 @@ async def board(server: str, pairs: int, url: str) -> AsyncIterator[str]:
         conn = await asyncpg.connect(dsn)
         try:
             await migrate(conn, host_schema=True)
-            secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             await conn.execute(
                 "INSERT INTO endpoints (id, state)"
                 " SELECT 'e' || i, 'active' FROM generate_series(1, $1) i",
@@ -179,7 +179,7 @@ async def board(server: str, pairs: int, url: str) -> AsyncIterator[str]:
                 " SELECT 'h' || i, 'e' || i, $1, $2, ARRAY['q' || i], true"
                 " FROM generate_series(1, $3) i",
                 url,
-                secret,
+                SECRET,
                 pairs,
             )
             await conn.execute(
@@ -271,7 +271,7 @@ async def run_fleet(
             try:
                 row = await conn.fetchrow(
                     "SELECT count(*) AS pairs, coalesce(sum(nudges), 0) AS nudges"
-                    " FROM queue_stall_nudges"
+                    " FROM stall_nudge.queue_stall_nudges"
                 )
             finally:
                 await conn.close()

@@ -1,4 +1,4 @@
-"""Fixtures shared by every suite: a test PostgreSQL with a migrated template.
+"""Fixtures shared by every suite: a test PostgreSQL, its host set-ups, a migrated template.
 
 With pytest-xdist the controlling process starts the one embedded server the
 workers share (they read its DSN from STALL_TEST_DSN) and stops it at the end;
@@ -22,6 +22,7 @@ import pytest
 from hypothesis import settings
 
 from adapters.postgres import migrate
+from stall_testing import Receiver
 from tests import pg
 
 settings.register_profile("ci", deadline=None)
@@ -107,7 +108,10 @@ async def _clone(pg_server: str, template: str) -> AsyncIterator[str]:
 
 @pytest.fixture(name="pg_dsn")
 async def _pg_dsn(pg_server: str, pg_template: str) -> AsyncIterator[str]:
-    """A fresh database for one test, dropped afterwards."""
+    """A fresh database for one test, dropped afterwards: a superuser's, the host in public.
+
+    The older shortcut: a new test takes ``site`` (a DBA's set-up) instead.
+    """
     async with _clone(pg_server, pg_template) as dsn:
         yield dsn
 
@@ -118,3 +122,35 @@ async def _pg_pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
     yield pool
     await pool.close()
+
+
+@pytest.fixture(name="pg_sites", scope="session")
+def _pg_sites(pg_server: str) -> Iterator[pg.Sites]:
+    """The host set-ups (pg.SETUPS): the roles made once, a template per set-up on first use."""
+    sites = asyncio.run(pg.Sites.start(pg_server))
+    yield sites
+    asyncio.run(sites.close())
+
+
+@pytest.fixture(name="site")
+async def _site(request: pytest.FixtureRequest, pg_sites: pg.Sites) -> AsyncIterator[pg.Site]:
+    """A fresh host database as a DBA sets one up, migrated by a role that is no superuser.
+
+    ``dba`` unless a test parametrizes ``site`` indirectly with another of pg.SETUPS.
+    """
+    async with pg_sites.clone(getattr(request, "param", "dba"), migrated=True) as site:
+        yield site
+
+
+@pytest.fixture(name="bare_site")
+async def _bare_site(request: pytest.FixtureRequest, pg_sites: pg.Sites) -> AsyncIterator[pg.Site]:
+    """The same host database with nothing of ours installed yet."""
+    async with pg_sites.clone(getattr(request, "param", "dba"), migrated=False) as site:
+        yield site
+
+
+@pytest.fixture(name="receiver")
+async def _receiver() -> AsyncIterator[Receiver]:
+    """Notify hooks on loopback that verify, record and answer each request (204 unless told)."""
+    async with Receiver() as receiver:
+        yield receiver

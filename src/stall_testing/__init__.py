@@ -3,13 +3,16 @@
 - ``FakeClock`` and ``T0``: the one test clock, a ledger's time authority
   moved by hand (``MemoryBoard(clock=...)``, ``PostgresLedger(pool, clock=...)``).
 - ``RecordingWake``: a wake port that records what reached a receiver.
+- ``Receiver`` / ``Received``: notify hooks on loopback (aiohttp) that verify
+  each request's signature with its hook's secret, record it and answer as
+  the test says (a status, the next few, a held answer).
 - ``PostgresHost``: the reference host's verbs on the reference schema
   (``stall-nudge migrate --host-schema``), as switchboard makes them.
 - ``HostVerbs`` / ``BoardDriver``: the verbs both reference hosts offer, and
   the board the contract scenarios drive; ``MemoryDriver`` and
   ``PostgresDriver`` implement it.
 - ``stall_testing.contract.LedgerContract``: the SPEC-0038 scenarios, run
-  against any driver (docs/host-schema.md, "Running the contract suite").
+  against any driver (docs/reliability.md, "Running the contract suite").
 - ``create_database``, ``drop_database``, ``with_database``,
   ``embedded_postgres``: throwaway databases and a throwaway server.
 - ``parse_todo_ready``: a tolerant reader of the ``todo_ready`` payload, for
@@ -41,6 +44,7 @@ from ._driver import (
 )
 from ._host import HOST_SQL, HostError, PostgresHost
 from ._notify import TODO_READY_CHANNEL, parse_todo_ready
+from ._receiver import Received, Receiver
 from ._skew import SkewUnavailable, skewed_env
 from ._wake import RecordingWake
 
@@ -58,6 +62,8 @@ __all__ = [
     "MemoryDriver",
     "PostgresDriver",
     "PostgresHost",
+    "Received",
+    "Receiver",
     "RecordingWake",
     "SkewUnavailable",
     "create_database",

@@ -46,7 +46,7 @@ SELECT pg_notify('todo_ready', endpoint_id || ':' || queue) FROM created
 
 -- name: claim
 -- Claim one pending todo for an owner with a lease; claimed_at is the database's clock unless given.
--- The database's clock is the one every nudge decision is measured on (docs/host-schema.md).
+-- The database's clock is the one every nudge decision is measured on (docs/operations.md).
 UPDATE todos
    SET state = 'claimed', claimed_at = c.at, claim_owner = $2, lease_expires_at = c.at + $4::interval
   FROM (SELECT coalesce($3::timestamptz, now()) AS at) c

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 
 from adapters.postgres import SCHEMA_VERSION, PostgresLedger
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 from tests import pg
-from tests.cli.conftest import SECRET, Hook, Result, cli
+from tests.cli.conftest import SECRET, Result, cli, stalled
 
 pytestmark = pytest.mark.postgres
 
@@ -46,7 +46,7 @@ async def test_migrate_is_idempotent_and_asks_for_host_tables(pg_server: str) ->
     assert "--host-schema" not in bare.err  # a demo's flag is no advice for production
     assert "Traceback" not in bare.err
     assert 0 == created.status, created.err
-    assert "applied 0005_baseline\n" in created.out
+    assert "applied 0001_baseline\n" in created.out
     assert "created index stall_nudge_pending on todos\n" in created.out
     assert created.out.endswith(f"\nschema version {SCHEMA_VERSION}\n")
     assert (
@@ -56,36 +56,36 @@ async def test_migrate_is_idempotent_and_asks_for_host_tables(pg_server: str) ->
 
 
 async def test_sweep_once_wakes_the_stalled_queue(
-    pg_dsn: str, board: PostgresHost, hook: Hook
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
 ) -> None:
     """Pending work with no new inbound webhook: `sweep --once` fires one signed stalled wake."""
     result = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
 
     assert 0 == result.status, result.err
-    assert [("l-0", "lane-l")] == hook.stalled()
+    assert [("l-0", "lane-l")] == stalled(receiver)
     report = json.loads(result.out)
     assert 1 == report["dispatch"]["delivered"]
     assert [1] == [n["nudge"] for n in report["charged"]]
 
 
 async def test_concurrent_sweep_processes_fire_each_wake_once(
-    pg_dsn: str, board: PostgresHost, hook: Hook
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
 ) -> None:
     """Two instances, one wake: four `sweep --once` processes at once deliver one wake."""
     results = await asyncio.gather(*(cli("sweep", "--once", "--dsn", pg_dsn) for _ in range(4)))
 
     assert [0, 0, 0, 0] == [r.status for r in results]
-    assert [("l-0", "lane-l")] == hook.stalled()
+    assert [("l-0", "lane-l")] == stalled(receiver)
 
 
 async def test_sweep_skips_while_another_instance_holds_the_tick(
-    pg_dsn: str, pg_pool: asyncpg.Pool, board: PostgresHost, hook: Hook
+    pg_dsn: str, pg_pool: asyncpg.Pool, board: PostgresHost, receiver: Receiver
 ) -> None:
     """While another instance holds the tick, `sweep --once` says skipped and wakes nothing."""
     async with PostgresLedger(pg_pool).hold_tick():
         text = await cli("sweep", "--once", "--dsn", pg_dsn)
         as_json = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
-    held_stalled = hook.stalled()
+    held_stalled = stalled(receiver)
     released = await cli("sweep", "--once", "--json", "--dsn", pg_dsn)
 
     assert (0, 0, 0) == (text.status, as_json.status, released.status)
@@ -93,11 +93,13 @@ async def test_sweep_skips_while_another_instance_holds_the_tick(
     tick = json.loads(as_json.out)
     assert ("skipped", []) == (tick["outcome"], tick["charged"])
     assert [] == held_stalled
-    assert [("l-0", "lane-l")] == hook.stalled()
+    assert [("l-0", "lane-l")] == stalled(receiver)
     assert "ok" == json.loads(released.out)["outcome"]
 
 
-async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: Hook) -> None:
+async def test_status_reports_verdicts(
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
+) -> None:
     """status answers 'is my queue drained?' per pair, as a table and as JSON."""
     before = await cli("status", "--json", "--dsn", pg_dsn)
     await cli("sweep", "--once", "--dsn", pg_dsn)
@@ -114,7 +116,7 @@ async def test_status_reports_verdicts(pg_dsn: str, board: PostgresHost, hook: H
 
 
 async def test_sweep_loop_stops_cleanly_on_sigterm(
-    pg_dsn: str, board: PostgresHost, hook: Hook
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
 ) -> None:
     """The sidecar loop ticks until SIGTERM, then exits 0 after its wake was delivered."""
     proc = await asyncio.create_subprocess_exec(
@@ -137,14 +139,14 @@ async def test_sweep_loop_stops_cleanly_on_sigterm(
 
     assert 0 == proc.returncode, err.decode()
     assert [1, 2, 3] == [json.loads(line)["tick"] for line in lines]
-    assert [("l-0", "lane-l")] == hook.stalled()
+    assert [("l-0", "lane-l")] == stalled(receiver)
 
 
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
         (("sweep", "--once"), "no database given"),
-        (("sweep", "--once", "--dsn", "mysql://x"), "malformed DSN"),
+        (("sweep", "--once", "--dsn", "mysql://x"), "asyncpg refuses the DSN"),
         (("status", "--dsn", "postgresql://nobody@127.0.0.1:1/x"), "cannot connect"),
         (("sweep", "--interval", "0s", "--dsn", "postgresql://x@h/db"), "positive duration"),
         (("sweep", "--interval", "soon", "--dsn", "postgresql://x@h/db"), "expected a duration"),
@@ -167,7 +169,7 @@ async def test_missing_tables_are_named(pg_server: str, pg_dsn: str) -> None:
     bare = await cli("sweep", "--once", "--dsn", pg.with_database(pg_server, name))
     await pg.drop_database(pg_server, name)
     conn = await asyncpg.connect(pg_dsn)
-    await conn.execute("DROP TABLE queue_stall_nudges")
+    await conn.execute("DROP TABLE stall_nudge.queue_stall_nudges")
     await conn.close()
     no_ledger = await cli("sweep", "--once", "--dsn", pg_dsn)
 
@@ -175,7 +177,7 @@ async def test_missing_tables_are_named(pg_server: str, pg_dsn: str) -> None:
     assert "not installed in this database (run stall-nudge migrate)" in bare.err
     assert 1 == no_ledger.status
     assert (
-        "stall-nudge's own tables missing: queue_stall_nudges (run stall-nudge migrate)"
+        "stall-nudge's own tables missing: stall_nudge.queue_stall_nudges (run stall-nudge migrate)"
         in no_ledger.err
     )
     assert "Traceback" not in bare.err + no_ledger.err

@@ -1,102 +1,67 @@
-"""libpq's variables the command line honours itself, seen by the real server a command talks to.
+"""A good DSN connects to the loopback PostgreSQL, with the libpq variables the CLI honours.
 
-asyncpg reads PGHOST, PGPORT, PGSSLMODE and the like; PGAPPNAME, PGTZ,
-PGDATESTYLE, PGGEQO and PGCONNECT_TIMEOUT it ignores, so `stall-nudge` hands
-them on (stall_nudge.cli.common.LIBPQ_VARIABLES). Each case runs the real
-command in a subprocess.
+asyncpg ignores PGAPPNAME, PGTZ, PGDATESTYLE, PGGEQO and PGCONNECT_TIMEOUT;
+the command line hands them on as DSN parameters (``with_libpq_environment``)
+and ``stall_nudge.connect`` sends or honours them. These run in-process: the
+command's own wiring is covered once, in test_bad_input.py.
 """
 
 from __future__ import annotations
 
-import os
+import asyncio
 
-import asyncpg
 import pytest
 
-from tests.cli.conftest import cli
+from stall_nudge import StartupError, connect
+from stall_nudge.cli.common import with_libpq_environment
 from tests.postgres.proxy import BlackHoleProxy
 
 pytestmark = pytest.mark.postgres
 
-#: Records the settings of every session that writes the fleet's sweep record.
-RECORD_SETTINGS = """
-CREATE TABLE public.seen_settings (
-    application_name text, timezone text, datestyle text, geqo text
-);
-CREATE FUNCTION public.record_settings() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO public.seen_settings VALUES (
-        current_setting('application_name'), current_setting('TimeZone'),
-        current_setting('DateStyle'), current_setting('geqo'));
-    RETURN NEW;
-END $$;
-CREATE TRIGGER record_settings BEFORE INSERT OR UPDATE ON stall_nudge.sweeps
-    FOR EACH ROW EXECUTE FUNCTION public.record_settings();
-"""
+SETTINGS = (
+    "SELECT current_setting('application_name'), current_setting('TimeZone'),"
+    " current_setting('DateStyle'), current_setting('geqo')"
+)
 
 
-def _no_pg(extra: dict[str, str]) -> dict[str, str]:
-    """This environment without any PG* variable, then ``extra``."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PG")} | extra
+async def _settings(dsn: str) -> tuple[str, ...]:
+    async with connect(dsn, timeout=30) as pool:
+        return tuple(await pool.fetchrow(SETTINGS))
 
 
-async def _sweep_settings(dsn: str, env: dict[str, str]) -> list[tuple[str, ...]]:
-    """Run `sweep --once` with ``env``; the settings its session wrote the sweep record with."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(RECORD_SETTINGS)
-        result = await cli("sweep", "--once", "--dsn", dsn, env=_no_pg(env))
-        assert 0 == result.status, result.err
-        rows = await conn.fetch("SELECT DISTINCT * FROM public.seen_settings")
-    finally:
-        await conn.close()
-    return [tuple(row) for row in rows]
+async def test_a_good_dsn_connects_as_stall_nudge(pg_dsn: str) -> None:
+    """With no variable set, the session is named stall-nudge and keeps the server's geqo."""
+    name, _, _, geqo = await _settings(pg_dsn)
+
+    assert ("stall-nudge", "on") == (name, geqo)
 
 
-async def test_session_variables_reach_the_server(pg_dsn: str) -> None:
-    """PGAPPNAME, PGTZ, PGDATESTYLE and PGGEQO are the sweep's session settings."""
+async def test_honoured_variables_reach_the_server_and_the_dsns_own_setting_wins(
+    pg_dsn: str,
+) -> None:
+    """PGTZ, PGDATESTYLE and PGGEQO become settings; the DSN's application_name beats PGAPPNAME."""
+    dsn = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}application_name=from-dsn"
     env = {
-        "PGAPPNAME": "billing sidecar",
+        "PGAPPNAME": "from-env",
         "PGTZ": "Asia/Tokyo",
         "PGDATESTYLE": "SQL, DMY",
         "PGGEQO": "off",
     }
 
-    assert [("billing sidecar", "Asia/Tokyo", "SQL, DMY", "off")] == await _sweep_settings(
-        pg_dsn, env
+    assert ("from-dsn", "Asia/Tokyo", "SQL, DMY", "off") == await _settings(
+        with_libpq_environment(dsn, env)
     )
 
 
-async def test_without_them_the_session_keeps_its_name_and_the_servers_defaults(
-    pg_dsn: str,
-) -> None:
-    """Unset, the sweep's session is named stall-nudge and keeps the server's geqo."""
-    [(name, _, _, geqo)] = await _sweep_settings(pg_dsn, {})
-
-    assert ("stall-nudge", "on") == (name, geqo)
-
-
-async def test_the_dsns_own_setting_wins_over_its_variable(pg_dsn: str) -> None:
-    """As in libpq, a DSN naming application_name or TimeZone beats PGAPPNAME and PGTZ."""
-    dsn = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}application_name=from-dsn&TimeZone=UTC"
-    env = {"PGAPPNAME": "from-env", "PGTZ": "Asia/Tokyo"}
-
-    [(name, timezone, _, _)] = await _sweep_settings(dsn, env)
-
-    assert ("from-dsn", "UTC") == (name, timezone)
-
-
 async def test_pgconnect_timeout_bounds_connecting(pg_dsn: str) -> None:
-    """With PGCONNECT_TIMEOUT=1 a silent server fails the command, not the 60 s statement bound."""
+    """With PGCONNECT_TIMEOUT=1 a silent server fails connecting, not the hour-long bound."""
     async with BlackHoleProxy(pg_dsn) as proxy:
         proxy.freeze()
-        # limit is a guard well under the 60 s the command would wait without the variable.
-        result = await cli(
-            "status", "--dsn", proxy.dsn, env=_no_pg({"PGCONNECT_TIMEOUT": "1"}), limit=30
-        )
+        dsn = with_libpq_environment(proxy.dsn, {"PGCONNECT_TIMEOUT": "1"})
+        # A guard far under the hour connecting would take were the variable ignored.
+        async with asyncio.timeout(60):
+            with pytest.raises(StartupError) as caught:
+                async with connect(dsn, timeout=3600):
+                    pass
 
-    assert (1, "", True) == (
-        result.status,
-        result.out,
-        result.err.rstrip().endswith(": timed out (no answer from PostgreSQL)"),
-    ), result.err
+    assert str(caught.value).endswith(": timed out (no answer from PostgreSQL)"), caught.value

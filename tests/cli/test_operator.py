@@ -15,9 +15,9 @@ import asyncpg
 import pytest
 
 from adapters.postgres import migrate
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 from tests import pg
-from tests.cli.conftest import SECRET, Hook, cli
+from tests.cli.conftest import SECRET, cli
 
 pytestmark = pytest.mark.postgres
 
@@ -35,13 +35,15 @@ def _host(pg_pool: asyncpg.Pool) -> PostgresHost:
     return PostgresHost(pg_pool)
 
 
-async def add_capped_pair(host: PostgresHost, pool: asyncpg.Pool, hook: Hook) -> None:
+async def add_capped_pair(host: PostgresHost, pool: asyncpg.Pool, receiver: Receiver) -> None:
     """ep-c/lane: five nudges since progress, work 3 hours old."""
     await host.add_endpoint("ep-c")
-    await host.add_hook("hook-c", endpoint_id="ep-c", url=hook.url, secret=SECRET)
+    await host.add_hook(
+        "hook-c", endpoint_id="ep-c", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     await host.create_todo("c-0", endpoint_id="ep-c", queue="lane", created_at=old(180))
     await pool.execute(
-        "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at) "
+        "INSERT INTO stall_nudge.queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at) "
         "VALUES ('ep-c', 'lane', 5, now() - interval '1 minute')"
     )
 
@@ -67,20 +69,26 @@ async def set_failures(pool: asyncpg.Pool, hook_id: str, failures: int) -> None:
     ],
 )
 async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
-    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook, setup: str, expected: int
+    pg_dsn: str,
+    pg_pool: asyncpg.Pool,
+    host: PostgresHost,
+    receiver: Receiver,
+    setup: str,
+    expected: int,
 ) -> None:
     """status --check: 0 when the sweep has it in hand, 3 when capped or nothing can wake it."""
     if setup == "capped":
-        await add_capped_pair(host, pg_pool, hook)
+        await add_capped_pair(host, pg_pool, receiver)
     else:
         state = "paused" if setup == "stale-on-paused-endpoint" else "active"
+        url = receiver.url("hook", SECRET)
         await host.add_endpoint("ep-1", state=state)
         if "without-receiver" not in setup:
-            await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+            await host.add_hook("hook-1", endpoint_id="ep-1", url=url, secret=SECRET)
         if "failing" in setup:
             await set_failures(pg_pool, "hook-1", 3)
         if "disabled" in setup:
-            await host.add_hook("hook-off", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+            await host.add_hook("hook-off", endpoint_id="ep-1", url=url, secret=SECRET)
             await host.set_hook_enabled("hook-off", False, at=old(5), reason="by hand")
         age = 0 if setup.startswith("fresh") else 30
         await host.create_todo("t-0", endpoint_id="ep-1", queue="lane", created_at=old(age))
@@ -98,17 +106,18 @@ async def test_status_check_exits_3_only_when_a_pair_needs_a_person(
 
 
 async def test_status_shows_hook_health_before_auto_disable(
-    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
     """A failing receiver and a disabled hook show per pair, in the table and in JSON."""
+    url = receiver.url("hook", SECRET)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
-    await host.add_hook("hook-off", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_hook("hook-1", endpoint_id="ep-1", url=url, secret=SECRET)
+    await host.add_hook("hook-off", endpoint_id="ep-1", url=url, secret=SECRET)
     await host.set_hook_enabled("hook-off", False, at=old(5), reason="10 failed deliveries")
     await set_failures(pg_pool, "hook-1", 3)
     await host.create_todo("t-0", endpoint_id="ep-1", queue="lane", created_at=old(30))
     await host.add_endpoint("ep-2")
-    await host.add_hook("hook-2", endpoint_id="ep-2", url=hook.url, secret=SECRET)
+    await host.add_hook("hook-2", endpoint_id="ep-2", url=url, secret=SECRET)
     await host.create_todo("t-1", endpoint_id="ep-2", queue="lane", created_at=old(30))
 
     table = await cli("status", "--dsn", pg_dsn)
@@ -126,12 +135,14 @@ async def test_status_shows_hook_health_before_auto_disable(
 
 
 async def test_status_cuts_long_cells_and_json_keeps_them_whole(
-    pg_dsn: str, host: PostgresHost, hook: Hook
+    pg_dsn: str, host: PostgresHost, receiver: Receiver
 ) -> None:
     """A 1 MiB queue name is cut in its own cell, with a marker; other rows stay narrow."""
     huge = "q" * 2**20
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     for i, queue in enumerate((huge, "lane-a", "lane-b", "lane-c")):
         await host.create_todo(f"t-{i}", endpoint_id="ep-1", queue=queue, created_at=old(30))
 
@@ -139,7 +150,8 @@ async def test_status_cuts_long_cells_and_json_keeps_them_whole(
     as_json = await cli("status", "--json", "--dsn", pg_dsn)
 
     assert 0 == table.status, table.err
-    assert 6 == len(table.out.splitlines())  # a header, four pairs, the fleet
+    # a header, four pairs, "needs a person" (the huge name is not swept), the fleet
+    assert 7 == len(table.out.splitlines())
     assert max(len(line) for line in table.out.splitlines()) < 300
     assert "q" * 37 + "..." in table.out
     assert huge in {p["queue"] for p in json.loads(as_json.out)["pairs"]}
@@ -156,10 +168,10 @@ async def test_an_empty_board_is_valid_json_and_passes_the_check(pg_dsn: str) ->
 
 
 async def test_status_json_names_units_and_gives_utc_times(
-    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
     """Durations are seconds under *_s keys; instants are ISO 8601 in UTC."""
-    await add_capped_pair(host, pg_pool, hook)
+    await add_capped_pair(host, pg_pool, receiver)
 
     pair = json.loads((await cli("status", "--json", "--dsn", pg_dsn)).out)["pairs"][0]
 
@@ -170,11 +182,13 @@ async def test_status_json_names_units_and_gives_utc_times(
 
 
 async def test_control_characters_are_escaped_in_every_output(
-    pg_dsn: str, host: PostgresHost, hook: Hook
+    pg_dsn: str, host: PostgresHost, receiver: Receiver
 ) -> None:
     """A sender's ESC, BEL, CR, CSI and bidi override never reach the terminal raw."""
     await host.add_endpoint(HOSTILE)
-    await host.add_hook("hook-h", endpoint_id=HOSTILE, url=hook.url, secret=SECRET)
+    await host.add_hook(
+        "hook-h", endpoint_id=HOSTILE, url=receiver.url("hook", SECRET), secret=SECRET
+    )
     await host.create_todo(
         HOSTILE, endpoint_id=HOSTILE, queue=HOSTILE, created_at=old(30), title=HOSTILE
     )
@@ -284,11 +298,13 @@ def logged_ticks(log: str) -> list[int]:
 
 
 async def test_idle_ticks_are_quiet_by_default_and_records_carry_fields(
-    pg_dsn: str, host: PostgresHost, hook: Hook
+    pg_dsn: str, host: PostgresHost, receiver: Receiver
 ) -> None:
     """At the default level a busy tick and its nudge are logged with fields; idle ticks are not."""
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     await host.create_todo("l-0", endpoint_id="ep-1", queue="lane-l", created_at=old(30))
 
     records, log = await sidecar_log(pg_dsn, ticks=3)
@@ -298,7 +314,7 @@ async def test_idle_ticks_are_quiet_by_default_and_records_carry_fields(
     assert {"ok"} == {r["outcome"] for r in records}
     assert "[tick=1 endpoint=ep-1 queue=lane-l nudge=1 todo=l-0]" in log
     assert (
-        "tick 1: full pass judged 1 pair(s): charged 1, drained 0, queued 1, refused 0 [tick=1]"
+        "tick 1: full pass judged 1 pair(s): charged 1, cleared 0, queued 1, refused 0 [tick=1]"
     ) in log
     assert [1] == logged_ticks(log)
 
@@ -309,6 +325,6 @@ async def test_log_level_debug_shows_idle_ticks(pg_dsn: str) -> None:
 
     # The first tick of an instance is a full pass; the next, a delta.
     assert [(1, "full"), (2, "delta")] == [(r["tick"], r["kind"]) for r in records]
-    assert "tick 1: full pass judged 0 pair(s): charged 0, drained 0, queued 0, refused 0" in log
-    assert "tick 2: delta pass judged 0 pair(s): charged 0, drained 0, queued 0, refused 0" in log
+    assert "tick 1: full pass judged 0 pair(s): charged 0, cleared 0, queued 0, refused 0" in log
+    assert "tick 2: delta pass judged 0 pair(s): charged 0, cleared 0, queued 0, refused 0" in log
     assert [1, 2] == logged_ticks(log)[:2]  # a third may have run before the stop

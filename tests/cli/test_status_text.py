@@ -20,8 +20,8 @@ def backing_off(**fields: Any) -> PairStatus:
     pair = PairStatus(
         endpoint_id="ep-1",
         queue="lane-l",
-        pending_gated=2,
-        pending_ungated=3,
+        sendable=2,
+        held_by_gate=3,
         oldest_age=timedelta(seconds=69.5),
         effective_nudges=1,
         last_nudged_at=NOW - timedelta(seconds=9.066),

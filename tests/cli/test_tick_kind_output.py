@@ -20,8 +20,8 @@ import pytest
 
 from adapters.postgres import PostgresLedger
 from stall_core import PacingPolicy
-from stall_testing import PostgresHost
-from tests.cli.conftest import Hook, cli
+from stall_testing import PostgresHost, Receiver
+from tests.cli.conftest import cli
 from tests.support import JUDGED_IN
 
 pytestmark = pytest.mark.postgres
@@ -30,7 +30,7 @@ POLICY = PacingPolicy()
 
 
 async def test_sweep_once_reports_a_full_pass_and_the_pairs_it_judged(
-    pg_dsn: str, board: PostgresHost, hook: Hook
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
 ) -> None:
     """A one-shot sweep is a new instance: a full pass, in its JSON record, its line and its log."""
     as_json = await cli("sweep", "--once", "--json", "--log-level", "debug", "--dsn", pg_dsn)
@@ -60,7 +60,7 @@ async def _two_sweeps(proc: asyncio.subprocess.Process) -> list[dict[str, Any]]:
 
 
 async def test_the_sweep_loop_runs_a_full_pass_then_deltas_and_says_which(
-    pg_dsn: str, board: PostgresHost, hook: Hook
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
 ) -> None:
     """The loop's first tick is a full pass; the next judges what changed: nothing here."""
     proc = await asyncio.create_subprocess_exec(
@@ -91,7 +91,7 @@ async def test_the_sweep_loop_runs_a_full_pass_then_deltas_and_says_which(
     ]
     assert re.search(r"tick: full pass judged 2" + JUDGED_IN, err), err
     assert re.search(r"tick: delta pass judged 0" + JUDGED_IN, err), err
-    assert re.search(r"tick \d+: delta pass judged 0 pair\(s\): charged 0, drained 0", err), err
+    assert re.search(r"tick \d+: delta pass judged 0 pair\(s\): charged 0, cleared 0", err), err
 
 
 async def test_status_reports_the_last_tick_kind_and_the_last_full_pass(
@@ -136,7 +136,7 @@ async def test_status_reports_the_last_tick_kind_and_the_last_full_pass(
 
 
 async def test_sweep_takes_a_lookback_and_refuses_a_bad_one_by_name(
-    pg_dsn: str, board: PostgresHost, hook: Hook
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
 ) -> None:
     """--lookback 0s is a lookback; a negative or unreadable one is a usage error naming it."""
     none = await cli("sweep", "--once", "--json", "--lookback", "0s", "--dsn", pg_dsn)

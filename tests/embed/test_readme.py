@@ -1,4 +1,4 @@
-"""The Python examples of README.md and docs/wake-contract.md run as printed, on real PostgreSQL."""
+"""The Python examples of README.md and docs/architecture.md run as printed, on real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -18,15 +18,14 @@ import stall_nudge
 from adapters.http import HookDispatcher
 from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import TodoRef
-from stall_testing import PostgresHost
-from tests.embed.conftest import Hook
+from stall_testing import PostgresHost, Receiver
 from tests.embed.test_reaper import SECRET, old_todo
-from tests.ops.conftest import Receiver
+from tests.ops.conftest import reasons
 
 pytestmark = pytest.mark.postgres
 
 README = Path(__file__).parents[2] / "README.md"
-WAKE_CONTRACT = Path(__file__).parents[2] / "docs" / "wake-contract.md"
+WAKE_CONTRACT = Path(__file__).parents[2] / "docs" / "architecture.md"
 
 
 def python_blocks(page: Path) -> list[str]:
@@ -53,40 +52,39 @@ def embedding_example() -> Callable[[str, asyncio.Event], Coroutine[Any, Any, No
 
 
 async def test_the_readme_example_nudges_a_stalled_queue_and_stops(
-    pg_dsn: str, pg_pool: asyncpg.Pool, hook: Hook
+    pg_dsn: str, pg_pool: asyncpg.Pool, receiver: Receiver
 ) -> None:
     """The example delivers the stalled pair's first nudge, then returns once stop is set."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     await old_todo(host, "l-0")
     stop = asyncio.Event()
     task = asyncio.create_task(embedding_example()(pg_dsn, stop))
-    await asyncio.wait_for(hook.received.wait(), 60)
+    await receiver.wait_for(1, "hook")
     stop.set()
     await asyncio.wait_for(task, 60)
 
-    assert 1 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")
+    assert 1 == await pg_pool.fetchval("SELECT nudges FROM stall_nudge.queue_stall_nudges")
 
 
 async def test_the_readme_creation_wake_reaches_the_hook_through_the_reaper(
-    pg_pool: asyncpg.Pool,
+    pg_pool: asyncpg.Pool, receiver: Receiver
 ) -> None:
     """The README's reported-case creation wake is a verified todo.ready with reason created."""
-    receiver = Receiver()
-    await receiver.start()
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=receiver.url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     todo_created = example("reaper.notify")["todo_created"]
-    try:
-        async with stall_nudge.open_reaper(pg_pool) as reaper:
-            await todo_created(reaper, datetime.now(UTC))
-            await reaper.settle()
-    finally:
-        await receiver.stop()
+    async with stall_nudge.open_reaper(pg_pool) as reaper:
+        await todo_created(reaper, datetime.now(UTC))
+        await reaper.settle()
 
-    assert [("l-0", "created")] == receiver.reasons()
+    assert [("l-0", "created")] == reasons(receiver)
 
 
 def test_every_wake_contract_python_example_is_run_here() -> None:
@@ -97,20 +95,24 @@ def test_every_wake_contract_python_example_is_run_here() -> None:
     assert 2 == len(blocks)
 
 
-async def test_the_wake_contract_sweep_nudges_and_books(pg_pool: asyncpg.Pool, hook: Hook) -> None:
+async def test_the_wake_contract_sweep_nudges_and_books(
+    pg_pool: asyncpg.Pool, receiver: Receiver
+) -> None:
     """The hand-wired sweep charges the stalled pair, delivers its nudge and books the success."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     await old_todo(host, "l-0")
     await pg_pool.execute("UPDATE notify_hooks SET consecutive_failures = 3")
 
     report = await example("sweep_once", WAKE_CONTRACT)["sweep_once"](pg_pool)
 
     assert [("ep-1", "lane-l", 1)] == [(n.endpoint_id, n.queue, n.number) for n in report.charged]
-    assert hook.received.is_set()
+    assert 1 == len(receiver.at("hook"))
     assert (1, 0) == (
-        await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges"),
+        await pg_pool.fetchval("SELECT nudges FROM stall_nudge.queue_stall_nudges"),
         await pg_pool.fetchval("SELECT consecutive_failures FROM notify_hooks"),
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -11,10 +10,8 @@ import pytest
 
 import stall_nudge
 from stall_core import TickFailure, TickReport
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 from tests.postgres.proxy import BlackHoleProxy
-
-from .conftest import Hook
 
 pytestmark = pytest.mark.postgres
 
@@ -30,11 +27,13 @@ async def old_todo(host: PostgresHost, todo_id: str, minutes: int = 30) -> None:
 
 
 @pytest.fixture(name="host")
-async def _host(pg_pool: asyncpg.Pool, hook_url: str) -> PostgresHost:
+async def _host(pg_pool: asyncpg.Pool, receiver: Receiver) -> PostgresHost:
     """A board whose pair ep-1/lane-l has been stalled for 30 minutes, with one hook."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook_url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     await old_todo(host, "l-0", 30)
     await old_todo(host, "l-1", 20)
     return host
@@ -43,7 +42,9 @@ async def _host(pg_pool: asyncpg.Pool, hook_url: str) -> PostgresHost:
 async def snapshot(pool: asyncpg.Pool) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """Every todo and every ledger row, as plain tuples in key order."""
     todos = await pool.fetch("SELECT * FROM todos ORDER BY id")
-    rows = await pool.fetch("SELECT * FROM queue_stall_nudges ORDER BY endpoint_id, queue")
+    rows = await pool.fetch(
+        "SELECT * FROM stall_nudge.queue_stall_nudges ORDER BY endpoint_id, queue"
+    )
     return [tuple(r.values()) for r in todos], [tuple(r.values()) for r in rows]
 
 
@@ -62,7 +63,7 @@ def others(before: set[asyncio.Task[object]]) -> set[str]:
 
 
 async def test_one_stop_timeout_bounds_the_whole_stop_when_the_database_goes_silent(
-    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+    pg_dsn: str, pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
     """With PostgreSQL black-holed and a delivery in flight, stop_timeout bounds the stop even
     though each database call may take an hour: the delivery is given up first, then the
@@ -86,10 +87,10 @@ async def test_one_stop_timeout_bounds_the_whole_stop_when_the_database_goes_sil
         stats.append((reaper.stats.abandoned, reaper.refunded))
 
     async with BlackHoleProxy(pg_dsn) as proxy:
-        hook.hold.clear()  # the hook takes the delivery and never answers
+        receiver.route("hook", receiver.hang())  # the hook takes the delivery and never answers
         task = asyncio.create_task(embedder(proxy.dsn))
         await ready.wait()
-        await hook.received.wait()
+        await receiver.wait_for(1, "hook")
         saved = await snapshot(pg_pool)
         proxy.freeze()
         go.set()  # the next tick waits on the silent server: only the stop bound ends it
@@ -145,15 +146,16 @@ async def test_cancelling_the_reaper_returns_promptly_and_leaves_nothing_running
 async def test_startup_refuses_a_database_without_the_ledger_table(pg_dsn: str) -> None:
     """open_reaper checks the tables first and names the command to run."""
     conn = await asyncpg.connect(pg_dsn)
-    await conn.execute("DROP TABLE queue_stall_nudges")
+    await conn.execute("DROP TABLE stall_nudge.queue_stall_nudges")
     await conn.close()
 
     with pytest.raises(stall_nudge.StartupError) as caught:
         async with stall_nudge.open_reaper(pg_dsn):
             pass
 
-    assert "stall-nudge's own tables missing: queue_stall_nudges (run stall-nudge migrate)" == str(
-        caught.value
+    assert (
+        "stall-nudge's own tables missing: stall_nudge.queue_stall_nudges (run stall-nudge migrate)"
+        == str(caught.value)
     )
 
 
@@ -166,12 +168,12 @@ async def test_an_embedders_own_pool_is_used_and_left_open(
         await reaper.settle()
 
     assert [("ep-1", "lane-l", 1)] == [(n.endpoint_id, n.queue, n.number) for n in report.charged]
-    assert 1 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")
+    assert 1 == await pg_pool.fetchval("SELECT nudges FROM stall_nudge.queue_stall_nudges")
     assert 1 == reaper.stats.delivered
 
 
 async def test_refuse_private_keeps_a_loopback_hook_from_being_dialled(
-    pg_pool: asyncpg.Pool, host: PostgresHost, hook: Hook
+    pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
     """With refuse_private, a hook on loopback is refused, never dialled, and its nudge refunded."""
     async with stall_nudge.open_reaper(pg_pool, refuse_private=True) as reaper:
@@ -179,8 +181,8 @@ async def test_refuse_private_keeps_a_loopback_hook_from_being_dialled(
         await reaper.settle()
 
     assert 1 == len(report.charged)
-    assert (False, 1, 0, 1) == (
-        hook.received.is_set(),
+    assert ([], 1, 0, 1) == (
+        receiver.messages,
         reaper.stats.refused,
         reaper.stats.delivered,
         reaper.refunded,
@@ -188,27 +190,27 @@ async def test_refuse_private_keeps_a_loopback_hook_from_being_dialled(
     hook_row = await pg_pool.fetchrow("SELECT consecutive_failures FROM notify_hooks")
     assert 1 == hook_row["consecutive_failures"]
     # The refunded first nudge leaves the count at 0: nothing spent toward the cap.
-    assert 0 == await pg_pool.fetchval("SELECT nudges FROM queue_stall_nudges")
+    assert 0 == await pg_pool.fetchval("SELECT nudges FROM stall_nudge.queue_stall_nudges")
 
 
-async def test_an_injected_clock_decides_and_stamps_the_wire(
-    pg_pool: asyncpg.Pool, hook: Hook
-) -> None:
+async def test_an_injected_clock_decides_and_stamps_the_wire(pg_pool: asyncpg.Pool) -> None:
     """With ``clock``, the reaper judges on that clock, not the database's, and sends its time."""
     at = datetime(2040, 1, 1, tzinfo=UTC)  # years past the database's clock
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=hook.url, secret=SECRET)
     # Stalled by the injected clock; in the database's future, so fresh by its clock.
     await host.create_todo(
         "l-0", endpoint_id="ep-1", queue="lane-l", created_at=at - timedelta(minutes=10)
     )
 
-    async with stall_nudge.open_reaper(pg_pool, clock=lambda: at) as reaper:
-        report = await reaper.tick()
-        await reaper.settle()
+    async with Receiver(clock=lambda: at) as receiver:  # it checks timestamps on that clock
+        url = receiver.url("hook", SECRET)
+        await host.add_hook("hook-1", endpoint_id="ep-1", url=url, secret=SECRET)
+        async with stall_nudge.open_reaper(pg_pool, clock=lambda: at) as reaper:
+            report = await reaper.tick()
+            await reaper.settle()
 
-    headers, body = hook.deliveries[0]
+    [message] = receiver.at("hook")
     assert (at, [1]) == (report.now, [n.number for n in report.charged])
-    assert at == datetime.fromisoformat(json.loads(body)["meta"]["sent_at"])
-    assert str(int(at.timestamp())) == headers["webhook-timestamp"]
+    assert at == datetime.fromisoformat(message.json()["meta"]["sent_at"])
+    assert str(int(at.timestamp())) == message.headers["webhook-timestamp"]

@@ -11,7 +11,8 @@ from aiohttp import web
 from adapters.http import CREATED, DeliveryPolicy, HookDispatcher
 from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import TodoRef
-from tests.http.conftest import FAST, SECRET, Received, Receiver
+from stall_testing import Received, Receiver
+from tests.http.conftest import FAST, SECRET
 from tests.support import T0, FakeClock
 
 TODO = TodoRef(id="t1", created_at=T0)
@@ -29,7 +30,7 @@ async def test_endless_error_body_is_bounded_on_every_retry(receiver: Receiver) 
     """A 500 streaming forever is read to the bound, retried, and fails; the sender is cut off."""
     board = MemoryBoard(clock=FakeClock(T0))
     board.add_endpoint("e1")
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     written: list[int] = []
 
     async def endless(received: Received, request: web.Request) -> web.StreamResponse:
@@ -61,7 +62,7 @@ async def test_trickling_body_times_the_attempt_out(receiver: Receiver) -> None:
     """A 200 whose body trickles forever cannot hold an attempt past the timeout."""
     board = MemoryBoard(clock=FakeClock(T0))
     board.add_endpoint("e1")
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     async def trickle(received: Received, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(status=200)

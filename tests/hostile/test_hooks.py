@@ -27,8 +27,8 @@ from adapters.memory import MemoryBoard, MemoryHooks
 from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import HookTarget, Nudge, PacingPolicy, Sweeper, TodoRef, WakeError
 from stall_nudge.cli.status import render_table, status_json
-from stall_testing import PostgresHost
-from tests.http.conftest import SECRET, Receiver
+from stall_testing import PostgresHost, Receiver
+from tests.http.conftest import SECRET
 from tests.support import T0, FakeClock
 
 FAST = DeliveryPolicy(retry_delays=(), timeout=timedelta(seconds=5))
@@ -109,15 +109,16 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
         "h-scheme": (f"ftp://u:{PASSWORD}@127.0.0.1/hook", SECRET),
         "h-nohost": ("http:///hook", SECRET),
         "h-badhost": (f"http://u:{PASSWORD}@a..b/hook", SECRET),
-        "h-secret": (receiver.url("bad-secret"), BAD_SECRET),
-        "h-short": (receiver.url("short"), SHORT_SECRET),
+        "h-secret": (receiver.url("bad-secret", BAD_SECRET), BAD_SECRET),
+        "h-short": (receiver.url("short", SHORT_SECRET), SHORT_SECRET),
         "h-metadata": (f"http://u:{PASSWORD}@169.254.169.254/latest/meta-data/", SECRET),
         "h-decimal": ("http://2852039166/", SECRET),
     }
     for hook_id, (url, secret) in bad.items():
         await host.add_hook(hook_id, endpoint_id="e1", url=url, secret=secret)
     good_url = (
-        receiver.url("good").replace("http://", f"http://u:{PASSWORD}@") + "?token=tok-s3cret"
+        receiver.url("good", SECRET).replace("http://", f"http://u:{PASSWORD}@")
+        + "?token=tok-s3cret"
     )
     await host.add_hook("h-good", endpoint_id="e1", url=good_url, secret=SECRET)
     await host.create_todo(
@@ -138,7 +139,7 @@ async def test_bad_hooks_are_refused_one_by_one_and_nothing_leaks(
 
     assert T0 == now
     assert (1, 0) == (report.queued, sweeper.refunded)
-    assert ["good"] == [r.path for r in receiver.requests]
+    assert ["good"] == [r.path for r in receiver.messages]
     for hook_id in bad:
         assert f"hook {hook_id}: refused" in caplog.text
     assert "crashed" not in caplog.text
@@ -162,7 +163,7 @@ async def test_unencodable_secret_or_url_is_refused_by_field_and_never_echoed(
     """A secret or URL with a lone surrogate or NUL is refused by field, never quoted."""
     board = MemoryBoard(clock=FakeClock(T0))
     board.add_endpoint("e1")
-    url = receiver.url("hook") + "?token=tok-s3cret"
+    url = receiver.url("hook", SECRET) + "?token=tok-s3cret"
     secret = f"whsec_{LEAKY_KEY}"
     if field == "secret":
         secret = secret[:12] + bad + secret[12:]
@@ -184,7 +185,7 @@ async def test_unencodable_secret_or_url_is_refused_by_field_and_never_echoed(
     )
     reason = board.hooks["h1"].disabled_reason
     assert f"refused: {field} holds {problem}" == reason
-    assert ([], 1) == (receiver.requests, dispatcher.stats.refused)
+    assert ([], 1) == (receiver.messages, dispatcher.stats.refused)
     shown = "\n".join([caplog.text, str(raised.value), reason or ""])
     for leaked in (LEAKY_KEY[:6], LEAKY_KEY[6:], "tok-s3cret"):
         assert leaked not in shown

@@ -24,9 +24,10 @@ from adapters.http import (
 )
 from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import TodoRef
+from stall_testing import Receiver
 from tests.support import T0
 
-from .conftest import FAST, SECRET, Receiver
+from .conftest import FAST, SECRET
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 #: One failure disables the hook, so its disabled_reason shows what was booked.
@@ -426,7 +427,7 @@ async def test_a_name_resolving_to_loopback_is_delivered_by_default(
     """A name that resolves to the loopback receiver is delivered when refuse_private is off;
     the dial is seen, so a refused URL's empty list of dials means something."""
     resolver = MappedResolver({"hooks.tenant.test": ["127.0.0.1"]})
-    url = f"http://hooks.tenant.test:{receiver.port}/hook"
+    url = receiver.url("hook", SECRET).replace("127.0.0.1", "hooks.tenant.test")
 
     assert (None, 1, 0, 0) == await _send_to(url, resolver, refuse_private=False)
     assert (["hooks.tenant.test"], 1) == (resolver.asked, len(receiver.at("hook")))
@@ -436,12 +437,12 @@ async def test_a_name_resolving_to_loopback_is_delivered_by_default(
 async def test_a_name_resolving_to_loopback_is_refused_after_dns(receiver: Receiver) -> None:
     """With refuse_private, the same name is refused on the address DNS gave: no request arrives."""
     resolver = MappedResolver({"hooks.tenant.test": ["127.0.0.1"]})
-    url = f"http://hooks.tenant.test:{receiver.port}/hook"
+    url = receiver.url("hook", SECRET).replace("127.0.0.1", "hooks.tenant.test")
 
     assert ("refused: address 127.0.0.1 is loopback", 0, 1, 0) == await _send_to(
         url, resolver, refuse_private=True
     )
-    assert (["hooks.tenant.test"], []) == (resolver.asked, receiver.at("hook"))
+    assert (["hooks.tenant.test"], []) == (resolver.asked, receiver.messages)
 
 
 async def test_a_name_rebound_to_the_metadata_address_is_refused(receiver: Receiver) -> None:
@@ -457,10 +458,10 @@ async def test_a_name_rebound_to_the_metadata_address_is_refused(receiver: Recei
 async def test_a_mixed_answer_is_refused_whole(receiver: Receiver) -> None:
     """A name answering a good and a forbidden address is refused, not half-connected."""
     resolver = MappedResolver({"mixed.tenant.test": ["127.0.0.1", "169.254.169.254"]})
-    url = f"http://mixed.tenant.test:{receiver.port}/hook"
+    url = receiver.url("hook", SECRET).replace("127.0.0.1", "mixed.tenant.test")
 
     assert (LINK_LOCAL, 0, 1, 0) == await _send_to(url, resolver, refuse_private=False)
-    assert [] == receiver.at("hook")
+    assert [] == receiver.messages
 
 
 # -- local-use NAT64 (64:ff9b:1::/48): every RFC 6052 layout, whatever its u-octet and suffix --
@@ -570,9 +571,11 @@ async def test_a_name_resolving_to_a_local_use_nat64_private_address_is_refused(
     resolver = MappedResolver({"nat64.tenant.test": [address]})
 
     assert (f"refused: address {address} (10.0.0.1) is private", 0, 1, 0) == await _send_to(
-        f"http://nat64.tenant.test:{receiver.port}/hook", resolver, refuse_private=True
+        receiver.url("hook", SECRET).replace("127.0.0.1", "nat64.tenant.test"),
+        resolver,
+        refuse_private=True,
     )
-    assert [] == receiver.at("hook")
+    assert [] == receiver.messages
 
 
 @pytest.mark.parametrize(("length", "u_octet", "suffix"), LAYOUTS)

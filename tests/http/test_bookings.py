@@ -14,10 +14,10 @@ from adapters.http import CREATED, HookDispatcher
 from adapters.memory import MemoryBoard, MemoryHooks
 from adapters.postgres import PostgresHooks
 from stall_core import HookHealth, TodoRef
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 from tests.support import T0
 
-from .conftest import FAST, SECRET, Receiver
+from .conftest import FAST, SECRET
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 #: Long enough that only settle() and close() flush within a test.
@@ -74,7 +74,7 @@ async def test_successes_are_booked_in_one_batch_at_settle(
 ) -> None:
     """Delivered messages leave the counts alone until settle books them, one call for all hooks."""
     for hook in ("h1", "h2"):
-        board.add_hook(hook, endpoint_id="e1", url=receiver.url(hook), secret=SECRET)
+        board.add_hook(hook, endpoint_id="e1", url=receiver.url(hook, SECRET), secret=SECRET)
         await _failing(board, hook, 3)
     hooks = Directory(board)
 
@@ -92,7 +92,7 @@ async def test_successes_are_booked_in_one_batch_at_settle(
 
 async def test_successes_are_booked_at_close(board: MemoryBoard, receiver: Receiver) -> None:
     """close() books the successes still collected."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1", SECRET), secret=SECRET)
     await _failing(board, "h1", 4)
     hooks = Directory(board)
 
@@ -107,7 +107,7 @@ async def test_a_failed_batch_is_kept_and_booked_at_the_next_flush(
     board: MemoryBoard, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A batch the directory refuses is logged in one line, kept, and booked once it answers."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1", SECRET), secret=SECRET)
     await _failing(board, "h1", 2)
     hooks = Directory(board)
     caplog.set_level(logging.WARNING, logger="adapters.http")
@@ -132,7 +132,7 @@ async def test_unbooked_failures_still_count_toward_the_disable(
     board: MemoryBoard, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Ten failures whose bookings failed are booked in order later, and the tenth disables."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1", SECRET), secret=SECRET)
     receiver.route("h1", 410)
     hooks = Directory(board)
     caplog.set_level(logging.WARNING, logger="adapters.http")
@@ -160,7 +160,7 @@ async def test_ten_consecutive_failures_disable_with_successes_batched(
     board: MemoryBoard, receiver: Receiver
 ) -> None:
     """Failures are booked at once: ten in a row disable the hook before any flush."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1", SECRET), secret=SECRET)
     receiver.script("h1", 204, *[410] * 10)
     hooks = Directory(board)
 
@@ -185,7 +185,7 @@ async def test_a_success_seen_before_a_failure_is_booked_before_it(
     board: MemoryBoard, receiver: Receiver
 ) -> None:
     """Nine failures, a success, a failure: the count is 1, not 10; the hook stays enabled."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("h1", SECRET), secret=SECRET)
     receiver.script("h1", *[410] * 9, 204, 410)
     hooks = Directory(board)
 
@@ -206,8 +206,8 @@ async def test_postgres_bookings_batched_and_disabling(
     """On PostgreSQL: successes reset the counts at settle, ten failures in a row disable."""
     host = PostgresHost(pg_pool)
     await host.add_endpoint("e1")
-    await host.add_hook("ok", endpoint_id="e1", url=receiver.url("ok"), secret=SECRET)
-    await host.add_hook("gone", endpoint_id="e1", url=receiver.url("gone"), secret=SECRET)
+    await host.add_hook("ok", endpoint_id="e1", url=receiver.url("ok", SECRET), secret=SECRET)
+    await host.add_hook("gone", endpoint_id="e1", url=receiver.url("gone", SECRET), secret=SECRET)
     await pg_pool.execute("UPDATE notify_hooks SET consecutive_failures = 5")
     receiver.route("gone", 410)
     hooks = PostgresHooks(pg_pool)

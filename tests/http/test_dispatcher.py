@@ -16,9 +16,10 @@ from standardwebhooks.webhooks import Webhook
 from adapters.http import CREATED, HookDispatcher, decode_message
 from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import HookHealth, HookTarget, Nudge, TodoRef, WakeError
+from stall_testing import Received, Receiver
 from tests.support import T0, FakeClock
 
-from .conftest import FAST, OTHER_SECRET, PATIENCE, SECRET, Received, Receiver
+from .conftest import FAST, OTHER_SECRET, PATIENCE, SECRET
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 
@@ -41,7 +42,7 @@ async def test_wake_delivers_a_signed_stalled_ready(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """A nudge arrives as todo.ready with reason stalled, and its signature verifies."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     await dispatcher.wake(_nudge())
     await dispatcher.settle()
@@ -64,7 +65,7 @@ async def test_wake_receipt_is_true_once_a_hook_answers_2xx(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """The receipt of a nudge its hook accepted resolves True."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     receipt = await dispatcher.wake(_nudge())
 
@@ -75,7 +76,7 @@ async def test_wake_receipt_is_true_after_a_retry_succeeds(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """A 500 then a 204 is a nudge that reached its receiver: True."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.script("hook", 500)
 
     receipt = await dispatcher.wake(_nudge())
@@ -88,7 +89,7 @@ async def test_wake_receipt_is_false_when_every_attempt_fails(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """A nudge whose hook failed every attempt reached nobody: False, once the retries ran out."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.route("hook", 500)
 
     receipt = await dispatcher.wake(_nudge())
@@ -101,14 +102,14 @@ async def test_wake_receipt_is_true_when_one_of_two_hooks_answers(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """One hook answering 2xx is enough, even while the other is still failing."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("bad"), secret=SECRET)
-    board.add_hook("h2", endpoint_id="e1", url=receiver.url("good"), secret=SECRET)
-    receiver.route("bad", receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("bad", SECRET), secret=SECRET)
+    board.add_hook("h2", endpoint_id="e1", url=receiver.url("good", SECRET), secret=SECRET)
+    receiver.route("bad", receiver.hang())
 
     receipt = await dispatcher.wake(_nudge())
     reached = await asyncio.wait_for(receipt, PATIENCE)
     bad_unfinished = 0 < dispatcher.outstanding
-    receiver.released.set()
+    receiver.release()
     await dispatcher.settle()
 
     assert (True, True) == (reached, bad_unfinished)
@@ -118,8 +119,8 @@ async def test_wake_receipt_is_false_when_abandoned_at_close(
     board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
 ) -> None:
     """A nudge still in flight when close's deadline passes reached nobody: False."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
-    receiver.route("hook", receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.route("hook", receiver.hang())
     policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
     dispatcher = HookDispatcher(hooks=board_hooks, policy=policy)
     await dispatcher.start()
@@ -132,14 +133,15 @@ async def test_wake_receipt_is_false_when_abandoned_at_close(
     assert 1 == dispatcher.stats.abandoned
 
 
-async def test_injected_clock_stamps_sent_at_and_timestamp(
-    board: MemoryBoard, receiver: Receiver
-) -> None:
+async def test_injected_clock_stamps_sent_at_and_timestamp(board: MemoryBoard) -> None:
     """The injected clock stamps meta.sent_at and webhook-timestamp, both under the signature."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
     clock = FakeClock(datetime(2026, 10, 15, 12, 30, 15, tzinfo=UTC))
 
-    async with HookDispatcher(hooks=MemoryHooks(board), policy=FAST, clock=clock) as dispatcher:
+    async with (
+        Receiver(clock=clock) as receiver,  # it checks timestamps on the dispatcher's clock
+        HookDispatcher(hooks=MemoryHooks(board), policy=FAST, clock=clock) as dispatcher,
+    ):
+        board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
         await _send(dispatcher)
 
     [request] = receiver.at("hook")
@@ -155,25 +157,31 @@ async def test_every_hook_covering_the_queue_gets_its_own_signature(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Each covering hook verifies with its own secret; a hook for another queue gets nothing."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("a"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("a", SECRET), secret=SECRET)
     board.add_hook(
-        "h2", endpoint_id="e1", url=receiver.url("b"), secret=OTHER_SECRET, queues=["lane-l"]
+        "h2",
+        endpoint_id="e1",
+        url=receiver.url("b", OTHER_SECRET),
+        secret=OTHER_SECRET,
+        queues=["lane-l"],
     )
-    board.add_hook("h3", endpoint_id="e1", url=receiver.url("c"), secret=SECRET, queues=["other"])
+    board.add_hook(
+        "h3", endpoint_id="e1", url=receiver.url("c", SECRET), secret=SECRET, queues=["other"]
+    )
 
     assert 2 == await _send(dispatcher)
 
     [a], [b] = receiver.at("a"), receiver.at("b")
     Webhook(SECRET).verify(a.body, a.headers)
     Webhook(OTHER_SECRET).verify(b.body, b.headers)
-    assert [] == receiver.at("c")
+    assert ["a", "b"] == sorted(m.path for m in receiver.messages)
 
 
 async def test_webhook_id_is_unique_per_message(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Two messages to one hook carry two different ids."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     await _send(dispatcher)
     await _send(dispatcher)
@@ -185,7 +193,7 @@ async def test_5xx_is_retried_with_the_same_id(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Two 500s then a 204: three attempts, one id, a delivery, and no failure booked."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     board.record_hook_delivery("h1", ok=False)
     receiver.script("hook", 500, 503)
 
@@ -209,8 +217,8 @@ async def test_timeout_is_retried_with_the_same_id(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """A hook that does not answer within the timeout is tried again under the same id."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
-    receiver.script("hook", receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.script("hook", receiver.hang())
 
     await _send(dispatcher)
 
@@ -225,7 +233,7 @@ async def test_408_and_429_are_retried(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher, status: int
 ) -> None:
     """Request Timeout and Too Many Requests (with Retry-After) are retried."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     async def busy(received: Received, request: web.Request) -> web.StreamResponse:
         return web.Response(status=status, headers={"Retry-After": "1"})
@@ -242,7 +250,7 @@ async def test_all_attempts_failing_count_one_failure(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Three 500s are three attempts and one failed delivery."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.route("hook", 500)
 
     await _send(dispatcher)
@@ -255,7 +263,7 @@ async def test_400_is_final(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """A 400 is not retried and counts one failure."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.route("hook", 400)
 
     await _send(dispatcher)
@@ -268,25 +276,23 @@ async def test_redirect_is_final_and_not_followed(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """A 302 is neither retried nor followed to its Location."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     async def moved(received: Received, request: web.Request) -> web.StreamResponse:
-        return web.Response(status=302, headers={"Location": receiver.url("elsewhere")})
+        return web.Response(status=302, headers={"Location": receiver.url("elsewhere", SECRET)})
 
     receiver.route("hook", moved)
 
     await _send(dispatcher)
 
-    assert (1, 0) == (len(receiver.at("hook")), len(receiver.at("elsewhere")))
+    assert ["hook"] == [m.path for m in receiver.messages]
     assert 1 == board.hooks["h1"].consecutive_failures
 
 
 async def test_connection_refused_is_retried_then_booked(board: MemoryBoard) -> None:
     """A hook whose port accepts no connection is tried three times and booked once."""
-    silent = Receiver()
-    await silent.start()
-    url = silent.url("hook")
-    await silent.stop()
+    async with Receiver() as silent:
+        url = silent.url("hook", SECRET)
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
 
     async with HookDispatcher(hooks=MemoryHooks(board), policy=FAST) as dispatcher:
@@ -299,7 +305,7 @@ async def test_success_resets_the_failure_count(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Failures in a row are forgotten after one delivered message."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.script("hook", 400, 400, 400)
 
     for _ in range(3):
@@ -314,7 +320,7 @@ async def test_ten_failed_deliveries_disable_the_hook(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """The tenth failure in a row disables the hook with a time and reason; no more requests."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.route("hook", 400)
 
     for _ in range(9):
@@ -356,7 +362,7 @@ async def test_endless_response_body_is_not_read_to_the_end(
     board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
 ) -> None:
     """A 200 with an endless body is a delivery; only a bounded prefix is read."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     sent: list[int] = []
     hung_up = asyncio.Event()
 
@@ -390,8 +396,8 @@ async def test_full_queue_drops_counts_and_raises(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """With every slot taken, a wake is dropped, counted, logged and reported as WakeError."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
-    receiver.route("hook", receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.route("hook", receiver.hang())
     policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
 
     async with HookDispatcher(
@@ -402,7 +408,7 @@ async def test_full_queue_drops_counts_and_raises(
         with pytest.raises(WakeError, match="queue full"):
             await dispatcher.wake(_nudge())
         outstanding = dispatcher.outstanding
-        receiver.released.set()
+        receiver.release()
         await dispatcher.settle()
 
     assert (2, 1, 2) == (outstanding, dispatcher.stats.dropped, dispatcher.stats.delivered)
@@ -413,7 +419,7 @@ async def test_settle_waits_for_retries(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """settle returns only after a delivery's pending retries have run."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.script("hook", 500, 500)
 
     await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
@@ -430,8 +436,8 @@ async def test_close_cancels_what_the_deadline_does_not_cover(
     board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
 ) -> None:
     """close waits up to its deadline, then abandons in-flight work and refuses new wakes."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
-    receiver.route("hook", receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.route("hook", receiver.hang())
     policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
     dispatcher = HookDispatcher(hooks=board_hooks, policy=policy)
     await dispatcher.start()
@@ -453,7 +459,7 @@ async def test_close_lets_in_flight_deliveries_finish(
     board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
 ) -> None:
     """Deliveries that finish within the deadline are delivered, not abandoned."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.script("hook", 500)
     dispatcher = HookDispatcher(hooks=board_hooks, policy=FAST)
     await dispatcher.start()
@@ -472,13 +478,15 @@ async def test_malformed_secret_refuses_only_that_hook(
 ) -> None:
     """A hook with a bad secret gets no request and a logged reason; its sibling is delivered."""
     bad_secret = "whsec_tooshort"
-    board.add_hook("h-bad", endpoint_id="e1", url=receiver.url("bad"), secret=bad_secret)
-    board.add_hook("h-good", endpoint_id="e1", url=receiver.url("good"), secret=SECRET)
+    board.add_hook(
+        "h-bad", endpoint_id="e1", url=receiver.url("bad", bad_secret), secret=bad_secret
+    )
+    board.add_hook("h-good", endpoint_id="e1", url=receiver.url("good", SECRET), secret=SECRET)
 
     with caplog.at_level(logging.INFO, logger="adapters.http"):
         assert 1 == await _send(dispatcher)
 
-    assert (0, 1) == (len(receiver.at("bad")), len(receiver.at("good")))
+    assert ["good"] == [m.path for m in receiver.messages]
     assert "hook h-bad: refused" in caplog.text
     assert "tooshort" not in caplog.text
     assert (1, 1) == (dispatcher.stats.refused, board.hooks["h-bad"].consecutive_failures)
@@ -508,7 +516,10 @@ async def test_logs_never_show_secrets_or_url_credentials(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Logs name the hook and its safe URL, never its secret, URL password or query."""
-    url = receiver.url("hook").replace("http://", "http://alice:hunter2@") + "?token=querysecret"
+    url = (
+        receiver.url("hook", SECRET).replace("http://", "http://alice:hunter2@")
+        + "?token=querysecret"
+    )
     board.add_hook("h1", endpoint_id="e1", url=url, secret=SECRET)
     receiver.route("hook", 500)
     policy = attrs.evolve(FAST, disable_after=1)
@@ -519,7 +530,7 @@ async def test_logs_never_show_secrets_or_url_credentials(
 
     assert not board.hooks["h1"].enabled
     assert "disabled" in caplog.text
-    assert receiver.url("hook") in caplog.text
+    assert receiver.url("hook", SECRET) in caplog.text
     for secret in ("hunter2", "querysecret", SECRET, SECRET.removeprefix("whsec_")):
         assert secret not in caplog.text
     assert 3 == len(receiver.at("hook"))
@@ -565,7 +576,7 @@ async def test_body_is_the_contract_shape_for_host_reasons(
     board: MemoryBoard, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """created and requeued go through the same path and differ from a nudge only in reason."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     for reason in ("created", "requeued"):
         await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=reason)
@@ -583,8 +594,8 @@ async def test_restart_after_close_runs_nothing_abandoned(
     board: MemoryBoard, receiver: Receiver, board_hooks: MemoryHooks
 ) -> None:
     """Deliveries abandoned by close() are not resent when the dispatcher is started again."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
-    receiver.script("hook", receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.script("hook", receiver.hang())
     policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
     dispatcher = HookDispatcher(hooks=board_hooks, policy=policy, workers=1)
     await dispatcher.start()
@@ -592,7 +603,7 @@ async def test_restart_after_close_runs_nothing_abandoned(
         await dispatcher.notify(endpoint_id="e1", queue="lane-l", todo=TODO, reason=CREATED)
     await receiver.wait_for(1, "hook")
     await dispatcher.close(deadline=0.01)
-    receiver.released.set()
+    receiver.release()
 
     async with dispatcher:
         await _send(dispatcher)

@@ -12,9 +12,10 @@ import pytest
 from adapters.http import CREATED, HookDispatcher
 from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import Nudge, TodoRef
+from stall_testing import Receiver
 from tests.support import T0
 
-from .conftest import FAST, PATIENCE, SECRET, Receiver
+from .conftest import FAST, PATIENCE, SECRET
 
 TODO = TodoRef(id="t1", created_at=T0, title="Deploy lane-l")
 #: Long enough that no hanging attempt times out while a test runs.
@@ -24,11 +25,9 @@ PATIENT = attrs.evolve(FAST, timeout=timedelta(seconds=60))
 @pytest.fixture(name="hanging")
 async def _hanging() -> AsyncIterator[Receiver]:
     """A second loopback server whose every request hangs until the test releases it."""
-    hanging = Receiver()
-    await hanging.start()
-    hanging.route("hang", hanging.hang)
-    yield hanging
-    await hanging.stop()
+    async with Receiver() as hanging:
+        hanging.route("hang", hanging.hang())
+        yield hanging
 
 
 async def test_a_healthy_hook_is_delivered_while_a_hanging_hook_holds_its_attempts(
@@ -36,8 +35,8 @@ async def test_a_healthy_hook_is_delivered_while_a_hanging_hook_holds_its_attemp
 ) -> None:
     """With 100 messages stuck on a hanging hook, a healthy hook's nudge is delivered meanwhile."""
     board.add_endpoint("slow")
-    board.add_hook("h-hang", endpoint_id="slow", url=hanging.url("hang"), secret=SECRET)
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h-hang", endpoint_id="slow", url=hanging.url("hang", SECRET), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     async with HookDispatcher(hooks=MemoryHooks(board), policy=PATIENT, workers=4) as dispatcher:
         for _ in range(100):
@@ -47,13 +46,13 @@ async def test_a_healthy_hook_is_delivered_while_a_hanging_hook_holds_its_attemp
             Nudge(endpoint_id="e1", queue="lane-l", todo=TODO, number=1, charged_at=T0)
         )
         delivered = await asyncio.wait_for(receipt, PATIENCE)
-        during = (len(hanging.at("hang")), dispatcher.outstanding, hanging.released.is_set())
-        hanging.released.set()
+        during = (len(hanging.at("hang")), dispatcher.outstanding)
+        hanging.release()
         await dispatcher.settle()
 
     assert True is delivered
     # Only the hanging hook's own 4 workers were ever in flight; its 100 were all still unfinished.
-    assert (4, 100, False) == during
+    assert (4, 100) == during
     assert (101, 100) == (dispatcher.stats.delivered, len(hanging.at("hang")))
 
 
@@ -63,8 +62,10 @@ async def test_many_hanging_hooks_do_not_add_up_to_a_shared_pool(
     """Ten hooks hanging at once, each at its bound, still leave the healthy hook undelayed."""
     board.add_endpoint("slow")
     for i in range(10):
-        board.add_hook(f"h-hang-{i}", endpoint_id="slow", url=hanging.url("hang"), secret=SECRET)
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+        board.add_hook(
+            f"h-hang-{i}", endpoint_id="slow", url=hanging.url("hang", SECRET), secret=SECRET
+        )
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     async with HookDispatcher(hooks=MemoryHooks(board), policy=PATIENT, workers=4) as dispatcher:
         for _ in range(20):
@@ -76,7 +77,7 @@ async def test_many_hanging_hooks_do_not_add_up_to_a_shared_pool(
         )
         delivered = await asyncio.wait_for(receipt, PATIENCE)
         during = (len(hanging.at("hang")), dispatcher.outstanding)
-        hanging.released.set()
+        hanging.release()
         await dispatcher.settle()
 
     assert (True, 40, 200) == (delivered, *during)
@@ -87,7 +88,7 @@ async def test_one_hooks_deliveries_keep_their_order_within_its_lane(
     board: MemoryBoard, receiver: Receiver
 ) -> None:
     """With one worker per hook, a hook receives its messages in the order they were queued."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
 
     async with HookDispatcher(hooks=MemoryHooks(board), policy=FAST, workers=1) as dispatcher:
         for i in range(20):

@@ -1,4 +1,4 @@
-"""The todo.ready body: exactly docs/wake-contract.md's shape, built from values."""
+"""The todo.ready body: exactly docs/architecture.md's shape, built from values."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ from standardwebhooks.webhooks import Webhook
 from adapters.http import CREATED, HookDispatcher
 from adapters.postgres import PostgresHooks, PostgresLedger
 from stall_core import PacingPolicy, Sweeper, TodoRef
-from stall_testing import HostError, PostgresHost
+from stall_testing import HostError, PostgresHost, Received, Receiver
 from tests.support import T0, FakeClock
 
-from .conftest import FAST, SECRET, Received, Receiver
+from .conftest import FAST, SECRET
 
 pytestmark = pytest.mark.postgres
 
@@ -52,7 +52,7 @@ async def test_the_reported_case(pg_pool: asyncpg.Pool, receiver: Receiver) -> N
     consumer = OneShotConsumer(host, clock)
     receiver.route("consumer", consumer)
     await host.add_endpoint("e1")
-    await host.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer"), secret=SECRET)
+    await host.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer", SECRET), secret=SECRET)
     await host.add_delivery("d1", endpoint_id="e1", verified=True, received_at=T0)
     for i, todo_id in enumerate(("t1", "t2", "t3")):
         await host.create_todo(
@@ -91,4 +91,4 @@ async def test_the_reported_case(pg_pool: asyncpg.Pool, receiver: Receiver) -> N
         assert woken - previous <= FIRST_BACKOFF
     assert 3 == len(receiver.at("consumer"))
     assert {"done"} == {row["state"] for row in (await host.todos()).values()}
-    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM queue_stall_nudges")
+    assert 0 == await pg_pool.fetchval("SELECT count(*) FROM stall_nudge.queue_stall_nudges")

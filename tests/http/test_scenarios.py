@@ -12,9 +12,10 @@ from standardwebhooks.webhooks import Webhook
 from adapters.http import CREATED, HookDispatcher
 from adapters.memory import MemoryBoard, MemoryHooks
 from stall_core import PacingPolicy, Sweeper, TodoRef, WakeError
+from stall_testing import Receiver
 from tests.support import T0, FakeClock
 
-from .conftest import FAST, SECRET, OlderConsumer, Receiver
+from .conftest import FAST, SECRET, OlderConsumer
 
 THRESHOLD = PacingPolicy().threshold
 
@@ -37,7 +38,7 @@ async def test_an_older_consumer_is_woken_correctly(
     """An older consumer is woken correctly: knowing only created/requeued, it claims todo_id."""
     consumer = OlderConsumer(board, clock)
     receiver.route("consumer", consumer)
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer", SECRET), secret=SECRET)
     _verified_todo(board, "t1", at_minute=0, title="first")
     _verified_todo(board, "t2", at_minute=1, title="second")
     sweeper = Sweeper(ledger=board, wake=dispatcher)
@@ -56,8 +57,8 @@ async def test_nudge_delivery_fails_5xx_and_timeouts_retry_under_one_id(
     board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Nudge delivery fails: a 500 and a timeout are retried under the nudge's webhook-id."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
-    receiver.script("hook", 500, receiver.hang)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.script("hook", 500, receiver.hang())
     _verified_todo(board, "t1", at_minute=0, title="first")
     sweeper = Sweeper(ledger=board, wake=dispatcher)
 
@@ -81,7 +82,7 @@ async def test_nudge_delivery_fails_4xx_and_3xx_are_final(
     status: int,
 ) -> None:
     """Nudge delivery fails: a 400 or a 3xx is one attempt and one failure; the charge refunded."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.route("hook", status)
     _verified_todo(board, "t1", at_minute=0, title="first")
     sweeper = Sweeper(ledger=board, wake=dispatcher)
@@ -105,7 +106,7 @@ async def test_nudge_delivery_fails_ten_times_and_the_hook_is_disabled(
     board: MemoryBoard, clock: FakeClock, receiver: Receiver, dispatcher: HookDispatcher
 ) -> None:
     """Nudge delivery fails: 10 failures disable the hook, nudges stop; re-enabled, they land."""
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
     receiver.route("hook", 500)
     for i in range(6):
         _verified_todo(board, f"t{i}", at_minute=i / 10, title=f"work {i}")
@@ -187,10 +188,10 @@ async def test_the_wake_is_lost(board: MemoryBoard, clock: FakeClock, receiver: 
     """The wake is lost: a full dispatcher drops the creation wake; the sweep resurfaces it."""
     consumer = OlderConsumer(board, clock)
     receiver.route("consumer", consumer)
-    receiver.route("busy", receiver.hang)
+    receiver.route("busy", receiver.hang())
     board.add_endpoint("busy")
-    board.add_hook("h-busy", endpoint_id="busy", url=receiver.url("busy"), secret=SECRET)
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer"), secret=SECRET)
+    board.add_hook("h-busy", endpoint_id="busy", url=receiver.url("busy", SECRET), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer", SECRET), secret=SECRET)
     policy = attrs.evolve(FAST, timeout=timedelta(seconds=30))
 
     async with HookDispatcher(
@@ -209,9 +210,9 @@ async def test_the_wake_is_lost(board: MemoryBoard, clock: FakeClock, receiver: 
                 todo=TodoRef(id="t1", created_at=T0, title="first"),
                 reason=CREATED,
             )
-        receiver.released.set()
+        receiver.release()
         await dispatcher.settle()
-        assert ([], 1) == (receiver.at("consumer"), dispatcher.stats.dropped)
+        assert (["busy"], 1) == ([m.path for m in receiver.messages], dispatcher.stats.dropped)
 
         clock.advance(THRESHOLD)  # not yet past the threshold: the sweep stays quiet
         quiet = await sweeper.tick()
@@ -230,7 +231,7 @@ async def test_unverified_sender_text_never_reaches_a_nudge(
     """An older unverified todo's title never reaches a nudge; each names the oldest verified."""
     consumer = OlderConsumer(board, clock)
     receiver.route("consumer", consumer)
-    board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer"), secret=SECRET)
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("consumer", SECRET), secret=SECRET)
     board.add_delivery("d-open", endpoint_id="e1", verified=False, received_at=T0)
     board.create_todo(
         "u1",
@@ -250,7 +251,7 @@ async def test_unverified_sender_text_never_reaches_a_nudge(
         await sweeper.tick()
         await dispatcher.settle()
 
-    for request in receiver.at("consumer"):
+    for request in receiver.messages:
         assert b"UNVERIFIED" not in request.body
         named.append(json.loads(request.body)["todo"]["id"])
     assert (["v1", "v2"], ["v1", "v2"]) == (named, consumer.claimed)

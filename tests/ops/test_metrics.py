@@ -11,9 +11,9 @@ import stall_nudge
 from adapters.postgres import PostgresLedger
 from stall_core import LedgerError
 from stall_nudge.metrics import QUEUE_LABEL_MAX, ReaperCollector, queue_label
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 
-from .conftest import SECRET, Receiver, ago, stalled_pair
+from .conftest import SECRET, ago, stalled_pair
 
 pytestmark = pytest.mark.postgres
 
@@ -94,7 +94,7 @@ async def test_a_failing_hook_counts_its_failure_and_the_tenth_in_a_row_its_disa
     pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
     """A hook answering 410 (final) books a failure; at nine before, it is disabled: counted."""
-    receiver.status = 410
+    receiver.route("hook", 410)
     await stalled_pair(host, receiver)
     await pg_pool.execute("UPDATE notify_hooks SET consecutive_failures = 9")
     async with stall_nudge.open_reaper(pg_pool) as reaper:
@@ -115,7 +115,7 @@ async def test_a_failed_tick_counts_as_failed(pg_dsn: str, pg_pool: asyncpg.Pool
     """A tick the database refuses (the ledger table gone) is counted failed and timed."""
     async with stall_nudge.open_reaper(pg_pool) as reaper:
         registry = registry_for(reaper)
-        await pg_pool.execute("DROP TABLE queue_stall_nudges CASCADE")
+        await pg_pool.execute("DROP TABLE stall_nudge.queue_stall_nudges CASCADE")
         with pytest.raises(LedgerError):
             await reaper.tick()
         samples = scrape(registry)
@@ -198,7 +198,7 @@ async def test_creation_wakes_count_apart_from_nudges_by_outcome(
         registry = registry_for(reaper)
         await reaper.notify(endpoint_id="ep-1", queue="lane-l", todo=todo, reason="created")
         await reaper.settle()
-        receiver.status = 410  # gone: final, not retried
+        receiver.route("hook", 410)  # gone: final, not retried
         await reaper.notify(endpoint_id="ep-1", queue="lane-l", todo=todo, reason="created")
         await reaper.settle()
         samples = scrape(registry)

@@ -12,9 +12,9 @@ import asyncpg
 import pytest
 
 import stall_nudge
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 
-from .conftest import Receiver, ago, stalled_pair
+from .conftest import ago, reasons, stalled_pair
 
 ROOT = Path(__file__).parents[2]
 
@@ -33,8 +33,8 @@ async def test_a_creation_wake_goes_through_the_reapers_dispatcher(
         await reaper.settle()
 
     assert 1 == queued
-    assert [("l-0", "created")] == receiver.reasons()
-    assert "deploy lane-l" == receiver.accepted[0]["todo"]["title"]  # type: ignore[index]
+    assert [("l-0", "created")] == reasons(receiver)
+    assert "deploy lane-l" == receiver.at("hook")[0].json()["todo"]["title"]
     assert 1 == reaper.stats.delivered
 
 

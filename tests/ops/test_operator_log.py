@@ -12,10 +12,10 @@ import pytest
 import stall_nudge
 from adapters.postgres import SCHEMA_VERSION
 from stall_core import PacingPolicy, TickFailure
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 from tests.postgres.proxy import BlackHoleProxy
 
-from .conftest import Receiver, stalled_pair
+from .conftest import stalled_pair
 
 pytestmark = pytest.mark.postgres
 
@@ -71,7 +71,7 @@ async def test_a_failed_tick_is_logged_once_even_with_an_on_error(
     failures: list[TickFailure] = []
     caplog.set_level(logging.INFO)
     async with stall_nudge.open_reaper(pg_pool) as reaper:
-        await pg_pool.execute("DROP TABLE queue_stall_nudges CASCADE")
+        await pg_pool.execute("DROP TABLE stall_nudge.queue_stall_nudges CASCADE")
         stop = asyncio.Event()
 
         def on_error(failure: TickFailure) -> None:
@@ -96,8 +96,7 @@ async def test_a_database_freeze_logs_one_line_a_fault_and_no_traceback(
     """With PostgreSQL black-holed, failed ticks, a failed booking and the pool's own
     reconnect attempts are each one line; no record carries a traceback."""
     await stalled_pair(host, receiver)
-    receiver.answering.clear()
-    receiver.status = 410  # a final failure, booked at once when it is let through
+    receiver.route("hook", receiver.hang(410))  # a final failure, booked at once when released
     caplog.set_level(logging.INFO)
     booked, failed_twice = asyncio.Event(), asyncio.Event()
     failed: list[TickFailure] = []
@@ -121,9 +120,9 @@ async def test_a_database_freeze_logs_one_line_a_fault_and_no_traceback(
         ):
             stop = asyncio.Event()
             loop = asyncio.create_task(reaper.run(interval=0.05, stop=stop, on_error=on_error))
-            await asyncio.wait_for(receiver.arrived.wait(), 60)
+            await receiver.wait_for(1, "hook")
             proxy.freeze()
-            receiver.answering.set()
+            receiver.release()
             await asyncio.wait_for(booked.wait(), 60)
             await asyncio.wait_for(failed_twice.wait(), 60)
             stop.set()

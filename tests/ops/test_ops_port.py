@@ -14,10 +14,10 @@ import pytest
 
 import stall_nudge
 from stall_nudge.ops_port import serve_ops_port
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 from tests.cli.conftest import cli
 
-from .conftest import Receiver, stalled_pair
+from .conftest import stalled_pair
 
 pytestmark = pytest.mark.postgres
 
@@ -78,7 +78,7 @@ async def test_readyz_says_why_when_the_last_tick_failed(
     reaper: stall_nudge.Reaper, pg_pool: asyncpg.Pool
 ) -> None:
     """A tick the database refuses makes /readyz answer 503 with one line naming the failure."""
-    await pg_pool.execute("DROP TABLE queue_stall_nudges CASCADE")
+    await pg_pool.execute("DROP TABLE stall_nudge.queue_stall_nudges CASCADE")
     stop = asyncio.Event()
     async with serve_ops_port(reaper, host="127.0.0.1", port=0) as url:
         loop = asyncio.create_task(reaper.run(interval=0.05, stop=stop))
@@ -147,7 +147,7 @@ async def test_the_sidecar_serves_the_port_it_was_given(
     await stalled_pair(host, receiver)
     proc, url = await sidecar_with_port(pg_dsn)
     ready = await until_status(url + "/readyz", 200)
-    await receiver.wait()
+    await receiver.wait_for(1, "hook")
     metrics = await until_status(url + "/metrics", 200)
     page = await get(url + "/")
     proc.send_signal(signal.SIGTERM)

@@ -14,10 +14,10 @@ import stall_nudge
 from stall_core import PacingPolicy, PairStatus, Verdict
 from stall_nudge.ops_port import serve_ops_port
 from stall_nudge.status_page import ROW_LIMIT, render_page
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Receiver
 
 from .browser import CHROMIUM, Browser
-from .conftest import Receiver, ago, stalled_pair
+from .conftest import ago, stalled_pair
 
 NOW = datetime(2026, 12, 3, 3, 30, tzinfo=UTC)
 POLICY = PacingPolicy()
@@ -29,8 +29,8 @@ def pair(queue: str, verdict: Verdict, *, age_min: float = 30, **fields: int) ->
     return PairStatus(
         endpoint_id="ep-1",
         queue=queue,
-        pending_gated=1,
-        pending_ungated=0,
+        sendable=1,
+        held_by_gate=0,
         oldest_age=timedelta(minutes=age_min),
         effective_nudges=None,
         last_nudged_at=None,
@@ -67,8 +67,8 @@ def test_a_page_of_huge_names_past_the_row_limit_stays_bounded_cell_by_cell() ->
         attrs.evolve(
             pair(huge + str(i), Verdict.BACKING_OFF, hook_failures=2**62, hooks_disabled=2**62),
             endpoint_id=huge,
-            pending_gated=2**62,
-            pending_ungated=2**62,
+            sendable=2**62,
+            held_by_gate=2**62,
             oldest_age=timedelta(days=10**6),
             effective_nudges=2**62,
             last_nudged_at=NOW - timedelta(days=700_000),
@@ -202,7 +202,9 @@ async def test_the_browser_shows_every_pair_and_verdict_and_runs_no_hostile_scri
     await host.add_endpoint("ep-2")
     await host.create_todo("n", endpoint_id="ep-2", queue="lane-nobody", created_at=ago(30))
     await host.add_endpoint("ep-3", state="paused")
-    await host.add_hook("hook-3", endpoint_id="ep-3", url=receiver.url, secret="whsec_eA==")
+    await host.add_hook(
+        "hook-3", endpoint_id="ep-3", url=receiver.url("paused", "whsec_eA=="), secret="whsec_eA=="
+    )
     await host.create_todo("p", endpoint_id="ep-3", queue="lane-paused", created_at=ago(30))
     async with (
         stall_nudge.open_reaper(pg_pool) as reaper,

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
 import stall_nudge
-from stall_testing import PostgresHost
-from tests.http.conftest import Receiver
+from stall_testing import PostgresHost, Receiver
 from tests.postgres.proxy import BlackHoleProxy
 
 from .conftest import SECRET
@@ -25,13 +23,10 @@ PAIRS = 4
 
 
 @pytest.fixture(name="held_hook")
-async def _held_hook() -> AsyncIterator[Receiver]:
-    """A loopback notify hook that records each delivery and never answers it."""
-    receiver = Receiver()
-    await receiver.start()
-    receiver.route("hook", receiver.hang)
-    yield receiver
-    await receiver.stop()
+def _held_hook(receiver: Receiver) -> Receiver:
+    """The loopback notify hook, recording each delivery and never answering it."""
+    receiver.route("hook", receiver.hang())
+    return receiver
 
 
 async def stalled_pairs(host: PostgresHost, url: str) -> None:
@@ -83,7 +78,7 @@ async def test_refunds_cut_off_at_the_stop_bound_are_counted_as_keeping_their_ch
     """Four nudges in flight, then PostgreSQL goes silent: the deliveries are given up, the four
     refunds cannot finish, and the stop line says four nudges keep their charge, as the
     ledger shows."""
-    await stalled_pairs(PostgresHost(pg_pool), held_hook.url("hook"))
+    await stalled_pairs(PostgresHost(pg_pool), held_hook.url("hook", SECRET))
     capture(caplog, logging.INFO)
 
     async with BlackHoleProxy(pg_dsn) as proxy:
@@ -92,7 +87,9 @@ async def test_refunds_cut_off_at_the_stop_bound_are_counted_as_keeping_their_ch
             await held_hook.wait_for(PAIRS, "hook")
             proxy.freeze()  # every refund now waits on a silent server
         refunded = reaper.refunded
-    rows = await pg_pool.fetch("SELECT queue, nudges FROM queue_stall_nudges ORDER BY queue")
+    rows = await pg_pool.fetch(
+        "SELECT queue, nudges FROM stall_nudge.queue_stall_nudges ORDER BY queue"
+    )
 
     assert PAIRS == len(report.charged)
     assert [(f"lane-{i}", 1) for i in range(PAIRS)] == [tuple(r) for r in rows]

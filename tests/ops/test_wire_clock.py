@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from stall_testing import PostgresHost, SkewUnavailable, skewed_env
+from stall_testing import PostgresHost, Receiver, SkewUnavailable, skewed_env
 from tests.cli.conftest import cli
 
-from .conftest import Receiver, stalled_pair
+from .conftest import reasons, stalled_pair
 
 pytestmark = pytest.mark.postgres
 
@@ -28,14 +28,14 @@ def _ahead() -> dict[str, str]:
 async def test_a_sidecar_ten_minutes_ahead_sends_nudges_a_verifier_accepts(
     pg_dsn: str, host: PostgresHost, receiver: Receiver, ahead: dict[str, str]
 ) -> None:
-    """standardwebhooks (5-minute tolerance) accepts the skewed child's nudge: it is stamped on
+    """The receiver (5-minute tolerance) accepts the skewed child's nudge: it is stamped on
     the database's clock, and the start-up line says how far this host's clock is off."""
     await stalled_pair(host, receiver)
 
     result = await cli("--log-level", "info", "sweep", "--once", "--dsn", pg_dsn, env=ahead)
 
     assert 0 == result.status, result.err
-    assert ([], [("l-0", "stalled")]) == (receiver.rejected, receiver.reasons())
+    assert ([], [("l-0", "stalled")]) == (receiver.refused, reasons(receiver))
     assert "wire clock: the database's (this host is 10m ahead)" in result.err
 
 

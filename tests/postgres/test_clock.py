@@ -12,16 +12,14 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 
 import asyncpg
 import pytest
-from aiohttp import web
 
 from adapters.postgres import PostgresLedger
 from stall_core import LedgerError, Nudge, PacingPolicy, Sweeper, TodoRef
-from stall_testing import PostgresHost, RecordingWake, skewed_env
+from stall_testing import PostgresHost, Receiver, RecordingWake, skewed_env
 from tests.support import T0
 
 from .proxy import BlackHoleProxy
@@ -58,26 +56,6 @@ async def test_the_database_clock_decides(pg_pool: asyncpg.Pool) -> None:
     assert ["q"] == [n.queue for n in report.charged]
     assert before < report.now < after
     assert report.now == report.charged[0].charged_at
-
-
-@pytest.fixture(name="receiver")
-async def _receiver() -> AsyncIterator[tuple[str, list[dict[str, object]]]]:
-    """A loopback notify hook answering 204, and the meta of every message it got."""
-    got: list[dict[str, object]] = []
-
-    async def handle(request: web.Request) -> web.Response:
-        got.append(json.loads(await request.read())["meta"])
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/hook", got
-    await runner.cleanup()
 
 
 @pytest.mark.parametrize("skew", ["+90s", "-30s"])
@@ -123,13 +101,14 @@ async def test_a_skewed_sidecar_decides_on_the_database_clock(
     skew: str,
     pg_pool: asyncpg.Pool,
     pg_dsn: str,
-    receiver: tuple[str, list[dict[str, object]]],
+    receiver: Receiver,
 ) -> None:
     """A sidecar ahead or behind the database nudges no young todo and resets once per claim."""
-    url, got = receiver
     host = PostgresHost(pg_pool)
     await host.add_endpoint("ep-1")
-    await host.add_hook("hook-1", endpoint_id="ep-1", url=url, secret=SECRET)
+    await host.add_hook(
+        "hook-1", endpoint_id="ep-1", url=receiver.url("hook", SECRET), secret=SECRET
+    )
     now = await db_now(pg_pool)
     for todo_id in ("s1", "s2", "s3"):
         await host.create_todo(
@@ -146,7 +125,9 @@ async def test_a_skewed_sidecar_decides_on_the_database_clock(
 
     numbers = [[(c["queue"], c["nudge"]) for c in t["charged"]] for t in [first, *rest]]  # type: ignore[attr-defined]
     assert [[("stalled", 1)], [("stalled", 1)], [], []] == numbers
-    assert [("stalled", "s1"), ("stalled", "s2")] == [(m["queue"], m["todo_id"]) for m in got]
+    metas = [m.json()["meta"] for m in receiver.messages]
+    assert [("stalled", "s1"), ("stalled", "s2")] == [(m["queue"], m["todo_id"]) for m in metas]
+    assert [] == receiver.refused
     rows = await PostgresLedger(pg_pool).ledger_rows()
     assert [("ep-1", "stalled")] == list(rows)
 
@@ -229,7 +210,9 @@ async def test_a_connection_the_server_terminates_mid_call_is_a_ledger_error(
         pid = await pool.fetchval("SELECT pg_backend_pid()")
         # Every read the ledger makes is held up behind this lock until the kill.
         async with pg_pool.acquire() as locker, locker.transaction():
-            await locker.execute("LOCK TABLE queue_stall_nudges IN ACCESS EXCLUSIVE MODE")
+            await locker.execute(
+                "LOCK TABLE stall_nudge.queue_stall_nudges IN ACCESS EXCLUSIVE MODE"
+            )
             read = asyncio.create_task(ledger.status(policy=PacingPolicy()))
             async with asyncio.timeout(10):
                 blocked = False
@@ -308,7 +291,7 @@ async def test_a_claim_in_flight_during_a_charge_counts_as_its_stamp_says_or_by_
         )
     # The nudge before the last was its backoff step and a second ago: the last is due now.
     await pg_pool.execute(
-        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', $1, $2)",
+        "INSERT INTO stall_nudge.queue_stall_nudges VALUES ('ep-1', 'q', $1, $2)",
         POLICY.cap - 1,
         now - POLICY.backoff[POLICY.cap - 2] - timedelta(seconds=1),
     )

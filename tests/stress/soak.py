@@ -10,8 +10,8 @@ Real parts only, on a compressed clock (policy in seconds, not minutes):
 - four sweeper processes (``tests.stress.soak_worker``), each with its own
   asyncpg pool, HookDispatcher and ``Sweeper.run`` loop; worker 0's dispatcher
   has a two-slot queue, so it fills and drops;
-- a loopback aiohttp receiver that verifies every request with the
-  ``standardwebhooks`` package and records it; each 2xx wake starts a one-shot
+- the ``stall_testing`` receiver on loopback, which verifies every request's
+  signature and records it; each 2xx wake starts a one-shot
   consumer that claims ONE todo (``PostgresHost.claim_next``, stamped with the
   database's clock), records the claim, and completes it (during the load, one
   in twenty hands it back with ``requeue`` instead, so a later claim
@@ -82,12 +82,11 @@ from typing import Any
 import asyncpg
 import attrs
 from aiohttp import web
-from standardwebhooks.webhooks import Webhook
 
 from adapters.http import HookDispatcher
 from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, migrate
 from stall_core import LedgerRow, Nudge, TodoRef, WakeError
-from stall_testing import PostgresHost
+from stall_testing import PostgresHost, Received, Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as `python tests/stress/soak.py`: the repository is the root
@@ -309,7 +308,7 @@ END $$;
 #: the ledger table at setup and again whenever ``migrate`` re-creates it, so a charge
 #: whose tick died after its commit (no sweeper journaled it) is on record too.
 LEDGER_AUDIT_TRIGGER = """
-CREATE TRIGGER soak_audit_ledger AFTER INSERT OR UPDATE OR DELETE ON queue_stall_nudges
+CREATE TRIGGER soak_audit_ledger AFTER INSERT OR UPDATE OR DELETE ON stall_nudge.queue_stall_nudges
     FOR EACH ROW EXECUTE FUNCTION soak_audit_ledger();
 """
 
@@ -337,51 +336,34 @@ class Chaos:
         return None
 
 
-class Receiver:
-    """The loopback notify hook: verifies, records, answers per Chaos, wakes a consumer on 2xx."""
+class Answers:
+    """How each endpoint's hook on the receiver answers a verified request: per Chaos.
 
-    def __init__(self, chaos: Chaos, consume: Callable[[dict[str, Any]], None]) -> None:
+    Each is recorded; a healthy answer (204) starts a one-shot consumer, once
+    per message. A request the receiver refused (a bad signature, or a
+    followed redirect: no hook is at its Location) is counted there.
+    """
+
+    def __init__(
+        self, receiver: Receiver, chaos: Chaos, consume: Callable[[dict[str, Any]], None]
+    ) -> None:
+        self.receiver = receiver
         self.chaos = chaos
         self._consume = consume
-        self._webhook = Webhook(SECRET)
         self.messages: list[MessageRecord] = []
-        self.bad_signatures = 0
         self._woken_ids: set[str] = set()
         self.redelivered = 0
-        self._runner: web.AppRunner | None = None
-        self.base = ""
 
-    async def start(self) -> None:
-        app = web.Application(client_max_size=1 << 20)
-        app.router.add_post("/hook/{endpoint}", self._handle)
-        app.router.add_post("/elsewhere", self._elsewhere)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        await web.SockSite(self._runner, sock).start()
-        self.base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    def url(self, endpoint: str) -> str:
+        """The URL of ``endpoint``'s hook, answered here."""
+        self.receiver.route(f"hook/{endpoint}", self._answer)
+        return self.receiver.url(f"hook/{endpoint}", SECRET)
 
-    async def stop(self) -> None:
-        """Stop answering: requests already received are handled (and wake their consumers)."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
-
-    async def _elsewhere(self, request: web.Request) -> web.Response:
-        raise AssertionError("a redirect was followed")  # the dispatcher never follows them
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        try:
-            payload = self._webhook.verify(body, dict(request.headers))
-        except Exception:
-            self.bad_signatures += 1
-            return web.Response(status=401)
-        meta = payload["meta"]
+    async def _answer(self, received: Received, request: web.Request) -> web.StreamResponse:
+        meta = received.json()["meta"]
         mode = self.chaos.pick()
         answered = {"500": 500, "redirect": 302, None: 204}.get(mode, 0)
-        webhook_id = request.headers["webhook-id"]
+        webhook_id = received.headers["webhook-id"]
         self.messages.append(
             MessageRecord(
                 webhook_id=webhook_id,
@@ -395,7 +377,8 @@ class Receiver:
         if mode == "500":
             return web.Response(status=500)
         if mode == "redirect":
-            return web.Response(status=302, headers={"Location": f"{self.base}/elsewhere"})
+            elsewhere = f"http://127.0.0.1:{self.receiver.port}/elsewhere"
+            return web.Response(status=302, headers={"Location": elsewhere})
         if mode == "hang":
             await asyncio.sleep(HANG_S)
             return web.Response(status=204)
@@ -675,7 +658,7 @@ class Soak:
         assert self.pool is not None, "setup() sets the pool"
         return await db_now(self.pool)
 
-    async def setup(self, pool: asyncpg.Pool, receiver: Receiver) -> None:
+    async def setup(self, pool: asyncpg.Pool, answers: Answers) -> None:
         self.pool = pool
         async with pool.acquire() as conn:
             await migrate(conn, host_schema=True)
@@ -694,7 +677,7 @@ class Soak:
             await conn.executemany(
                 "INSERT INTO notify_hooks (id, endpoint_id, url, secret, queues, enabled)"
                 " VALUES ($1, $2, $3, $4, NULL, true)",
-                [(f"hk-{e}", e, f"{receiver.base}/hook/{e}", SECRET) for e in self.endpoints],
+                [(f"hk-{e}", e, answers.url(e), SECRET) for e in self.endpoints],
             )
         await self._audit_probe(pool)
 
@@ -859,7 +842,7 @@ class Soak:
         try:
             await conn.execute("SET lock_timeout = '5s'")
             async with ledger.hold_tick(), conn.transaction():
-                await conn.execute("DROP TABLE IF EXISTS queue_stall_nudges")
+                await conn.execute("DROP TABLE IF EXISTS stall_nudge.queue_stall_nudges")
                 boundary: int = await conn.fetchval("SELECT nextval('soak_audit_seq')")
             self.ledger_resets.append(boundary)
             self.say("fault: ledger table dropped")
@@ -1111,14 +1094,17 @@ async def _soak(
         await admin.close()
         soak.dsn = _with_database(server.dsn, "soak")
         consumers: Consumers | None = None
-        receiver = Receiver(soak.chaos, lambda meta: consumers.start(meta) if consumers else None)
+        receiver = Receiver()
+        answers = Answers(
+            receiver, soak.chaos, lambda meta: consumers.start(meta) if consumers else None
+        )
         await receiver.start()
         try:
             async with (
                 _pool(soak.dsn, "soak-host", 6) as host_pool,
                 _pool(soak.dsn, "soak-consumer", 16) as consumer_pool,
             ):
-                await soak.setup(host_pool, receiver)
+                await soak.setup(host_pool, answers)
                 host = PostgresHost(host_pool)
                 consumers = Consumers(
                     PostgresHost(consumer_pool), consumer_pool, random.Random(seed + 2)
@@ -1138,7 +1124,7 @@ async def _soak(
                     hooks=PostgresHooks(host_pool), policy=SOAK_DELIVERY
                 ) as creation:
                     t0 = time.monotonic()
-                    progress = asyncio.create_task(_progress(soak, host_pool, receiver, say))
+                    progress = asyncio.create_task(_progress(soak, host_pool, answers, say))
                     await asyncio.gather(
                         soak.generate(host, host_pool, creation),
                         soak.churn(host_pool),
@@ -1167,7 +1153,7 @@ async def _soak(
                     conn.transaction(isolation="repeatable_read", readonly=True),
                 ):
                     return await _collect(
-                        soak, conn, receiver, consumers, pending, started, recovery
+                        soak, conn, answers, consumers, pending, started, recovery
                     )
         finally:
             for proc in soak.procs.values():
@@ -1205,13 +1191,13 @@ async def _drained(pool: asyncpg.Pool) -> bool:
     return await _pending_gated(pool) == 0
 
 
-async def _progress(soak: Soak, pool: asyncpg.Pool, receiver: Receiver, say: Any) -> None:
+async def _progress(soak: Soak, pool: asyncpg.Pool, answers: Answers, say: Any) -> None:
     started = time.monotonic()
     for _ in range(10_000):  # bounded; cancelled when the load phase is over
         await asyncio.sleep(30)
         with contextlib.suppress(*DB_ERRORS):
             pending = await _pending_gated(pool)
-            stalled = sum(1 for m in receiver.messages if m.reason == "stalled")
+            stalled = sum(1 for m in answers.messages if m.reason == "stalled")
             say(
                 f"  +{time.monotonic() - started:4.0f}s todos={soak.todo_seq} "
                 f"pending_gated={pending} stalled_requests={stalled}"
@@ -1287,7 +1273,7 @@ def _row(r: asyncpg.Record, side: str) -> LedgerRow | None:
 async def _collect(
     soak: Soak,
     pool: asyncpg.Pool | asyncpg.Connection,
-    receiver: Receiver,
+    answers: Answers,
     consumers: Consumers,
     pending: int,
     started: float,
@@ -1353,18 +1339,18 @@ async def _collect(
         )
         for r in await pool.fetch("SELECT * FROM soak_ledger_audit ORDER BY seq")
     ]
-    _keep_records(soak.workdir, host, receiver.messages, soak.ledger_resets, history)
+    _keep_records(soak.workdir, host, answers.messages, soak.ledger_resets, history)
     findings = check(
         ledger=history,
         charges=charges,
         refunds=refunds,
-        messages=receiver.messages,
+        messages=answers.messages,
         host=host,
         drains=drains,
         ledger_resets=soak.ledger_resets,
         policy=SOAK_POLICY,
     )
-    stalled_named = {m.webhook_id for m in receiver.messages if m.reason == "stalled"}
+    stalled_named = {m.webhook_id for m in answers.messages if m.reason == "stalled"}
     ungated_named = await pool.fetchval(
         "SELECT count(*) FROM todos t LEFT JOIN deliveries d ON d.id = t.delivery_id"
         " WHERE t.id = ANY($1::text[])"
@@ -1390,10 +1376,10 @@ async def _collect(
         "waited_s": dict(soak.waited),
         "skipped_ticks": skipped,
         "raw_tick_error_kinds": dict(raw_kinds),
-        "stalled_requests": sum(1 for m in receiver.messages if m.reason == "stalled"),
+        "stalled_requests": sum(1 for m in answers.messages if m.reason == "stalled"),
         "stalled_messages": len(stalled_named),
-        "created_requests": sum(1 for m in receiver.messages if m.reason == "created"),
-        "redelivered_after_lost_answer": receiver.redelivered,
+        "created_requests": sum(1 for m in answers.messages if m.reason == "created"),
+        "redelivered_after_lost_answer": answers.redelivered,
         "refunds_asked": len(refunds),
         "refunds_applied": findings.refunds,
         "unacknowledged_charges": findings.unacknowledged,
@@ -1432,7 +1418,7 @@ async def _collect(
         audit_writes=audit_writes,
         unattributed=findings.unattributed,
         ungated_named=ungated_named,
-        bad_signatures=receiver.bad_signatures,
+        bad_signatures=len(answers.receiver.refused),
         max_between_claims=findings.max_between_claims,
         liveness_failures=tuple(liveness),
         raw_tick_errors=raw_errors,
