@@ -7,8 +7,10 @@ database, in scope); a block defining something a host calls has an adapter
 below that calls it. Shell blocks run line by line with bash in a temporary
 directory, with this venv's ``stall-nudge`` on PATH and ``DSN`` set to a
 fresh migrated database; each line exits 0 unless its comment says
-``# exits N``. A block left out carries a marker on the line before its
-fence, ``<!-- example: not run (REASON) -->``, with one of ``REASONS``.
+``# exits N``. A block not run carries a marker on the line before its
+fence, ``<!-- example: not run (REASON) -->``, with one of ``REASONS``, and
+reports as skipped with that reason; a block another test runs as printed
+is listed in ``RUN_ELSEWHERE`` and is not a case here.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ RUN_ELSEWHERE = {
         "tests/embed/test_readme.py::"
         "test_the_readme_creation_wake_reaches_the_hook_through_the_reaper"
     ),
-    ("docs/wake-contract.md", "async def on_ready"): (
+    ("docs/architecture.md", "async def on_ready"): (
         "tests/embed/test_readme.py::test_the_wake_contract_consumer_verifies_and_claims"
     ),
-    ("docs/wake-contract.md", "async def sweep_once"): (
+    ("docs/architecture.md", "async def sweep_once"): (
         "tests/embed/test_readme.py::test_the_wake_contract_sweep_nudges_and_books"
     ),
 }
@@ -123,7 +125,7 @@ def elsewhere(block: Block, table: dict[tuple[str, str], str]) -> str | None:
 
 
 async def export_metrics(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
-    """README: in the host's registry, the collector serves the ledger's rows after a tick."""
+    """operations.md: in the host's registry, the collector serves the ledger rows after a tick."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -136,7 +138,7 @@ async def export_metrics(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
 
 
 async def contract_driver(namespace: dict[str, Any], pool: asyncpg.Pool) -> None:
-    """host-schema.md: the driver sketch builds over a pool and holds the tick lock."""
+    """reliability.md: the driver sketch builds over a pool and holds the tick lock."""
     from stall_testing import FakeClock
     from stall_testing.contract import LedgerContract
 
@@ -150,8 +152,8 @@ Adapter = Callable[[dict[str, Any], asyncpg.Pool], Awaitable[None]]
 
 #: (file, a string only that block holds) -> (names the block may assume, the adapter).
 ADAPTERS: dict[tuple[str, str], tuple[Callable[[], dict[str, Any]], Adapter]] = {
-    ("README.md", "def export_metrics"): (dict, export_metrics),
-    ("docs/host-schema.md", "class MyHostDriver"): (dict, contract_driver),
+    ("docs/operations.md", "def export_metrics"): (dict, export_metrics),
+    ("docs/reliability.md", "class MyHostDriver"): (dict, contract_driver),
 }
 
 
@@ -227,22 +229,33 @@ def run_shell(block: Block, dsn: str, tmp_path: Path) -> None:
         )
 
 
-def left_out(block: Block) -> str | None:
-    """Why this block is not run here, or None."""
-    if block.marker is not None:
-        marked = MARKER.fullmatch(block.marker)
-        return f"not run ({marked['reason']})" if marked else f"malformed marker {block.marker!r}"
-    test = elsewhere(block, RUN_ELSEWHERE)
-    return None if test is None else f"run by {test}"
+def not_run(block: Block) -> str | None:
+    """The reason a block carries for not being run, when it is a known one; else None."""
+    marked = MARKER.fullmatch(block.marker or "")
+    return marked["reason"] if marked and marked["reason"] in REASONS else None
 
 
-RUN = [block for block in EXAMPLES if left_out(block) is None]
-LEFT_OUT = [block for block in EXAMPLES if left_out(block) is not None]
+def case(block: Block) -> Any:
+    """One block as a test case: skipped, with its reason, when it is marked not run."""
+    reason = not_run(block)
+    marks = [pytest.mark.skip(reason=f"not run ({reason})")] if reason else []
+    return pytest.param(block, id=block.id, marks=marks)
 
 
-@pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
+CASES = [case(block) for block in EXAMPLES if elsewhere(block, RUN_ELSEWHERE) is None]
+
+
+@pytest.mark.parametrize("block", CASES)
 async def test_the_example_runs_as_printed(block: Block, pg_dsn: str, tmp_path: Path) -> None:
-    """The block runs as printed against a fresh migrated database."""
+    """The block runs as printed against a fresh migrated database.
+
+    A marked block reaches here only when its marker is malformed or its reason is not one of
+    ``REASONS``: that fails rather than skipping a block nobody said why not to run.
+    """
+    assert block.marker is None, (
+        f"{block.id}: {block.marker!r} is no marker this runner knows; "
+        f"write <!-- example: not run (REASON) --> with REASON one of {sorted(REASONS)}"
+    )
     if block.lang == "python":
         pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
         try:
@@ -251,16 +264,6 @@ async def test_the_example_runs_as_printed(block: Block, pg_dsn: str, tmp_path: 
             await pool.close()
     else:
         run_shell(block, pg_dsn, tmp_path)
-
-
-@pytest.mark.parametrize("block", LEFT_OUT, ids=[block.id for block in LEFT_OUT])
-def test_a_block_left_out_says_why(block: Block) -> None:
-    """A block not run is run elsewhere or carries a marker with a reason from REASONS."""
-    if block.marker is not None:
-        marked = MARKER.fullmatch(block.marker)
-        assert marked is not None, f"{block.id}: malformed marker {block.marker!r}"
-        assert marked["reason"] in REASONS, f"{block.id}: {marked['reason']!r} is no reason to skip"
-    pytest.skip(left_out(block) or "")
 
 
 def test_every_fence_names_its_language() -> None:
@@ -285,3 +288,18 @@ def test_every_table_entry_names_a_block() -> None:
     stale = [e for e in entries if not any(b.file == e[0] and e[1] in b.source for b in EXAMPLES)]
 
     assert [] == stale
+
+
+def test_every_block_run_elsewhere_names_a_test_that_exists() -> None:
+    """A block handed to another test is run only if that test is still there under its name."""
+    missing = []
+    for test in RUN_ELSEWHERE.values():
+        path, _, name = test.partition("::")
+        tree = ast.parse((ROOT / path).read_text())
+        defined = {
+            n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)
+        }
+        if name not in defined:
+            missing.append(test)
+
+    assert [] == missing

@@ -82,7 +82,7 @@ OUTSIDER_FULL_PASS_INTERVAL = timedelta(microseconds=1)
 #: claim when that claim is at or before the stamp (consumed by the charge). Test SQL of
 #: this harness, on the ledger's own table; no statement of the library is changed.
 REWIND = """
-UPDATE queue_stall_nudges r
+UPDATE stall_nudge.queue_stall_nudges r
    SET last_nudged_at = c.latest - interval '1 millisecond'
   FROM (SELECT max(t.claimed_at) AS latest FROM todos t
          WHERE t.endpoint_id = $1 AND t.queue = $2) c
@@ -209,7 +209,7 @@ async def _tick(
         "kind": report.kind,
         "duration_s": report.duration_s,
         "charged": [_nudge(n) for n in report.charged],
-        "drained": [list(key) for key in report.drained],
+        "drained": [list(key) for key in report.cleared],
         "refunds": [
             [*_nudge(n), result, lb.isoformat(), ub.isoformat()]
             for n, result, lb, ub in ledger.refunds

@@ -1,7 +1,7 @@
 """Races: real sweeper processes on skewed wall clocks against one database, judged exactly.
 
     .venv/bin/python -m tests.stress.races                  # 10,000 trials: 4 and 8 instances
-    .venv/bin/python -m tests.stress.races --trials 48      # a short run (the test suite's)
+    .venv/bin/python -m tests.stress.races --trials 36      # a short run (the test suite's)
     .venv/bin/python -m tests.stress.races --fault rewind   # a positive control: it must fail
 
 Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an
@@ -22,10 +22,9 @@ Trials run four at a time (``tick_limit`` of them, so the tick limit never
 holds a due pair back), each on its own fresh pair ``(r<N>t<trial>, q)``,
 in four rounds. A round writes one ``tick`` command to every worker at once
 and runs each trial's host action (a claim, stamped by the database, 60 s
-behind it or 2 min ahead of it, or inside a transaction held open across
-the tick; a completion, that may clear ``claimed_at`` or delete the todo; a
-requeue; a new todo; the endpoint paused or resumed; the hook disabled,
-enabled or re-scoped) on its own connection, starting at a random instant
+behind it, or inside a transaction held open across the tick; a completion,
+that may delete the todo; a requeue; a new todo; the endpoint paused or
+resumed) on its own connection, starting at a random instant
 within 3 ms either side of the commands, so sweeps see it, miss it or race
 it; then it reads every worker's answer: whether it skipped (missed the tick
 lock), the instant it decided at (``now``), whether it judged every pair or
@@ -41,17 +40,24 @@ settles again.
 Race classes: ``new-pair`` (first-nudge insert, some at the exact threshold
 instant), ``due-row`` (the backoff expires during the rounds), ``progress``
 (a claim at tick, up to the cap; some rows keep progress a reset left),
-``drain`` (the last todo claimed at tick), ``endpoint-change`` and
-``hook-change`` (at tick; some claim while no nudge may go out, so the row is
-reset), ``receiver-heal`` (wakes reach nobody or are refused, are refunded,
-then the pair is moved one backoff step on and the receiver answers), and
-what the rule reads departures for: ``claim-behind`` (a claim stamped 60 s
-behind the database, often before the row's last nudge), ``claim-ahead``
-(stamped 2 min ahead), ``delete-done`` (the host deletes a todo when it
-completes it), ``unstamp-done`` (the host clears ``claimed_at`` when it
-completes it) and ``spanning-claim`` (the claim's transaction is held open
-across the tick, so it is stamped before sweeps that cannot see it). A
-tenth of planted rows name no todo, as an older build's do.
+``drain`` (the last todo claimed at tick), ``endpoint-change`` (at tick;
+some claim while no nudge may go out, so the row is reset),
+``receiver-heal`` (wakes reach nobody or are refused, are refunded, then the
+pair is moved one backoff step on and the receiver answers), and what the
+rule reads departures for: ``claim-behind`` (a claim stamped 60 s behind the
+database, often before the row's last nudge), ``delete-done`` (the host
+deletes a todo when it completes it) and ``spanning-claim`` (the claim's
+transaction is held open across the tick, so it is stamped before sweeps
+that cannot see it). A tenth of planted rows name no todo, as an older
+build's do.
+
+Left to cheaper layers: a hook disabled, enabled or re-scoped at tick races
+as an endpoint paused does (both are read in the judging statement's one
+snapshot, and no delta finds either), and its rule is the contract suite's;
+a host that clears ``claimed_at`` on completion looks to every statement as
+one that deletes the todo (no claim stamp, the named todo not pending), and
+the contract suite runs both; a claim stamped ahead of the database counts
+once in the contract suite, and races as any claim at tick (``progress``).
 
 Judging, exactly (no slack window, no retries)
 ----------------------------------------------
@@ -200,20 +206,16 @@ KINDS = (
     "progress",
     "drain",
     "endpoint-change",
-    "hook-change",
     "receiver-heal",
     "claim-behind",
-    "claim-ahead",
     "delete-done",
-    "unstamp-done",
     "spanning-claim",
 )
 #: A host action starts this long after the tick commands are written (uniformly; negative:
 #: before them), so that sweeps see it, miss it, or race it.
 HOST_WINDOW_S = (-0.003, 0.003)
-#: How far behind and ahead of the database the odd claims are stamped.
+#: How far behind the database the odd claims are stamped.
 BEHIND = timedelta(seconds=60)
-AHEAD = timedelta(minutes=2)
 #: A spanning claim's transaction stays open this long (seconds) before and after the claim.
 SPAN_S = (0.002, 0.030)
 #: Bounds only a hang reaches: one round's answers, and the workers' start-up.
@@ -248,16 +250,10 @@ class Todo:
 
 @attrs.frozen
 class Facts:
-    """What a sweep may see of one pair: its todos, its endpoint and its hook."""
+    """What a sweep may see of one pair: its todos and its endpoint (its hook always covers it)."""
 
     todos: Mapping[str, Todo]
     endpoint_state: str = "active"
-    hook_enabled: bool = True
-    hook_queues: tuple[str, ...] | None = None
-
-    @property
-    def receiver(self) -> bool:
-        return self.hook_enabled and (self.hook_queues is None or QUEUE in self.hook_queues)
 
     @property
     def pending(self) -> frozenset[str]:
@@ -270,12 +266,16 @@ def pair_state(endpoint: str, facts: Facts, row: LedgerRow | None) -> PairState:
         endpoint_id=endpoint,
         queue=QUEUE,
         oldest=work_of(
-            TodoRef(id=todo_id, created_at=t.created_at)
-            for todo_id, t in facts.todos.items()
-            if t.state == "pending" and t.gated
+            (
+                TodoRef(id=todo_id, created_at=t.created_at)
+                for todo_id, t in facts.todos.items()
+                if t.state == "pending" and t.gated
+            ),
+            endpoint_id=endpoint,
+            queue=QUEUE,
         ),
         endpoint_active=facts.endpoint_state == "active",
-        has_receiver=facts.receiver,
+        has_receiver=True,
         latest_claim=latest_claim(t.claimed_at for t in facts.todos.values()),
         named_departed=has_departed(row, facts.pending),
     )
@@ -397,7 +397,7 @@ def decide_intents(
     full = NOTHING
     if plan.charges:
         full = Intent("charge", nudge=plan.charges[0], progress=shown)
-    elif plan.drained:
+    elif plan.cleared:
         full = Intent("drain")
     elif plan.reset:
         assert row is not None  # only a row is reset
@@ -434,9 +434,7 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
     if kind == "claim":
         todos[effect[1]] = attrs.evolve(todos[effect[1]], state="claimed", claimed_at=effect[2])
     elif kind == "complete":
-        unstamp = len(effect) > 2 and effect[2]
-        claimed = None if unstamp else todos[effect[1]].claimed_at
-        todos[effect[1]] = attrs.evolve(todos[effect[1]], state="done", claimed_at=claimed)
+        todos[effect[1]] = attrs.evolve(todos[effect[1]], state="done")
     elif kind == "requeue":
         todos[effect[1]] = attrs.evolve(todos[effect[1]], state="pending")
     elif kind == "delete":
@@ -445,10 +443,6 @@ def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
         todos[effect[1]] = Todo(created_at=effect[2], gated=effect[3])
     elif kind == "endpoint":
         return attrs.evolve(facts, endpoint_state=effect[1])
-    elif kind == "hook":
-        return attrs.evolve(facts, hook_enabled=effect[1])
-    elif kind == "hook_queues":
-        return attrs.evolve(facts, hook_queues=effect[1])
     else:
         raise ValueError(f"unknown effect {effect!r}")
     return attrs.evolve(facts, todos=todos)
@@ -566,9 +560,13 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
         # The row a charge left: it names the pair's oldest work, as the charge did, or
         # nothing (an older build's row).
         work = work_of(
-            TodoRef(id=i, created_at=t.created_at)
-            for i, t in todos.items()
-            if t.state == "pending" and t.gated
+            (
+                TodoRef(id=i, created_at=t.created_at)
+                for i, t in todos.items()
+                if t.state == "pending" and t.gated
+            ),
+            endpoint_id=lane_id,
+            queue=QUEUE,
         )
         named = work.id if work is not None and rng.random() >= 0.1 else None
         return LedgerRow(
@@ -662,7 +660,7 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             add(1, gated=False, created_at=d - timedelta(minutes=9))  # ungated work stays
         scripts[0] = rng.choice([consume, [("claim_next",)]])
         scripts[2] = [("create", True)]  # the backlog returns: the first backoff again
-    elif kind in ("endpoint-change", "hook-change", "receiver-heal"):
+    elif kind in ("endpoint-change", "receiver-heal"):
         no_row = rng.random() < 0.4
         if no_row and kind == "receiver-heal":
             # Just past the threshold, so a delta finds the pair too: its first nudge goes
@@ -695,29 +693,13 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
                 scripts[0] = [("endpoint", "active")]
                 scripts[2] = [("claim_next",)]
                 variant += " resumed"
-        elif kind == "hook-change":
-            roll = rng.random()
-            if roll < 0.4:
-                scripts[0] = [("hook", False)]
-                scripts[2] = [("hook", True)]
-                variant += " disabled"
-            elif roll < 0.7:
-                facts_kw["hook_enabled"] = False
-                scripts[0] = [("hook", True)]
-                scripts[2] = [("claim_next",)]
-                variant += " enabled"
-            else:
-                facts_kw["hook_queues"] = (QUEUE,)
-                scripts[0] = [("hook_queues", ("other",))]
-                scripts[2] = [("hook_queues", rng.choice([(QUEUE,), None]))]
-                variant += " rescoped"
         else:
             failing = rng.choice(["lost", "refuse"])
             modes[0] = modes[1] = failing
             heal = True
             scripts[0] = rng.choice([[], consume])
             variant += f" {failing}"
-    elif kind in ("claim-behind", "claim-ahead", "delete-done", "unstamp-done", "spanning-claim"):
+    elif kind in ("claim-behind", "delete-done", "spanning-claim"):
         n = rng.randint(1, 4)
         add(rng.randint(2, 3))
         if kind == "claim-behind":
@@ -730,18 +712,12 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             row = live(n, due_stamp(n) if due else waiting_stamp())
             variant = f"n={n} {'due' if due else 'waiting'}"
             claim = ("claim_next",)
-            if kind == "claim-ahead":
-                claim = ("claim_next", AHEAD)
-            elif kind == "spanning-claim":
+            if kind == "spanning-claim":
                 claim = ("claim_held", rng.uniform(*SPAN_S), rng.uniform(*SPAN_S))
         if row.named_todo is None:
             variant += " unnamed"
-        finish: list[tuple[Any, ...]] = [("complete",)]
-        if kind == "delete-done":
-            finish = [("delete",)]
-        elif kind == "unstamp-done":
-            finish = [("complete", True)]
-        if rng.random() < 0.25 and kind in ("claim-behind", "claim-ahead", "spanning-claim"):
+        finish: list[tuple[Any, ...]] = [("delete",)] if kind == "delete-done" else [("complete",)]
+        if rng.random() < 0.25 and kind in ("claim-behind", "spanning-claim"):
             finish = []
             variant += " held"
         scripts[0] = [claim, *finish]
@@ -1409,12 +1385,12 @@ INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at
 VALUES ($1, $2, $3, $4, $5, $1, $6, $7)
 """
 LEDGER_ROWS = """
-INSERT INTO queue_stall_nudges
+INSERT INTO stall_nudge.queue_stall_nudges
        (endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 """
 CLEANUP = (
-    "DELETE FROM queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
+    "DELETE FROM stall_nudge.queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM todos WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM notify_hooks WHERE endpoint_id = ANY($1::text[])",
     "DELETE FROM deliveries WHERE endpoint_id = ANY($1::text[])",
@@ -1493,17 +1469,9 @@ class Coordinator:
                 ],
             )
             await self.admin.executemany(
-                "INSERT INTO notify_hooks (id, endpoint_id, url, secret, queues, enabled)"
-                " VALUES ($1, $2, 'http://127.0.0.1:9/hook', 'whsec_races', $3, $4)",
-                [
-                    (
-                        lane.hook,
-                        lane.endpoint,
-                        None if lane.facts.hook_queues is None else list(lane.facts.hook_queues),
-                        lane.facts.hook_enabled,
-                    )
-                    for lane in lanes
-                ],
+                "INSERT INTO notify_hooks (id, endpoint_id, url, secret, enabled)"
+                " VALUES ($1, $2, 'http://127.0.0.1:9/hook', 'whsec_races', true)",
+                [(lane.hook, lane.endpoint) for lane in lanes],
             )
             await self.admin.executemany(
                 TODO_ROWS,
@@ -1561,7 +1529,8 @@ class Coordinator:
                     step,
                 )
                 await self.admin.execute(
-                    "UPDATE queue_stall_nudges SET last_nudged_at = last_nudged_at - $2::interval,"
+                    "UPDATE stall_nudge.queue_stall_nudges"
+                    " SET last_nudged_at = last_nudged_at - $2::interval,"
                     " progressed_at = progressed_at - $2::interval WHERE endpoint_id = $1",
                     lane.endpoint,
                     step,
@@ -1609,9 +1578,8 @@ class Coordinator:
             elif op[0] in ("complete", "requeue", "delete"):
                 if claimed is not None:
                     if op[0] == "complete":
-                        unstamp = len(op) > 1 and op[1]
-                        await host.complete(claimed, unstamp=unstamp)
-                        effect = ("complete", claimed, unstamp)
+                        await host.complete(claimed)
+                        effect = ("complete", claimed)
                     elif op[0] == "requeue":
                         await host.requeue(claimed)
                         effect = ("requeue", claimed)
@@ -1631,12 +1599,6 @@ class Coordinator:
                 effect = ("create", todo_id, created_at + lane.shift, True)
             elif op[0] == "endpoint":
                 await host.set_endpoint_state(lane.endpoint, op[1])
-                effect = op
-            elif op[0] == "hook":
-                await host.set_hook_enabled(lane.hook, op[1], reason="operator")
-                effect = op
-            elif op[0] == "hook_queues":
-                await host.set_hook_queues(lane.hook, op[1])
                 effect = op
             else:
                 raise ValueError(f"unknown host operation {op!r}")
@@ -1684,7 +1646,7 @@ class Coordinator:
             rec["endpoint_id"]: rec
             for rec in await self.admin.fetch(
                 "SELECT endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at"
-                " FROM queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
+                " FROM stall_nudge.queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
                 endpoints,
             )
         }
@@ -1844,7 +1806,7 @@ def lane_facts_after(lane: Lane) -> Facts:
 
 async def _record_now(admin: asyncpg.Connection) -> tuple[Tick | None, Tick | None]:
     """The fleet's record as a configuration finds it: its last sweep and last full pass."""
-    rec = await admin.fetchrow("SELECT judged_to, full_pass_at FROM stall_nudge.sweeps")
+    rec = await admin.fetchrow("SELECT judged_to, full_pass_at FROM stall_nudge.ticks")
     if rec is None:
         return None, None
     at = datetime.min.replace(tzinfo=UTC)

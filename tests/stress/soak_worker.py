@@ -140,7 +140,7 @@ class JournalingLedger:
             skipped=outcome.skipped,
             tick_kind=outcome.kind,
             charged=[nudge_record(n) for n in outcome.charged],
-            drained=[list(key) for key in outcome.drained],
+            drained=[list(key) for key in outcome.cleared],
         )
         return outcome
 
