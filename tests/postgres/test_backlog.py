@@ -74,7 +74,8 @@ async def test_a_backlog_after_an_outage_is_judged_by_one_full_pass(
     for queue in PAIRS:  # stalled for hours, capped an hour ago: silent
         await driver.create_todo(f"t-{queue}", endpoint_id="ep", queue=queue, created_at=T0)
         await pg_pool.execute(
-            "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at,"
+            "INSERT INTO stall_nudge.queue_stall_nudges"
+            " (endpoint_id, queue, nudges, last_nudged_at,"
             " named_todo) VALUES ('ep', $1, $2, $3, $4)",
             queue,
             POLICY.cap,

@@ -55,14 +55,16 @@ async def test_a_ledger_row_deleted_by_hand_is_judged_afresh_by_the_next_full_pa
     await driver.create_todo("work", endpoint_id="ep-1", queue="q", created_at=T0 + minutes(1))
     # Capped an hour ago: silent, its work claimable.
     await pg_pool.execute(
-        "INSERT INTO queue_stall_nudges VALUES ('ep-1', 'q', $1, $2, 'work')",
+        "INSERT INTO stall_nudge.queue_stall_nudges VALUES ('ep-1', 'q', $1, $2, 'work')",
         POLICY.cap,
         START - timedelta(hours=1),
     )
     wake = RecordingWake()
     assert () == (await sweep(driver, START, wake)).charged
 
-    await pg_pool.execute("DELETE FROM queue_stall_nudges")  # an operator wipes the ledger
+    await pg_pool.execute(
+        "DELETE FROM stall_nudge.queue_stall_nudges"
+    )  # an operator wipes the ledger
     took, report = await until_charged(driver, START + minutes(1), wake)
 
     assert [("q", "work", 1)] == [(n.queue, n.todo.id, n.number) for n in report.charged]

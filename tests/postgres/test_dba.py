@@ -1,19 +1,11 @@
-"""A database set up by a DBA, and one an attacker with ordinary rights acted on first.
+"""A database set up by a DBA, and one a role with ordinary rights acted on first (tests/pg.py).
 
-The DBA's database: switchboard's tables in schema ``sb``, owned by a role of
-their own and on no role's search_path; the application's role already holds
-its grants there; a sweeping role reads through a group role; and the
-migrating role is no superuser (as on managed PostgreSQL), only a member of
-the tables' owner with CREATE on the database. The attacker holds CREATE on
-``public`` (PostgreSQL's default before 15) or on the database, and acts
-before the first migrate. Every planted function raises, so if any ran the
-statement would fail.
+Every planted function raises, so if any ran the statement would fail.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,13 +20,14 @@ from adapters.postgres import (
     PostgresLedger,
     check,
     host_schema_sql,
+    installed,
     migrate,
     plan,
     uninstall,
     uninstall_plan,
 )
 from stall_core import PacingPolicy
-from stall_testing import FakeClock, PostgresDriver
+from stall_testing import FakeClock
 from stall_testing.contract import stalled_queue
 from tests import pg
 from tests.support import T0
@@ -71,142 +64,62 @@ UNION ALL SELECT 'delivery ' || d::text FROM sb.deliveries d
 """
 
 
-@attrs.frozen(kw_only=True)
-class Dba:
-    """The DBA's database: its DSN (as a superuser) and the roles that act on it."""
-
-    dsn: str
-    owner: str
-    app: str
-    readers: str
-    sweeper: str
-    migrator: str
-
-    def as_role(self, role: str) -> str:
-        return pg.with_user(self.dsn, role)
+async def footprint(site: pg.Site) -> list[str]:
+    async with site.connect() as conn:
+        return sorted(r[0] for r in await conn.fetch(FOOTPRINT, attrs.astuple(site.cast)))
 
 
-@pytest.fixture(name="database")
-async def _database(pg_server: str) -> AsyncIterator[str]:
-    """A brand-new, empty database."""
-    name = pg.unique_name("stall_dba")
-    await pg.create_database(pg_server, name, template="template0")
-    yield pg.with_database(pg_server, name)
-    await pg.drop_database(pg_server, name)
-
-
-@pytest.fixture(name="dba")
-async def _dba(pg_server: str, database: str) -> AsyncIterator[Dba]:
-    """Switchboard's tables in schema sb as a DBA sets them up, and nothing of ours."""
-    async with pg.roles(
-        pg_server, database, "NOLOGIN", "LOGIN", "NOLOGIN", "LOGIN", "LOGIN", prefix="stall_dba"
-    ) as names:
-        owner, app, readers, sweeper, migrator = names
-        conn = await asyncpg.connect(database)
-        try:
-            await conn.execute(f'CREATE SCHEMA sb AUTHORIZATION "{owner}"')
-            await conn.execute(f'SET ROLE "{owner}"; SET search_path = sb')
-            await conn.execute(host_schema_sql())
-            await conn.execute(
-                f'GRANT USAGE ON SCHEMA sb TO "{app}";'
-                f' GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA sb TO "{app}";'
-                f' GRANT USAGE ON SCHEMA sb TO "{readers}";'
-                f' GRANT SELECT ON sb.todos, sb.endpoints TO "{readers}"'
-            )
-            await conn.execute("RESET ROLE; RESET search_path")
-            await conn.execute(
-                f'GRANT "{readers}" TO "{sweeper}"; GRANT "{owner}" TO "{migrator}";'
-                f' GRANT CREATE ON DATABASE "{await conn.fetchval("SELECT current_database()")}"'
-                f' TO "{migrator}"'
-            )
-        finally:
-            await conn.close()
-        yield Dba(
-            dsn=database, owner=owner, app=app, readers=readers, sweeper=sweeper, migrator=migrator
-        )
-
-
-async def footprint(dba: Dba) -> list[str]:
-    conn = await asyncpg.connect(dba.dsn)
-    roles = [dba.owner, dba.app, dba.readers, dba.sweeper, dba.migrator]
-    try:
-        return sorted(r[0] for r in await conn.fetch(FOOTPRINT, roles))
-    finally:
-        await conn.close()
-
-
-async def test_install_grant_sweep_and_uninstall_leave_the_host_as_it_was(dba: Dba) -> None:
+async def test_install_grant_sweep_and_uninstall_leave_the_host_as_it_was(
+    bare_site: pg.Site,
+) -> None:
     """As a non-superuser: only what the roles lacked is granted, and uninstall undoes only that."""
-    host = await asyncpg.create_pool(dba.dsn, server_settings={"search_path": "sb"})
-    clock = FakeClock(T0)
-    try:
-        await stalled_queue(PostgresDriver(host, clock))
-    finally:
-        await host.close()
-    before = await footprint(dba)
+    cast, clock = bare_site.cast, FakeClock(T0)
+    async with bare_site.driver(clock) as host:
+        await stalled_queue(host)
+    before = await footprint(bare_site)
     said: list[str] = []
-    migrator = await asyncpg.connect(dba.as_role(dba.migrator))
-    try:
-        await migrate(migrator, schema="sb", grant=dba.app, say=said.append)
-        await migrate(migrator, grant=dba.sweeper, say=said.append)
+    async with bare_site.connect(cast.migrator) as migrator:
+        for role in (cast.owner, cast.app):  # one owns the host's tables, one holds grants
+            await migrate(migrator, schema="sb", grant=role, say=said.append)
+        report = await migrate(migrator, grant=cast.sweeper, say=said.append)
         current = await check(migrator)
-    finally:
-        await migrator.close()
-    sweepers = {
-        role: await asyncpg.create_pool(dba.as_role(role), min_size=1, max_size=2)
-        for role in (dba.app, dba.sweeper)
-    }
-    try:
-        clock.set(T0 + timedelta(minutes=10))
-        charged = []
-        for pool in sweepers.values():
+    charged: list[list[int]] = []
+    for role in (cast.app, cast.sweeper):
+        async with asyncpg.create_pool(bare_site.as_role(role), min_size=1, max_size=2) as pool:
             async with stall_nudge.open_reaper(pool):
                 pass  # the start-up check finds sb where migrate recorded it
+            clock.set(T0 + timedelta(minutes=10 + 6 * len(charged)))
             outcome = await PostgresLedger(pool, clock=clock).charge_due(policy=PacingPolicy())
             charged.append([n.number for n in outcome.charged])
-            clock.advance(timedelta(minutes=6))
-    finally:
-        for pool in sweepers.values():
-            await pool.close()
-    migrator = await asyncpg.connect(dba.as_role(dba.migrator))
-    try:
+    async with bare_site.connect(cast.migrator) as migrator:
         await uninstall(migrator)
-    finally:
-        await migrator.close()
-    after = await footprint(dba)
+    after = await footprint(bare_site)
 
     granted = [line for line in said if line.startswith("granted ")]
     on_host = ("on schema sb", *(f'"sb"."{t}"' for t in HOST_TABLES))
-    assert [] == [g for g in granted if g.endswith(dba.app) and any(h in g for h in on_host)]
-    assert f'granted SELECT (state) on "sb"."deliveries" to {dba.sweeper}' not in granted
-    assert f'granted SELECT (verified) on "sb"."deliveries" to {dba.sweeper}' in granted
+    host_roles = (cast.owner, cast.app)
+    assert [] == [g for g in granted if g.endswith(host_roles) and any(h in g for h in on_host)]
+    assert f'granted SELECT (state) on "sb"."deliveries" to {cast.sweeper}' not in granted
+    assert f'granted SELECT (verified) on "sb"."deliveries" to {cast.sweeper}' in granted
     assert [] == [line for line in granted if '"sb"."todos"' in line and "SELECT" in line]
     assert [] == [line for line in granted if "on schema sb" in line]
-    assert f"{dba.sweeper} already held 11 of the 41 privileges it needs" in said
+    assert ((cast.sweeper, 11),) == report.held  # USAGE on sb and 10 columns, through readers
     assert () == current.problems
     assert [[1], [2]] == charged
     assert before == after
 
 
 async def test_a_host_schema_on_no_search_path_is_found_where_migrate_recorded_it(
-    dba: Dba,
+    site: pg.Site,
 ) -> None:
     """status and start-up read sb by the record; a hint names the fix for production."""
-    migrator = await asyncpg.connect(dba.as_role(dba.migrator))
-    try:
-        await migrate(migrator, schema="sb", grant=dba.sweeper)
-    finally:
-        await migrator.close()
-    conn = await asyncpg.connect(dba.dsn)
-    try:
-        await conn.execute("ALTER TABLE sb.todos RENAME TO todos_old")
-        with pytest.raises(stall_nudge.StartupError) as refused:
-            async with stall_nudge.open_reaper(dba.as_role(dba.sweeper)):
-                pass
-        await conn.execute("ALTER TABLE sb.todos_old RENAME TO todos")
-    finally:
-        await conn.close()
-    async with stall_nudge.open_reaper(dba.as_role(dba.sweeper)) as reaper:
+    sweeper = site.as_role(site.cast.sweeper)
+    await pg.execute(site.dsn, "ALTER TABLE sb.todos RENAME TO todos_old")
+    with pytest.raises(stall_nudge.StartupError) as refused:
+        async with stall_nudge.open_reaper(sweeper):
+            pass
+    await pg.execute(site.dsn, "ALTER TABLE sb.todos_old RENAME TO todos")
+    async with stall_nudge.open_reaper(sweeper) as reaper:
         report = await reaper.tick()
 
     assert "host tables missing in schema sb, the one migrate recorded: todos" in str(refused.value)
@@ -215,27 +128,22 @@ async def test_a_host_schema_on_no_search_path_is_found_where_migrate_recorded_i
     assert "full" == report.kind
 
 
-async def test_grant_refuses_predefined_and_superuser_roles(dba: Dba) -> None:
+async def test_grant_refuses_predefined_and_superuser_roles(bare_site: pg.Site) -> None:
     """--grant pg_read_all_data or a superuser fails in one line, and grants nothing."""
-    conn = await asyncpg.connect(dba.dsn)
-    try:
-        superuser = await conn.fetchval("SELECT current_user")
+    async with bare_site.connect(bare_site.cast.migrator) as conn:
+        superuser = await conn.fetchval("SELECT min(rolname) FROM pg_roles WHERE rolsuper")
         refused = []
         for role in ("pg_read_all_data", superuser):
             with pytest.raises(MigrationError) as error:
-                await migrate(conn, schema="sb", grant=role)
+                await migrate(conn, grant=role)
             refused.append(str(error.value))
-        installed = await conn.fetchval("SELECT to_regclass('stall_nudge.grants') IS NOT NULL")
-    finally:
-        await conn.close()
+        state = await installed(conn)
 
     assert "predefined" in refused[0]
     assert "superuser" in refused[1]
-    assert False is installed
+    assert state is None
 
 
-#: A DBA's psql session with the host's schema before pg_catalog (notices kept quiet).
-HOSTILE_SESSION = "-c search_path=public,pg_catalog -c client_min_messages=warning"
 #: Our objects that depend on anything outside pg_catalog (a planted operator or function).
 BUILT_ON_PLANTS = """
 SELECT d.objid::regclass::text FROM pg_depend d
@@ -250,60 +158,36 @@ SELECT d.objid::regclass::text FROM pg_depend d
 """
 
 
+@pytest.mark.parametrize("bare_site", ["planted"], indirect=True)
 async def test_the_printed_scripts_run_by_psql_in_a_hostile_session_build_what_migrate_does(
-    pg_server: str, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bare_site: pg.Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--print-sql and --uninstall --print-sql, run by psql with public first, run no plant."""
-    async with pg.roles(pg_server, database, "LOGIN") as [planter]:
-        conn = await asyncpg.connect(database)
-        try:
-            await conn.execute(host_schema_sql("varchar"))
-            await conn.execute(f'GRANT CREATE ON SCHEMA public TO "{planter}"')
-            await pg.execute(pg.with_user(database, planter), pg.PLANT)
-            script = (await plan(conn)).sql()
-            monkeypatch.setitem(
-                os.environ,
-                "PGOPTIONS",
-                "-c search_path=public,pg_catalog -c client_min_messages=warning",
-            )
-            installed = await pg.psql_file(database, script, tmp_path)
-            built_on_plants = [r[0] for r in await conn.fetch(BUILT_ON_PLANTS)]
-            report = await check(conn)
-            removal = (await uninstall_plan(conn)).sql()
-            removed = await pg.psql_file(database, removal, tmp_path)
-            left = await pg.ours(conn)
-        finally:
-            await conn.close()
+    # A DBA's psql session with public before pg_catalog (notices kept quiet).
+    options = f"-c search_path={pg.CARELESS.replace(' ', '')} -c client_min_messages=warning"
+    monkeypatch.setitem(os.environ, "PGOPTIONS", options)
+    migrator = bare_site.as_role(bare_site.cast.migrator)
+    async with bare_site.connect(bare_site.cast.migrator) as conn:
+        installed_by_psql = await pg.psql_file(migrator, (await plan(conn)).sql(), tmp_path)
+        built_on_plants = [r[0] for r in await conn.fetch(BUILT_ON_PLANTS)]
+        report = await check(conn)
+        removed = await pg.psql_file(migrator, (await uninstall_plan(conn)).sql(), tmp_path)
+        left = await pg.ours(conn)
+        theirs = await conn.fetchval("SELECT to_regclass('sb.queue_stall_nudges') IS NOT NULL")
 
-    assert (0, b"") == installed
+    assert (0, b"") == installed_by_psql
     assert [] == built_on_plants
     assert () == report.problems
     assert (0, b"") == removed
     assert set() == left
+    assert theirs  # the planter's table under our ledger's name: never adopted, never dropped
 
 
-#: An attacker's ledger: every read of it runs the attacker's function as the reader.
-ATTACKERS_LEDGER = """
-CREATE FUNCTION public.steal() RETURNS boolean LANGUAGE plpgsql
-    AS $$ BEGIN RAISE EXCEPTION 'attacker code ran'; END $$;
-CREATE TABLE public.queue_stall_nudges (endpoint_id text, queue text, nudges int,
-                                        last_nudged_at timestamptz);
-ALTER TABLE public.queue_stall_nudges ENABLE ROW LEVEL SECURITY;
-CREATE POLICY steal ON public.queue_stall_nudges USING (public.steal());
-GRANT ALL ON public.queue_stall_nudges TO PUBLIC;
-"""
-ATTACKERS_SCHEMA = """
-CREATE SCHEMA stall_nudge;
-CREATE TABLE stall_nudge.settings (singleton boolean PRIMARY KEY DEFAULT true,
-                                   host_schema text NOT NULL);
-INSERT INTO stall_nudge.settings VALUES (true, 'elsewhere');
-"""
-SQUAT = "CREATE TABLE public.{name} (x int)"
 #: What a refused migrate built: our indexes on the host's tables, our record of migrations.
 BUILT = """
 SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
  WHERE c.relname LIKE 'stall\\_nudge\\_%'
-   AND i.indrelid = ANY ('{todos,deliveries,notify_hooks}'::regclass[])
+   AND i.indrelid = ANY ('{sb.todos,sb.deliveries,sb.notify_hooks}'::regclass[])
     OR to_regclass('stall_nudge.migrations') IS NOT NULL
 """
 
@@ -311,65 +195,57 @@ SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 @pytest.mark.parametrize(
     ("grant", "plant", "refused"),
     [
-        ("CREATE ON SCHEMA public", ATTACKERS_LEDGER, "table public.queue_stall_nudges"),
-        ("CREATE ON DATABASE {db}", ATTACKERS_SCHEMA, "schema stall_nudge"),
         (
-            "CREATE ON SCHEMA public",
-            SQUAT.format(name="stall_nudge_pending"),
-            "table public.stall_nudge_pending",
+            "CREATE ON DATABASE {db}",
+            "CREATE SCHEMA stall_nudge; CREATE TABLE stall_nudge.settings (host_schema text);"
+            " INSERT INTO stall_nudge.settings VALUES ('elsewhere')",
+            "schema stall_nudge",
         ),
         (
-            "CREATE ON SCHEMA public",
-            SQUAT.format(name="stall_nudge_ledger_pair"),
-            "table public.stall_nudge_ledger_pair",
+            "USAGE, CREATE ON SCHEMA sb",
+            "CREATE TABLE sb.stall_nudge_pending (x int)",
+            "table sb.stall_nudge_pending",
         ),
     ],
-    ids=["ledger", "schema", "host-index-name", "ledger-index-name"],
+    ids=["schema", "host-index-name"],
 )
-async def test_what_an_attacker_made_first_is_refused_not_adopted(
-    pg_server: str, database: str, grant: str, plant: str, refused: str
+async def test_what_another_role_made_first_under_our_names_is_refused_not_adopted(
+    bare_site: pg.Site, grant: str, plant: str, refused: str
 ) -> None:
     """migrate refuses in one line naming the object and its owner; check reports it."""
-    async with pg.roles(pg_server, database, "LOGIN") as [attacker]:
-        conn = await asyncpg.connect(database)
-        try:
-            await conn.execute(host_schema_sql())
-            target = grant.format(db=f'"{await conn.fetchval("SELECT current_database()")}"')
-            await conn.execute(f'GRANT {target} TO "{attacker}"')
-            await pg.execute(pg.with_user(database, attacker), plant)
-            with pytest.raises(MigrationError) as error:
-                await migrate(conn)
-            report = await check(conn)
-            built = await conn.fetchval(BUILT)
-        finally:
-            await conn.close()
+    planter = bare_site.cast.planter
+    await pg.execute(bare_site.dsn, f'GRANT {grant.format(db=bare_site.database)} TO "{planter}"')
+    await pg.execute(bare_site.as_role(planter), plant)
+    async with bare_site.connect(bare_site.cast.migrator) as conn:
+        with pytest.raises(MigrationError) as error:
+            await migrate(conn)
+        report = await check(conn)
+    async with bare_site.connect() as conn:
+        built = await conn.fetchval(BUILT)
 
-    assert f"refusing to adopt {refused} (owner {attacker})" in str(error.value)
+    assert f"refusing to adopt {refused} (owner {planter})" in str(error.value)
     assert "\n" not in str(error.value)
-    assert any(p.startswith(f"not ours: {refused} (owner {attacker})") for p in report.problems)
+    assert any(p.startswith(f"not ours: {refused} (owner {planter})") for p in report.problems)
     assert 0 == built
 
 
 async def test_a_second_schema_of_look_alike_tables_is_never_picked_silently(
-    database: str,
+    bare_site: pg.Site,
 ) -> None:
     """With a "$user" schema holding look-alike tables, migrate asks for a name, then keeps it."""
-    conn = await asyncpg.connect(database)
-    try:
-        await conn.execute(host_schema_sql())
-        user = await conn.fetchval("SELECT current_user")
+    async with bare_site.connect(bare_site.cast.migrator) as conn:
         # First on the default search_path ("$user", public): look-alikes a careless
         # lookup would take for the host's.
         await conn.execute("CREATE SCHEMA AUTHORIZATION CURRENT_USER")
         await conn.execute(host_schema_sql())
         with pytest.raises(MigrationError) as ambiguous:
             await migrate(conn)
-        await migrate(conn, schema="public")
+        await migrate(conn, schema="sb")
         again = await plan(conn)
-        recorded = await conn.fetchval("SELECT host_schema FROM stall_nudge.settings")
-    finally:
-        await conn.close()
+        state = await installed(conn)
 
-    assert f"more than one schema ({', '.join(sorted([user, 'public']))})" in str(ambiguous.value)
-    assert "public" == recorded
+    schemas = ", ".join(sorted([bare_site.cast.migrator, "sb"]))
+    assert f"more than one schema ({schemas})" in str(ambiguous.value)
+    assert state is not None
+    assert "sb" == state.host_schema
     assert () == again.steps

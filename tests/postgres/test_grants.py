@@ -1,40 +1,28 @@
 """migrate --grant: a sweeping role gets exactly what sweep and status need, recorded and checked.
 
-Each test starts from a brand-new database migrated with the reference host
-tables, and a login role made for it (dropped, with what it was granted there, afterwards).
+Each test starts from a DBA's database (tests/pg.py), migrated by a role that
+is no superuser, and a login role of its own granted nothing (dropped, with
+what it was granted there, afterwards). The set-up's own sweeping role,
+which reads through a group role, ticks in the contract suite.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
 
 import asyncpg
 import pytest
 
 import stall_nudge
-from adapters.postgres import (
-    PostgresHooks,
-    PostgresLedger,
-    check,
-    migrate,
-    missing_privileges,
-    plan,
-    recorded_schema,
-    uninstall,
-)
-from stall_core import PacingPolicy
-from stall_testing import FakeClock, PostgresDriver
-from stall_testing.contract import stalled_queue
+from adapters.postgres import MigrationReport, check, migrate, plan, uninstall
 from tests import pg
-from tests.support import T0
 
 pytestmark = pytest.mark.postgres
 
 #: Everything migrate --grant gives a new role, as the catalog lists it: checked in here,
-#: apart from the list migrate grants from (adapters.postgres.SWEEPER_PRIVILEGES). USAGE
-#: on public is not among them: every role holds it through PUBLIC, so it is not given.
+#: apart from the list migrate grants from (adapters.postgres.SWEEPER_PRIVILEGES).
 EXPECTED = {
+    "schema sb: USAGE",
     "schema stall_nudge: USAGE",
     *(f"column endpoints.{c}: SELECT" for c in ("id", "state")),
     *(f"column deliveries.{c}: SELECT" for c in ("id", "verified")),
@@ -48,14 +36,18 @@ EXPECTED = {
         for c in ("id", "endpoint_id", "url", "secret", "queues", "enabled")
     ),
     *(
-        f"column notify_hooks.{c}: {p}"
+        f"column {t}.{c}: {p}"
+        for t in ("notify_hooks", "host_notify_hooks")
         for c in ("consecutive_failures", "disabled_at", "disabled_reason")
         for p in ("SELECT", "UPDATE")
+        if (t, p) != ("host_notify_hooks", "SELECT")
     ),
     "column notify_hooks.enabled: UPDATE",
+    "column host_notify_hooks.enabled: UPDATE",
+    *(f"table host_{t}: SELECT" for t in ("endpoints", "deliveries", "todos", "notify_hooks")),
     *(f"table queue_stall_nudges: {p}" for p in ("SELECT", "INSERT", "UPDATE", "DELETE")),
     *(f"table held: {p}" for p in ("SELECT", "INSERT", "UPDATE", "DELETE")),
-    *(f"table sweeps: {p}" for p in ("SELECT", "INSERT", "UPDATE")),
+    *(f"table ticks: {p}" for p in ("SELECT", "INSERT", "UPDATE")),
     "table settings: SELECT",
     "table migrations: SELECT",
     "table grants: SELECT",
@@ -73,190 +65,125 @@ SELECT 'column ' || c.relname || '.' || t.attname || ': ' || a.privilege_type
 """
 
 
-@pytest.fixture(name="dsn")
-async def _dsn(pg_server: str) -> AsyncIterator[str]:
-    """A brand-new database, migrated with the reference host tables."""
-    name = pg.unique_name("stall_grants")
-    await pg.create_database(pg_server, name, template="template0")
-    dsn = pg.with_database(pg_server, name)
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn, host_schema=True)
-    finally:
-        await conn.close()
-    yield dsn
-    await pg.drop_database(pg_server, name)
-
-
 @pytest.fixture(name="role")
-async def _role(pg_server: str, dsn: str) -> AsyncIterator[str]:
-    """A login role of its own, dropped (with whatever it was granted) afterwards."""
-    async with pg.login_role(pg_server, dsn, "stall_sweeper") as (role, _):
+async def _role(site: pg.Site) -> AsyncIterator[str]:
+    """A login role of its own, granted nothing."""
+    async with pg.login_role(site.dsn, site.dsn, "stall_sweeper") as (role, _):
         yield role
 
 
-async def privileges(conn: asyncpg.Connection, role: str) -> set[str]:
-    return {r[0] for r in await conn.fetch(PRIVILEGES_OF, role)}
+async def privileges(site: pg.Site, role: str) -> set[str]:
+    async with site.connect() as conn:
+        return {r[0] for r in await conn.fetch(PRIVILEGES_OF, role)}
 
 
-async def test_a_sweeping_role_gets_exactly_the_listed_privileges(dsn: str, role: str) -> None:
+async def migrated(site: pg.Site, grant: str | None = None) -> MigrationReport:
+    """migrate (--grant ``grant``) as the set-up's migrating role."""
+    async with site.connect(site.cast.migrator) as conn:
+        return await migrate(conn, grant=grant)
+
+
+async def test_a_sweeping_role_gets_exactly_the_listed_privileges(site: pg.Site, role: str) -> None:
     """The catalog holds exactly the checked-in list for the role: no ALL, no table-wide UPDATE."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        report = await migrate(conn, grant=role)
-        held = await privileges(conn, role)
+    report = await migrated(site, grant=role)
+    async with site.connect(site.cast.migrator) as conn:
         again = await plan(conn, grant=role)
-        recorded = [r[0] for r in await conn.fetch("SELECT role FROM stall_nudge.grants")]
-    finally:
-        await conn.close()
+        recorded = {r[0] for r in await conn.fetch("SELECT role FROM stall_nudge.grants")}
 
-    assert EXPECTED == held
+    assert EXPECTED == await privileges(site, role)
     assert () == report.for_dba
     assert () == again.steps  # granting twice changes nothing
-    assert [role] == recorded
+    assert {site.cast.sweeper, role} == recorded
 
 
-async def test_the_role_sweeps_and_asks_status(dsn: str, role: str) -> None:
-    """As the sweeping role: a tick charges, status answers, a hook's failure is booked."""
-    conn = await asyncpg.connect(dsn)
-    await migrate(conn, grant=role)
-    await conn.close()
-    host = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
-    sweeper = await asyncpg.create_pool(pg.with_user(dsn, role), min_size=1, max_size=2)
-    try:
-        clock = FakeClock(T0)
-        await stalled_queue(PostgresDriver(host, clock))
-        clock.set(T0 + timedelta(minutes=10))
-        ledger = PostgresLedger(sweeper, clock=clock)
-        outcome = await ledger.charge_due(policy=PacingPolicy())
-        _, pairs = await ledger.status(policy=PacingPolicy())
-        hooks = PostgresHooks(sweeper)
-        [hook] = await hooks.hooks_covering("ep-1", "lane-l")
-        health = await hooks.record_failure(hook.id, at=T0, reason="test", disable_after=10)
-        async with sweeper.acquire() as mine:
-            lacking = await missing_privileges(mine, await recorded_schema(mine))
-    finally:
-        await sweeper.close()
-        await host.close()
-
-    assert [1] == [n.number for n in outcome.charged]
-    assert [("ep-1", "lane-l")] == [(p.endpoint_id, p.queue) for p in pairs]
-    assert health is not None
-    assert 1 == health.consecutive_failures
-    assert [] == lacking
-
-
-async def test_a_privilege_revoked_is_drift_that_migrate_repairs(dsn: str, role: str) -> None:
+async def test_a_privilege_revoked_is_drift_that_migrate_repairs(site: pg.Site, role: str) -> None:
     """check names the privilege the role lost; migrate grants it again."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn, grant=role)
-        await conn.execute(f'REVOKE SELECT (claimed_at) ON todos FROM "{role}"')
+    await migrated(site, grant=role)
+    await pg.execute(site.dsn, f'REVOKE SELECT (claimed_at) ON sb.todos FROM "{role}"')
+    async with site.connect(site.cast.migrator) as conn:
         found = await check(conn)
         await migrate(conn)
         after = await check(conn)
-        held = await privileges(conn, role)
-    finally:
-        await conn.close()
 
-    assert f'grants: role {role} lacks SELECT (claimed_at) on "public"."todos"' in found.problems
+    assert f'grants: role {role} lacks SELECT (claimed_at) on "sb"."todos"' in found.problems
     assert () == after.problems
-    assert EXPECTED == held
+    assert EXPECTED == await privileges(site, role)
 
 
-async def test_check_as_the_sweeping_role_reports_and_does_not_fail(dsn: str, role: str) -> None:
+async def test_check_as_the_sweeping_role_reports_and_does_not_fail(site: pg.Site) -> None:
     """A role that may read but not migrate runs check: a current database has no problem."""
-    conn = await asyncpg.connect(dsn)
-    await migrate(conn, grant=role)
-    await conn.close()
-    mine = await asyncpg.connect(pg.with_user(dsn, role))
-    try:
-        report = await check(mine)
-    finally:
-        await mine.close()
+    async with site.connect(site.cast.sweeper) as conn:
+        report = await check(conn)
 
     assert () == report.problems
 
 
-async def test_uninstall_revokes_the_grants_it_gave(dsn: str, role: str) -> None:
+async def test_uninstall_revokes_the_grants_it_gave(site: pg.Site, role: str) -> None:
     """After --uninstall the role holds nothing on the host's tables."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn, grant=role)
+    await migrated(site, grant=role)
+    async with site.connect(site.cast.migrator) as conn:
         await uninstall(conn)
-        held = await privileges(conn, role)
-    finally:
-        await conn.close()
 
-    assert set() == held
+    assert set() == await privileges(site, role)
 
 
-async def test_a_role_without_its_grants_cannot_start(dsn: str, role: str) -> None:
+async def test_a_role_without_its_grants_cannot_start(site: pg.Site, role: str) -> None:
     """open_reaper refuses a role lacking a privilege, in one line naming it."""
     with pytest.raises(stall_nudge.StartupError) as refused:
-        async with stall_nudge.open_reaper(pg.with_user(dsn, role)):
+        async with stall_nudge.open_reaper(site.as_role(role)):
             pass
 
     assert "\n" not in str(refused.value)
-    assert "lacks USAGE on schema stall_nudge" in str(refused.value)
+    assert "lacks USAGE on schema" in str(refused.value)
     assert "migrate --grant" in str(refused.value)
 
 
 async def test_a_migrating_role_that_may_not_grant_on_the_host_leaves_it_to_a_dba(
-    dsn: str, role: str, pg_server: str
+    site: pg.Site, role: str
 ) -> None:
     """Our objects' grants are given; those on the host's tables are printed for a DBA."""
-    async with pg.login_role(pg_server, dsn, "stall_migrator") as (migrator, migrator_dsn):
-        admin = await asyncpg.connect(dsn)
+    async with pg.login_role(site.dsn, site.dsn, "stall_migrator") as (migrator, as_migrator):
+        # Ours are this role's now; it may look the host's schema up, and owns none of it.
+        await pg.execute(
+            site.dsn,
+            f'REASSIGN OWNED BY "{site.cast.migrator}" TO "{migrator}";'
+            f' GRANT USAGE ON SCHEMA sb TO "{migrator}"',
+        )
+        conn = await asyncpg.connect(as_migrator)
         try:
-            await admin.execute(f'ALTER SCHEMA stall_nudge OWNER TO "{migrator}"')
-            for table in ("migrations", "settings", "sweeps", "held", "grants"):
-                await admin.execute(f'ALTER TABLE stall_nudge.{table} OWNER TO "{migrator}"')
-            await admin.execute(f'ALTER TABLE queue_stall_nudges OWNER TO "{migrator}"')
-            conn = await asyncpg.connect(migrator_dsn)
-            try:
-                report = await migrate(conn, grant=role)
-            finally:
-                await conn.close()
-            held = await privileges(admin, role)
+            report = await migrate(conn, grant=role)
         finally:
-            # Ours again, so that dropping the migrator drops none of our objects.
-            await admin.execute(f'REASSIGN OWNED BY "{migrator}" TO CURRENT_USER')
-            await admin.close()
+            await conn.close()
+        held = await privileges(site, role)
 
     assert report.for_dba
-    assert all(sql.startswith("GRANT") and '"public"' in sql for sql in report.for_dba)
+    assert all(sql.startswith("GRANT") and '"sb"' in sql for sql in report.for_dba)
     assert "table held: SELECT" in held
     assert "column todos.id: SELECT" not in held
 
 
-async def test_one_migrate_restores_a_dropped_table_and_its_grants(dsn: str, role: str) -> None:
+async def test_one_migrate_restores_a_dropped_table_and_its_grants(
+    site: pg.Site, role: str
+) -> None:
     """A table of ours dropped by hand comes back, granted to the recorded role, in one migrate."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn, grant=role)
-        await conn.execute("DROP TABLE stall_nudge.held")
-        await migrate(conn)
+    await migrated(site, grant=role)
+    await pg.execute(site.dsn, "DROP TABLE stall_nudge.held")
+    await migrated(site)
+    async with site.connect(site.cast.migrator) as conn:
         again = await plan(conn)
-        held = await privileges(conn, role)
-    finally:
-        await conn.close()
 
     assert () == again.steps
-    assert EXPECTED == held
+    assert EXPECTED == await privileges(site, role)
 
 
-async def test_check_names_what_an_interrupted_first_migrate_left(dsn: str) -> None:
+async def test_check_names_what_an_interrupted_first_migrate_left(bare_site: pg.Site) -> None:
     """A first migrate killed after its index builds: check names each index it left."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await uninstall(conn)
-        await conn.execute(
-            "CREATE INDEX stall_nudge_arrivals ON todos (created_at) WHERE state = 'pending'"
-        )
+    await pg.execute(
+        bare_site.dsn,
+        "CREATE INDEX stall_nudge_arrivals ON sb.todos (created_at) WHERE state = 'pending'",
+    )
+    async with bare_site.connect(bare_site.cast.migrator) as conn:
         report = await check(conn)
-    finally:
-        await conn.close()
 
     assert (
         "not migrated: run stall-nudge migrate (an interrupted migrate left the objects below)",

@@ -3,7 +3,7 @@
 PostgreSQL's timestamptz holds ``-infinity``, ``infinity`` and years from
 4713 BC to 294276; a Python datetime holds years 1 to 9999, and asyncpg
 decodes the infinities to naive ``datetime.min``/``max`` and raises on the
-rest. The sweep reads such a value as none (docs/host-schema.md, "Host
+rest. The sweep reads such a value as none (docs/operations.md, "Host
 values we tolerate"): a todo created at one is not work, a claim stamped
 with one is not progress, and ``status`` shows the pair as needing a person
 with the value escaped.
@@ -82,7 +82,7 @@ async def test_a_todo_created_at_an_odd_instant_stops_no_tick(pg_pool: asyncpg.P
     charged = {}
     for value in ODD:
         await set_instant(pg_pool, "todos", "created_at", "odd", value)
-        await pg_pool.execute("DELETE FROM queue_stall_nudges")
+        await pg_pool.execute("DELETE FROM stall_nudge.queue_stall_nudges")
         outcome = await PostgresLedger(pg_pool, clock=FakeClock(NOW)).charge_due(policy=POLICY)
         charged[value] = [n.key for n in outcome.charged]
 
@@ -94,7 +94,7 @@ async def test_a_claim_stamped_at_an_odd_instant_stops_no_tick(pg_pool: asyncpg.
     await healthy_board(pg_pool)
     charged = {}
     for value in ODD:
-        await pg_pool.execute("DELETE FROM queue_stall_nudges")
+        await pg_pool.execute("DELETE FROM stall_nudge.queue_stall_nudges")
         await PostgresLedger(pg_pool, clock=FakeClock(NOW)).charge_due(policy=POLICY)
         await set_instant(pg_pool, "todos", "claimed_at", "b-1", value)
         later = PostgresLedger(pg_pool, clock=FakeClock(NOW + minutes(30)))
@@ -310,8 +310,8 @@ async def clear(pool: asyncpg.Pool) -> None:
         "deliveries",
         "notify_hooks",
         "endpoints",
-        "queue_stall_nudges",
-        "stall_nudge.sweeps",
+        "stall_nudge.queue_stall_nudges",
+        "stall_nudge.ticks",
         "stall_nudge.held",
     ):
         await pool.execute(f"DELETE FROM {table}")

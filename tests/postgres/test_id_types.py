@@ -293,7 +293,7 @@ class TestBigintHost(LedgerContract):
 
         await sweep(driver, T0 + minutes(10), wake)
         rows = await driver.pool.fetch(
-            "SELECT endpoint_id, queue, named_todo FROM queue_stall_nudges"
+            "SELECT endpoint_id, queue, named_todo FROM stall_nudge.queue_stall_nudges"
         )
 
         assert [(driver.ids.id("ep-1"), "lane-l", driver.ids.id(todo))] == [tuple(r) for r in rows]
@@ -307,7 +307,7 @@ class TestBigintHost(LedgerContract):
         _, pairs = await ledger.status(policy=PacingPolicy())
 
         assert [(driver.ids.id("ep-1"), "lane-l", 2, "due")] == [
-            (p.endpoint_id, p.queue, p.pending_gated, p.verdict.value) for p in pairs
+            (p.endpoint_id, p.queue, p.sendable, p.verdict.value) for p in pairs
         ]
 
     async def test_the_hook_directory_reads_and_counts_bigint_hooks(

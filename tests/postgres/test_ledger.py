@@ -83,7 +83,7 @@ class TestPostgresLedger:
         ledger = driver.ledger
         # One good tick first, so the charge statement is prepared and cached when the table goes.
         assert 1 == len((await sweep(driver, T0 + minutes(10), RecordingWake())).charged)
-        await driver.pool.execute("DROP TABLE queue_stall_nudges")
+        await driver.pool.execute("DROP TABLE stall_nudge.queue_stall_nudges")
         before = await host_rows(driver.pool)
         stop = asyncio.Event()
         counting = StopAfter(ledger, ticks=5, stop=stop)
@@ -110,7 +110,7 @@ class TestPostgresLedger:
 
         # Nothing else changed: once migrated again, the next tick nudges afresh.
         async with driver.pool.acquire() as conn:
-            assert ("missing: queue_stall_nudges",) == (await migrate(conn)).repaired
+            assert ("missing: stall_nudge.queue_stall_nudges",) == (await migrate(conn)).repaired
             # The ledger's indexes and constraint came back with it: nothing left to repair.
             assert () == (await check(conn)).problems
         report = await sweeper.tick()
@@ -131,11 +131,11 @@ class TestPostgresLedger:
         assert [] == wake.sent
         assert before == (await driver.ledger_rows(), await host_rows(driver.pool))
         # The same board without the trigger charges both pairs and drains the empty one.
-        await driver.pool.execute("DROP TRIGGER poison ON queue_stall_nudges")
+        await driver.pool.execute("DROP TRIGGER poison ON stall_nudge.queue_stall_nudges")
         report = await sweep(driver, NOW, wake)
         assert ([("ep-1", "lane-a"), ("ep-1", "poison")], [("ep-1", "drained")]) == (
             sorted(n.key for n in report.charged),
-            list(report.drained),
+            list(report.cleared),
         )
 
     async def test_sweep_query_error(
@@ -175,7 +175,7 @@ class TestPostgresLedger:
             async with blocker.transaction():
                 # Another session holds the due row, so the charge waits until it is cancelled.
                 await blocker.execute(
-                    "SELECT 1 FROM queue_stall_nudges WHERE queue = 'poison' FOR UPDATE"
+                    "SELECT 1 FROM stall_nudge.queue_stall_nudges WHERE queue = 'poison' FOR UPDATE"
                 )
                 impatient = PostgresLedger(driver.pool, clock=FakeClock(NOW), timeout=0.3)
                 with pytest.raises(LedgerError, match=r"charging due pairs failed: .*time"):
@@ -196,7 +196,7 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON queue_stall_nudges
+CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON stall_nudge.queue_stall_nudges
     FOR EACH ROW EXECUTE FUNCTION poison();
 """
 
@@ -208,7 +208,7 @@ async def ledger_board(driver: PostgresDriver) -> None:
         "p", endpoint_id="ep-1", queue="poison", created_at=T0, delivery_id="dlv-ep-1-lane-a"
     )
     await driver.pool.executemany(
-        "INSERT INTO queue_stall_nudges VALUES ($1, $2, $3, $4)",
+        "INSERT INTO stall_nudge.queue_stall_nudges VALUES ($1, $2, $3, $4)",
         [("ep-1", "poison", 1, NOW - minutes(6)), ("ep-1", "drained", 2, NOW - minutes(9))],
     )
 
@@ -255,4 +255,4 @@ async def test_a_todo_whose_delivery_is_missing_does_not_pass_the_gate(
     _, [status] = await PostgresLedger(pg_pool, clock=driver.clock).status(policy=PacingPolicy())
 
     assert ((), []) == (report.charged, wake.sent)
-    assert (0, 1, "ungated") == (status.pending_gated, status.pending_ungated, status.verdict.value)
+    assert (0, 1, "held-by-gate") == (status.sendable, status.held_by_gate, status.verdict.value)

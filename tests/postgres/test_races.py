@@ -42,16 +42,17 @@ WORK = "todo-ep-1-lane-l-0"
 FAST = {"synchronous_commit": "off"}
 
 RESET_ROW = """
-    INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at, named_todo)
+    INSERT INTO stall_nudge.queue_stall_nudges
+           (endpoint_id, queue, nudges, last_nudged_at, named_todo)
     VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT ((md5(endpoint_id)), (md5(queue))) DO UPDATE
+    ON CONFLICT (endpoint_id, queue) DO UPDATE
        SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at,
            named_todo = EXCLUDED.named_todo, progressed_at = NULL
 """
 
 
 async def reset_no_row(conn: asyncpg.Connection) -> None:
-    await conn.execute("DELETE FROM queue_stall_nudges")
+    await conn.execute("DELETE FROM stall_nudge.queue_stall_nudges")
 
 
 async def reset_due_row(conn: asyncpg.Connection) -> None:
@@ -84,13 +85,16 @@ async def holding_key(conn: asyncpg.Connection, *, row_exists: bool) -> AsyncIte
     try:
         if row_exists:
             await conn.execute(
-                "SELECT 1 FROM queue_stall_nudges WHERE endpoint_id = $1 AND queue = $2 FOR UPDATE",
+                "SELECT 1 FROM stall_nudge.queue_stall_nudges"
+                " WHERE endpoint_id = $1 AND queue = $2 FOR UPDATE",
                 *KEY,
             )
         else:
             # An uncommitted row with the same key: both inserts must wait for its fate.
             await conn.execute(
-                "INSERT INTO queue_stall_nudges VALUES ($1, $2, 1, $3)", *KEY, NOW - minutes(1)
+                "INSERT INTO stall_nudge.queue_stall_nudges VALUES ($1, $2, 1, $3)",
+                *KEY,
+                NOW - minutes(1),
             )
         yield
     finally:

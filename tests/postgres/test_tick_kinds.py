@@ -107,7 +107,8 @@ class Board:
         """
         [todo] = await self.stalled(queue)
         await self.pool.execute(
-            "INSERT INTO queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at,"
+            "INSERT INTO stall_nudge.queue_stall_nudges"
+            " (endpoint_id, queue, nudges, last_nudged_at,"
             " named_todo) VALUES ('ep', $1, $2, $3, $4)",
             queue,
             POLICY.cap,
@@ -141,7 +142,7 @@ async def test_a_delta_with_nothing_changed_judges_no_pair_and_charges_nothing(
     quiet = await b.tick(START + STEP)
 
     assert ("full", 3, [("ep", "q", "q-0", 1)]) == seen(first)
-    assert ("delta", 0, [], ()) == (*seen(quiet), quiet.drained)
+    assert ("delta", 0, [], ()) == (*seen(quiet), quiet.cleared)
     assert rows == await b.ledger.ledger_rows()
 
 
@@ -387,12 +388,12 @@ async def test_what_no_timestamp_shows_waits_for_the_full_pass(
     at = START + STEP
     while at < START + FULL_PASS_INTERVAL:
         outcome = await b.tick(at)
-        deltas.append((*seen(outcome), outcome.drained))
+        deltas.append((*seen(outcome), outcome.cleared))
         at += STEP
     full = await b.tick(START + FULL_PASS_INTERVAL)
 
     assert [("delta", 0, [], ())] * len(deltas) == deltas
-    assert ("full", charged, drained) == (full.kind, charges(full), full.drained)
+    assert ("full", charged, drained) == (full.kind, charges(full), full.cleared)
 
 
 async def test_a_new_instance_judges_what_no_timestamp_shows_at_its_first_tick(
@@ -615,7 +616,7 @@ async def test_a_full_pass_judges_every_pair_and_the_fleet_record_keeps_both_kin
 
     assert ("full", 4, [("ep", "q", "q-0", 1)], (("ep", "gone"),)) == (
         *seen(full),
-        full.drained,
+        full.cleared,
     )
     assert ("delta", 0) == (delta.kind, delta.judged)
     assert (full.now, "full", 4, full.now, 4) == (
