@@ -5,7 +5,7 @@ one path for the host's ``created`` and ``requeued`` wakes too. It finds
 hooks through a ``stall_core.HookDirectory``: ``adapters.memory.MemoryHooks``
 over the memory board, or ``adapters.postgres.PostgresHooks`` over the host's
 ``notify_hooks`` table (the composition root picks one).
-docs/wake-contract.md is the consumer's side of the contract.
+docs/architecture.md is the consumer's side of the contract.
 """
 
 from ._address import (

@@ -1,4 +1,4 @@
-"""The todo.ready body (SPEC-0024 REQ-4 as docs/wake-contract.md reads it), as attrs values.
+"""The todo.ready body (SPEC-0024 REQ-4 as docs/architecture.md reads it), as attrs values.
 
 The same shape serves every reason; a consumer reads ``meta.todo_id`` and
 claims, whatever ``reason`` says. cattrs turns the values into JSON-ready

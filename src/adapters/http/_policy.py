@@ -1,4 +1,4 @@
-"""How hard one delivery tries: every number of the retry rules (docs/wake-contract.md).
+"""How hard one delivery tries: every number of the retry rules (docs/architecture.md).
 
 Theory of operation
 -------------------

@@ -1,6 +1,6 @@
 """What one attempt's outcome means: pure functions of (outcome, attempt, policy, now).
 
-The whole retry table lives here so it can be read against docs/wake-contract.md: 2xx
+The whole retry table lives here so it can be read against docs/architecture.md: 2xx
 delivers; 5xx, 408, 429, connection errors and timeouts retry while
 attempts remain; every other status (3xx included: redirects are never
 followed) is final.
