@@ -4,9 +4,9 @@ A backend joins the suite with a three-line subclass of ``LedgerContract``
 that provides the ``driver`` fixture, a ``BoardDriver`` (the project's own
 tests/contract/test_memory.py and test_postgres.py do exactly that).
 Scenarios speak only the ``BoardDriver`` interface and never branch on the
-backend. The scenarios need pytest, pytest-asyncio
-and time-machine (the ``test`` extra); docs/reliability.md says how to run
-them against your host.
+backend. The scenarios need pytest, pytest-asyncio and time-machine (the
+``contract`` extra: ``pip install 'stall-nudge[contract]'``);
+docs/reliability.md says how to run them against your host.
 """
 
 from __future__ import annotations
