@@ -4,135 +4,51 @@
     .venv/bin/python -m tests.stress.races --trials 36      # a short run (the test suite's)
     .venv/bin/python -m tests.stress.races --fault rewind   # a positive control: it must fail
 
-Real parts only: one PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an
-embedded one) holding a throwaway database this script creates, migrates and
-drops; 4 and then 8 sweeper processes (``tests.stress.race_worker``), each
-under libfaketime (``stall_testing.skewed_env``) with its wall clock shifted
-by 0, +2 s, -2 s, +30 s or -30 s, each with its own asyncpg pool and
-``PostgresLedger(pool)`` deciding at the database's clock, a full pass every
-``race_worker.FULL_PASS_INTERVAL`` and deltas between; consumers claiming,
-completing, requeueing and deleting through ``PostgresHost`` on their own
-connections while the sweepers tick. The policy is the spec's default
-``PacingPolicy()``: nothing waits five minutes, because every timestamp is
-planted relative to the database's ``now()``.
+One PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an embedded one)
+holds a throwaway database. 4 and then 8 sweeper processes (``race_worker``)
+run under libfaketime, their wall clocks shifted by 0, ±2 s or ±30 s: no
+decision may read it. Timestamps are planted relative to the database's
+``now()``, so the default ``PacingPolicy()`` runs unscaled.
 
-Theory of operation
--------------------
-Trials run four at a time (``tick_limit`` of them, so the tick limit never
-holds a due pair back), each on its own fresh pair ``(r<N>t<trial>, q)``,
-in four rounds. A round writes one ``tick`` command to every worker at once
-and runs each trial's host action (a claim, stamped by the database, 60 s
-behind it, or inside a transaction held open across the tick; a completion,
-that may delete the todo; a requeue; a new todo; the endpoint paused or
-resumed) on its own connection, starting at a random instant
-within 3 ms either side of the commands, so sweeps see it, miss it or race
-it; then it reads every worker's answer: whether it skipped (missed the tick
-lock), the instant it decided at (``now``), whether it judged every pair or
-only what changed (``kind``), a database-clock read once it committed
-(``done``), its charges, deletions and refunds. Each host statement is
-bracketed by database clock reads (``lb`` before it, ``ub`` after its
-commit). After the round the coordinator reads the trial's ledger row (with
-the todo it names and the progress it keeps) and todos. Round 1 is the race;
-round 2 settles; round 3 is a second action (the consumer woken claims, the
-change is reverted, the backlog returns, or the receiver heals); round 4
-settles again.
+Trials run ``tick_limit`` at a time (the limit never holds a due pair back),
+each on a fresh pair, in four rounds: the race, a settle, a second action,
+a settle. A round sends every worker one ``tick`` while each trial's host
+action starts within 3 ms either side: sweeps see it, miss it or race it.
+Database clock reads bracket each host statement (``lb``, ``ub``) and refund,
+and follow each tick's commit (``done``). The classes are ``_plant``'s; a
+hook changed at tick races as an endpoint paused does (one snapshot reads
+both, no delta finds either), and a host that clears ``claimed_at`` looks to
+every statement like one that deletes: the contract suite runs those.
 
-Race classes: ``new-pair`` (first-nudge insert, some at the exact threshold
-instant), ``due-row`` (the backoff expires during the rounds), ``progress``
-(a claim at tick, up to the cap; some rows keep progress a reset left),
-``drain`` (the last todo claimed at tick), ``endpoint-change`` (at tick;
-some claim while no nudge may go out, so the row is reset),
-``receiver-heal`` (wakes reach nobody or are refused, are refunded, then the
-pair is moved one backoff step on and the receiver answers), and what the
-rule reads departures for: ``claim-behind`` (a claim stamped 60 s behind the
-database, often before the row's last nudge), ``delete-done`` (the host
-deletes a todo when it completes it) and ``spanning-claim`` (the claim's
-transaction is held open across the tick, so it is stamped before sweeps
-that cannot see it). A tenth of planted rows name no todo, as an older
-build's do.
+The judge decides with the core, exactly (no slack, no retries): each
+sweep's ``plan_tick`` at its ``now`` on the facts it may have seen; a delta
+acts only on what ``find_changed`` (``delta_finds``) finds with the marks
+the fleet's record may have held. A snapshot lies between a sweep's ``now``
+and its commit, before ``done`` and, behind the lock, the next fleet sweep's
+``now``; a host statement is in it surely if ``ub < now``, maybe if ``lb``
+precedes its bound. Writes are compare-and-set. Every interleaving of
+sweeps, the instance beside the lock and refunds is explored; a round is
+clean when one explains every report, refund and the row after it. Counts:
 
-Left to cheaper layers: a hook disabled, enabled or re-scoped at tick races
-as an endpoint paused does (both are read in the judging statement's one
-snapshot, and no delta finds either), and its rule is the contract suite's;
-a host that clears ``claimed_at`` on completion looks to every statement as
-one that deletes the todo (no claim stamp, the named todo not pending), and
-the contract suite runs both; a claim stamped ahead of the database counts
-once in the contract suite, and races as any claim at tick (``progress``).
-
-Judging, exactly (no slack window, no retries)
-----------------------------------------------
-The judge decides with the core itself: for each sweep it builds the pair's
-``PairState`` (its work, ``latest_claim`` and whether the named todo
-``has_departed``) and ``LedgerRow`` from the trial's facts and runs
-``stall_core.plan_tick`` on them at the sweep's ``now``: a charge (number,
-``charge_stamp``, named todo), a drain, a reset (``reset_row``; the row is
-kept, unreported) or nothing. A delta judges only what it finds: the judge
-states ``tick.sql``'s ``find_changed`` on the pair's facts
-(``delta_finds``) with the watermark and last full pass the fleet's record
-held when the tick read it (the previous judging tick's ``now`` and the
-last full pass's, known from every answer), and a delta that does not find
-a pair does nothing to it (``deferred``); the next full pass judges it.
-
-What each sweep saw is modelled, not guessed. A sweep's snapshot lies
-between its ``now`` and its commit (a delta's finding statement has one of
-its own, no later than its judging one's), which comes before ``done`` and, for a
-fleet sweep, before the next fleet sweep's ``now`` (the tick lock); a host
-statement is in it if it committed before (``ub < now``: surely; ``lb``
-before the snapshot's upper bound: maybe), statements of one trial in
-order, and a later snapshot never sees less. A sweep's writes land at its
-commit, compare-and-set: a charge, reset or drain applies only if no write
-to the row came between the snapshot and the commit (a first nudge only if
-no row exists), else the sweep reports nothing for the pair. The judge
-explores every interleaving the clocks allow of the fleet's sweeps (in
-``now`` order, serialised by the lock), an instance beside the lock
-(``--fault outside-lock``: its snapshot and commit float free) and every
-refund (a refund takes the lock of its instance), with every visibility each
-snapshot may have had. A round is clean when one interleaving explains
-every sweep's report, every refund's result and the ledger row after the
-round; otherwise the interleaving that explains the most is reported,
-mismatch by mismatch, and the next round starts from the rows it leaves
-(the replay's, not the database's). The counts:
-
-- ``duplicates``: a charge where the rule allows none (a second charge of
-  one due time), and every further wake of one charge;
-- ``double_resets``: a nudge 1 over a live row where the rule allows no
-  charge: a reset no progress explains (one claim or departure used twice);
+- ``duplicates``: a charge where the rule allows none, and every further wake of one charge;
+- ``double_resets``: nudge 1 over a live row with no progress to explain it;
 - ``lost``: no charge where the rule allows only a charge;
-- ``stranded``: a step (nudge n+1) where the rule demands nudge 1 (progress
-  ignored), or a nudge that reached nobody and was not refunded though its
-  row was unchanged;
-- ``other`` (per configuration; any makes the run fail): a charge with the
-  wrong number, stamp or todo, a wrong or missed deletion, a ledger row that
-  does not match the replay, a todo a sweep changed, a worker error.
+- ``stranded``: nudge n+1 where the rule demands nudge 1, or an unreached nudge not refunded;
+- ``other``: a wrong number, stamp, todo, deletion or row, a todo a sweep changed, an error.
 
-``db_sweeps_per_tick`` is the non-skipped ``charge_due`` calls over rounds.
-Per class it also prints what the races exercised: ``contested`` trials had a
-sweep for which the rule allowed more than one outcome (a host statement may
-or may not have been visible to it), ``seen`` / ``unseen`` how that fell,
-``turned_due`` trials whose threshold or backoff ran out between two sweeps;
-``resets`` charges that answered progress (nudge 1 over a live row), and what showed it
-(``by_claim`` a claim stamped after the last nudge, ``by_departure`` only the
-named todo's departure, ``by_kept`` progress a reset kept);
-``unreported_resets`` rows reset and kept by a sweep that reported nothing;
-``full`` / ``delta`` the sweeps by kind; ``deferred`` deltas that did not
-find a pair whose decision had changed (the full pass did); ``overlapped``
-rounds in which the instance beside the lock and a fleet sweep ran at once,
-and ``cas`` writes the compare-and-set surely refused (on every explanation).
-
-Positive controls: ``--fault`` runs every worker on a deliberately broken
-ledger (``tests.stress.race_worker``: a correct ledger broken from Python),
-each of which must make its count non-zero; ``--fault outside-lock`` runs
-worker 0 beside the fleet's lock and must find nothing. ``--claim-hold-ms``
-has every consumer claim inside a transaction held open that long after the
-claim, which widens the progress-at-tick window.
-The last line is exactly (one line)::
+Per class it prints what the races exercised: ``contested`` (a sweep allowed
+more than one outcome), ``seen``/``unseen`` how that fell, ``turned_due``,
+``resets`` (nudge 1 over a live row) by what showed progress, ``unreported_resets``,
+``deferred`` (a delta that missed a changed pair), ``overlapped`` (the
+outsider and a fleet sweep at once), ``cas`` (writes surely refused).
+``--fault`` breaks the ledger (``race_worker``): each must make its count
+non-zero; ``outside-lock`` must find nothing. The last line is exactly::
 
     races: trials=<int> instances=<int> duplicates=<int> double_resets=<int> lost=<int>
     stranded=<int> db_sweeps_per_tick=<float>
 
-with ``instances`` the largest count run and ``db_sweeps_per_tick`` the
-4-instance figure (if run). It exits 1 if any count (``other`` included) is
-not 0, and 2 if it could not run.
+(``instances`` the largest count run, ``db_sweeps_per_tick`` the 4-instance
+figure). Exit 1 if any count, ``other`` included, is not 0; 2 if it could not run.
 """
 
 from __future__ import annotations
@@ -140,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -148,8 +65,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -174,7 +90,6 @@ from stall_core import (
     work_of,
 )
 from stall_testing import (
-    HOST_SQL,
     PostgresHost,
     SkewUnavailable,
     create_database,
@@ -183,44 +98,36 @@ from stall_testing import (
     skewed_env,
     with_database,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-if __package__ in (None, ""):  # run as `python tests/stress/races.py`: the repository is the root
-    sys.path.insert(0, str(ROOT))
-
-# Needs the path set above when run as a script.
-from tests.stress.race_worker import FAULTS  # noqa: E402
-
-__all__ = ["ConfigResult", "decide_intents", "delta_finds", "judge", "main", "run_races"]
+from tests.stress.race_worker import FAULTS
+from tests.stress.shared import nudge, show_row, spawn
 
 POLICY = PacingPolicy()
+#: The trials' plans are seeded: a run's races differ only in timing.
+SEED = 7
 #: Wall-clock shifts of the sweeper processes, cycled over the workers.
 OFFSETS = ("+0s", "+2s", "-2s", "+30s", "-30s")
 #: Trials per batch: never more due pairs than one tick may charge.
 LANES = POLICY.tick_limit
 ROUNDS = 4
 QUEUE = "q"
+#: The race classes, each planned by ``_plant``: a first nudge (some at the exact threshold
+#: instant), a backoff expiring, a claim at tick (some rows keep a reset's progress), the
+#: last todo claimed, an endpoint paused or resumed (some claim meanwhile), a receiver that
+#: heals (wakes lost or refused, refunded, then answered), and what the rule reads
+#: departures for: a claim stamped 60 s behind, done todos deleted, a claim whose
+#: transaction spans the tick.
 KINDS = (
-    "new-pair",
-    "due-row",
-    "progress",
-    "drain",
-    "endpoint-change",
-    "receiver-heal",
-    "claim-behind",
-    "delete-done",
-    "spanning-claim",
-)
-#: A host action starts this long after the tick commands are written (uniformly; negative:
-#: before them), so that sweeps see it, miss it, or race it.
+    "new-pair", "due-row", "progress", "drain", "endpoint-change", "receiver-heal",
+    "claim-behind", "delete-done", "spanning-claim",
+)  # fmt: skip
+#: A host action starts this long after the tick commands are written (negative: before).
 HOST_WINDOW_S = (-0.003, 0.003)
 #: How far behind the database the odd claims are stamped.
 BEHIND = timedelta(seconds=60)
 #: A spanning claim's transaction stays open this long (seconds) before and after the claim.
 SPAN_S = (0.002, 0.030)
-#: Bounds only a hang reaches: one round's answers, and the workers' start-up.
-ROUND_TIMEOUT_S = 600.0
-START_TIMEOUT_S = 600.0
+#: A bound only a hang reaches: the workers' start-up, one round's answers.
+TIMEOUT_S = 600.0
 #: Where a boundary instant (threshold passed, backoff expired) is planted: this far after setup.
 BOUNDARY_S = (0.0, 0.040)
 CLOCK = "SELECT clock_timestamp()"
@@ -259,21 +166,21 @@ class Facts:
     def pending(self) -> frozenset[str]:
         return frozenset(i for i, t in self.todos.items() if t.state == "pending")
 
+    def work(self, endpoint: str) -> TodoRef | None:
+        refs = (
+            TodoRef(id=i, created_at=t.created_at)
+            for i, t in self.todos.items()
+            if t.state == "pending" and t.gated
+        )
+        return work_of(refs, endpoint_id=endpoint, queue=QUEUE)
+
 
 def pair_state(endpoint: str, facts: Facts, row: LedgerRow | None) -> PairState:
     """The core's view of the pair, as the tick statement reads it from these rows."""
     return PairState(
         endpoint_id=endpoint,
         queue=QUEUE,
-        oldest=work_of(
-            (
-                TodoRef(id=todo_id, created_at=t.created_at)
-                for todo_id, t in facts.todos.items()
-                if t.state == "pending" and t.gated
-            ),
-            endpoint_id=endpoint,
-            queue=QUEUE,
-        ),
+        oldest=facts.work(endpoint),
         endpoint_active=facts.endpoint_state == "active",
         has_receiver=True,
         latest_claim=latest_claim(t.claimed_at for t in facts.todos.values()),
@@ -291,11 +198,11 @@ DRAIN: Outcome = ("drain",)
 class Intent:
     """What one sweep decided for the pair at its snapshot; it writes it at its commit.
 
-    ``kind`` is none, charge (``nudge``), drain or reset (``row``, the row it
+    ``kind``: none, charge (``nudge``), drain or reset (``row``, the row it
     keeps). ``deferred``: a delta that did not find the pair, whose decision
-    was not nothing. ``progress`` says what showed the pair's progress:
-    ``claim`` (a claim stamped after the last nudge), ``departure`` (only the
-    named todo's departure), ``kept`` (a reset's), or nothing.
+    was not nothing. ``progress``: what showed the pair's progress (``claim``
+    after the last nudge, only the named todo's ``departure``, a reset's
+    ``kept``), or nothing.
     """
 
     kind: str
@@ -319,18 +226,12 @@ def _progress_shown(state: PairState, row: LedgerRow | None) -> str:
 
 
 def delta_finds(
-    facts: Facts,
-    row: LedgerRow | None,
-    now: datetime,
-    watermark: datetime,
-    full_mark: datetime,
-    policy: PacingPolicy = POLICY,
+    facts: Facts, row: LedgerRow | None, now: datetime, watermark: datetime, full_mark: datetime
 ) -> bool:
     """Whether a delta finds the pair: ``tick.sql``'s ``find_changed``, clause by clause.
 
     ``watermark`` is the fleet's last judging tick's ``now`` less the lookback,
-    ``full_mark`` its last full pass's, both in the pair's time. A pair the
-    delta does not find keeps its decision for the next full pass.
+    ``full_mark`` its last full pass's, both in the pair's time.
     """
     todos = list(facts.todos.values())
     live = row is not None and row.progressed_at is None
@@ -350,25 +251,28 @@ def delta_finds(
     # Pending todos that crossed the threshold since the watermark, with no row or progress kept.
     if not live and any(
         t.state == "pending"
-        and t.created_at >= watermark - policy.threshold
-        and t.created_at < now - policy.threshold
+        and watermark - POLICY.threshold <= t.created_at < now - POLICY.threshold
         for t in todos
     ):
         return True
     if row is None:
         return False
     # The row's backoff step ended since the watermark.
-    step = policy.delay_before(row.nudges + 1)
-    if row.nudges < policy.cap and watermark - step < row.last_nudged_at <= now - step:
+    step = POLICY.delay_before(row.nudges + 1)
+    if row.nudges < POLICY.cap and watermark - step < row.last_nudged_at <= now - step:
         return True
     # Nudged since the last full pass, and its named todo departed.
     return (
-        row.nudges <= policy.cap
+        row.nudges <= POLICY.cap
         and row.last_nudged_at >= full_mark
         and row.progressed_at is None
         and row.named_todo is not None
         and row.named_todo not in facts.pending
     )
+
+
+#: (least, most): the (watermark, full-pass mark) pairs the fleet's record may have held.
+Marks = tuple[tuple[datetime, datetime], tuple[datetime, datetime]]
 
 
 def decide_intents(
@@ -377,41 +281,37 @@ def decide_intents(
     row: LedgerRow | None,
     now: datetime,
     kind: str = "full",
-    marks: tuple[tuple[datetime, datetime], tuple[datetime, datetime]] | None = None,
-    policy: PacingPolicy = POLICY,
+    marks: Marks | None = None,
     found: Facts | None = None,
 ) -> list[Intent]:
     """What a sweep at ``now`` may decide for the pair on these facts: the core's plan.
 
-    A full pass decides ``plan_tick``'s one outcome. A delta decides it if it
-    finds the pair (``delta_finds``) on ``found``, the facts its finding
-    statement saw (an earlier snapshot, or the same), else nothing; ``marks``
-    are the least and the most (watermark, full-pass mark) the fleet's record
-    may have held, so where they disagree either may happen (only beside the
-    fleet's lock).
+    A full pass decides ``plan_tick``'s one outcome; a delta decides it only
+    if it finds the pair on ``found`` (what its finding statement saw: an
+    earlier snapshot, or the same) with the least marks, and may do nothing
+    if it does not find it with the most (they differ only beside the lock).
     """
-    key = (endpoint, QUEUE)
     state = pair_state(endpoint, facts, row)
-    plan = plan_tick([state], {} if row is None else {key: row}, now, policy)
-    shown = _progress_shown(state, row)
+    plan = plan_tick([state], {} if row is None else {state.key: row}, now, POLICY)
     full = NOTHING
     if plan.charges:
-        full = Intent("charge", nudge=plan.charges[0], progress=shown)
+        full = Intent("charge", nudge=plan.charges[0], progress=_progress_shown(state, row))
     elif plan.cleared:
         full = Intent("drain")
     elif plan.reset:
         assert row is not None  # only a row is reset
         kept = reset_row(row, now)
-        full = Intent("reset", row=kept, progress=shown) if kept != row else NOTHING
+        if kept != row:
+            full = Intent("reset", row=kept, progress=_progress_shown(state, row))
     if kind != "delta" or full == NOTHING:
         return [full]
     assert marks is not None  # every delta carries its marks
     (w_least, f_least), (w_most, f_most) = marks
     seen = facts if found is None else found
     options = []
-    if delta_finds(seen, row, now, w_least, f_least, policy):
+    if delta_finds(seen, row, now, w_least, f_least):
         options.append(full)
-    if not delta_finds(seen, row, now, w_most, f_most, policy):
+    if not delta_finds(seen, row, now, w_most, f_most):
         options.append(Intent("none", deferred=True))
     return options
 
@@ -422,21 +322,17 @@ def reported(intent: Intent) -> Outcome:
         assert intent.nudge is not None
         n = intent.nudge
         return ("charge", n.number, n.charged_at, n.todo.id)
-    if intent.kind == "drain":
-        return DRAIN
-    return NONE
+    return DRAIN if intent.kind == "drain" else NONE
 
 
 def apply_effect(facts: Facts, effect: tuple[Any, ...]) -> Facts:
     """The facts after one host statement."""
-    kind = effect[0]
-    todos = dict(facts.todos)
+    kind, todos = effect[0], dict(facts.todos)
     if kind == "claim":
         todos[effect[1]] = attrs.evolve(todos[effect[1]], state="claimed", claimed_at=effect[2])
-    elif kind == "complete":
-        todos[effect[1]] = attrs.evolve(todos[effect[1]], state="done")
-    elif kind == "requeue":
-        todos[effect[1]] = attrs.evolve(todos[effect[1]], state="pending")
+    elif kind in ("complete", "requeue"):
+        state = "done" if kind == "complete" else "pending"
+        todos[effect[1]] = attrs.evolve(todos[effect[1]], state=state)
     elif kind == "delete":
         del todos[effect[1]]
     elif kind == "create":
@@ -458,10 +354,6 @@ class Stmt:
     effect: tuple[Any, ...]
     lb: datetime
     ub: datetime
-
-
-#: (least, most): the (watermark, full-pass mark) pairs the fleet's record may have held.
-Marks = tuple[tuple[datetime, datetime], tuple[datetime, datetime]]
 
 
 @attrs.frozen
@@ -523,17 +415,15 @@ class Lane:
     #: the instant the pair turns due by time alone (boundary variants), pair time
     boundary: datetime | None = None
     heal: bool = False
+    #: how far the pair's timestamps were moved back (``_heal``): pair time is database + shift
     shift: timedelta = timedelta(0)
     rounds: list[RoundLog] = attrs.Factory(list)
     created: int = 0
 
-    @property
-    def hook(self) -> str:
-        return f"h-{self.endpoint}"
 
-    def new_todo_id(self) -> str:
-        self.created += 1
-        return f"{self.endpoint}-n{self.created}"
+#: Host operations: (verb, *arguments), run in order on a trial's own connection.
+CLAIM, COMPLETE, CREATE = ("claim_next",), ("complete",), ("create", True)
+CONSUME = [CLAIM, COMPLETE]
 
 
 def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int) -> Lane:
@@ -548,8 +438,7 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
 
     def consumed(before: datetime) -> None:
         # A claim from earlier work, consumed by the charge that wrote the row (or a drain).
-        i = len(todos)
-        todos[f"{lane_id}-{i:02d}"] = Todo(
+        todos[f"{lane_id}-{len(todos):02d}"] = Todo(
             created_at=before - timedelta(minutes=30),
             gated=True,
             state="done",
@@ -557,17 +446,8 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
         )
 
     def live(n: int, stamp: datetime, progressed_at: datetime | None = None) -> LedgerRow:
-        # The row a charge left: it names the pair's oldest work, as the charge did, or
-        # nothing (an older build's row).
-        work = work_of(
-            (
-                TodoRef(id=i, created_at=t.created_at)
-                for i, t in todos.items()
-                if t.state == "pending" and t.gated
-            ),
-            endpoint_id=lane_id,
-            queue=QUEUE,
-        )
+        # The row a charge left: naming the pair's oldest work, or nothing (an older build's).
+        work = Facts(todos).work(lane_id)
         named = work.id if work is not None and rng.random() >= 0.1 else None
         return LedgerRow(
             endpoint_id=lane_id,
@@ -578,20 +458,22 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             progressed_at=progressed_at,
         )
 
-    def due_stamp(n: int) -> datetime:
-        return d - POLICY.delay_before(n + 1) - _ms(rng.uniform(1, 1000))
-
     def waiting_stamp() -> datetime:
         return d - _ms(rng.uniform(1000, 240_000))
 
+    def live_at(n: int, due: bool) -> tuple[LedgerRow, str]:
+        # Due (its backoff just ran out) or waiting, and the variant's name.
+        stamp = d - POLICY.delay_before(n + 1) - _ms(rng.uniform(1, 1000)) if due else None
+        return live(n, stamp or waiting_stamp()), f"n={n} {'due' if due else 'waiting'}"
+
     row: LedgerRow | None = None
-    facts_kw: dict[str, Any] = {}
+    endpoint_state = "active"
     scripts: dict[int, list[tuple[Any, ...]]] = {}
     modes = dict.fromkeys(range(ROUNDS), "reach")
     boundary: datetime | None = None
     heal = False
     variant = ""
-    consume: list[tuple[Any, ...]] = [("claim_next",), ("complete",)]
+    paused_or_disabled = ["paused", "disabled"]
     if kind == "new-pair":
         if rng.random() < 0.3:
             add(1, gated=False, created_at=d - timedelta(minutes=20))  # the oldest is ungated
@@ -606,13 +488,13 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             consumed(d - timedelta(minutes=40))
         actions: list[tuple[str, list[tuple[Any, ...]]]] = [
             ("quiet", []),
-            ("claim", consume),
-            ("claim-only", [("claim_next",)]),
-            ("inbound", [("create", True)]),
+            ("claim", CONSUME),
+            ("claim-only", [CLAIM]),
+            ("inbound", [CREATE]),
         ]
         action, scripts[0] = rng.choice(actions)
         variant = f"{variant} {action}"
-        scripts[2] = consume
+        scripts[2] = CONSUME
     elif kind == "due-row":
         n = rng.randint(1, 4)
         boundary = d + _ms(rng.uniform(*BOUNDARY_S) * 1000)
@@ -621,8 +503,8 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
         if rng.random() < 0.5:
             consumed(row.last_nudged_at)
         variant = f"n={n}"
-        scripts[0] = rng.choice([[], [("create", True)]])
-        scripts[2] = [("claim_next",)]
+        scripts[0] = rng.choice([[], [CREATE]])
+        scripts[2] = [CLAIM]
     elif kind == "progress":
         n = rng.randint(1, 5)
         due = n < POLICY.cap and rng.random() < 0.6
@@ -631,21 +513,16 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             # A reset kept progress (it was held back, or not a candidate): nudge 1 at once.
             stamp = waiting_stamp()
             row = live(0, stamp, progressed_at=stamp + _ms(rng.uniform(1, 900)))
-            variant = "kept "
+            variant = "kept"
         else:
-            row = live(n, due_stamp(n) if due else waiting_stamp())
-            variant = f"n={n} {'due' if due else 'waiting'} "
+            row, variant = live_at(n, due)
         if rng.random() < 0.5:
             consumed(row.last_nudged_at)
         then, scripts[0] = rng.choice(
-            [
-                ("complete", consume),
-                ("requeue", [("claim_next",), ("requeue",)]),
-                ("held", [("claim_next",)]),
-            ]
+            [("complete", CONSUME), ("requeue", [CLAIM, ("requeue",)]), ("held", [CLAIM])]
         )
-        variant += then
-        scripts[2] = consume
+        variant += f" {then}"
+        scripts[2] = CONSUME
     elif kind == "drain":
         if rng.random() < 0.2:
             variant = "no-row"
@@ -654,12 +531,11 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             n = rng.randint(1, 5)
             due = n < POLICY.cap and rng.random() < 0.5
             add(1)
-            row = live(n, due_stamp(n) if due else waiting_stamp())
-            variant = f"n={n} {'due' if due else 'waiting'}"
+            row, variant = live_at(n, due)
         if rng.random() < 0.4:
             add(1, gated=False, created_at=d - timedelta(minutes=9))  # ungated work stays
-        scripts[0] = rng.choice([consume, [("claim_next",)]])
-        scripts[2] = [("create", True)]  # the backlog returns: the first backoff again
+        scripts[0] = rng.choice([CONSUME, [CLAIM]])
+        scripts[2] = [CREATE]  # the backlog returns: the first backoff again
     elif kind in ("endpoint-change", "receiver-heal"):
         no_row = rng.random() < 0.4
         if no_row and kind == "receiver-heal":
@@ -673,55 +549,48 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             variant = "no-row"
         else:
             n = rng.randint(1, 4)
-            row = live(n, due_stamp(n))
-            variant = f"n={n}"
+            row, variant = live_at(n, True)[0], f"n={n}"
         if kind == "endpoint-change":
             roll = rng.random()
-            if roll < 0.4:
-                state = rng.choice(["paused", "disabled"])
-                scripts[0] = [("endpoint", state)]
+            if roll < 0.6:
+                state = rng.choice(paused_or_disabled)
+                # Below 0.4 a plain pause; else progress while no nudge may go out: the row
+                # is reset (kept), not charged.
+                claims = [] if roll < 0.4 else [CLAIM]
+                scripts[0] = [("endpoint", state), *claims]
                 scripts[2] = [("endpoint", "active")]
-                variant += f" {state}"
-            elif roll < 0.6:
-                # Progress while no nudge may go out: the row is reset (kept), not charged.
-                state = rng.choice(["paused", "disabled"])
-                scripts[0] = [("endpoint", state), ("claim_next",)]
-                scripts[2] = [("endpoint", "active")]
-                variant += f" {state}-claimed"
+                variant += f" {state}" + ("-claimed" if claims else "")
             else:
-                facts_kw["endpoint_state"] = rng.choice(["paused", "disabled"])
+                endpoint_state = rng.choice(paused_or_disabled)
                 scripts[0] = [("endpoint", "active")]
-                scripts[2] = [("claim_next",)]
+                scripts[2] = [CLAIM]
                 variant += " resumed"
         else:
             failing = rng.choice(["lost", "refuse"])
             modes[0] = modes[1] = failing
             heal = True
-            scripts[0] = rng.choice([[], consume])
+            scripts[0] = rng.choice([[], CONSUME])
             variant += f" {failing}"
     elif kind in ("claim-behind", "delete-done", "spanning-claim"):
         n = rng.randint(1, 4)
         add(rng.randint(2, 3))
+        claim: tuple[Any, ...] = CLAIM
         if kind == "claim-behind":
             # A recent nudge, so a claim 60 s behind the database is often stamped before it.
             row = live(n, d - _ms(rng.uniform(1000, 120_000)))
-            claim: tuple[Any, ...] = ("claim_next", -BEHIND)
-            variant = f"n={n} recent"
+            claim, variant = ("claim_next", -BEHIND), f"n={n} recent"
         else:
-            due = rng.random() < 0.5
-            row = live(n, due_stamp(n) if due else waiting_stamp())
-            variant = f"n={n} {'due' if due else 'waiting'}"
-            claim = ("claim_next",)
+            row, variant = live_at(n, rng.random() < 0.5)
             if kind == "spanning-claim":
                 claim = ("claim_held", rng.uniform(*SPAN_S), rng.uniform(*SPAN_S))
         if row.named_todo is None:
             variant += " unnamed"
-        finish: list[tuple[Any, ...]] = [("delete",)] if kind == "delete-done" else [("complete",)]
+        finish: list[tuple[Any, ...]] = [("delete",) if kind == "delete-done" else COMPLETE]
         if rng.random() < 0.25 and kind in ("claim-behind", "spanning-claim"):
             finish = []
             variant += " held"
         scripts[0] = [claim, *finish]
-        scripts[2] = [("claim_next",), *(finish or [("complete",)])]
+        scripts[2] = [CLAIM, *(finish or [COMPLETE])]
     else:
         raise ValueError(f"unknown race class {kind!r}")
     return Lane(
@@ -729,7 +598,7 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
         kind=kind,
         variant=variant.strip(),
         endpoint=lane_id,
-        facts=Facts(todos=todos, **facts_kw),
+        facts=Facts(todos=todos, endpoint_state=endpoint_state),
         row=row,
         scripts=scripts,
         modes=modes,
@@ -752,34 +621,26 @@ class Verdict:
     trace: str | None = None
 
 
-def _show_row(row: LedgerRow | None) -> str:
-    if row is None:
-        return "no row"
-    kept = "" if row.progressed_at is None else f", progress kept {row.progressed_at}"
-    return f"({row.nudges}, {row.last_nudged_at}, names {row.named_todo}{kept})"
-
-
 def _trace(lane: Lane) -> str:
     """A failing trial, round by round, in pair time: what to read first when a count is not 0."""
-    out = [f"  trace of trial {lane.trial} ({lane.kind} {lane.variant}): row {_show_row(lane.row)}"]
-    for todo_id, t in sorted(lane.facts.todos.items()):
-        out.append(f"    todo {todo_id} {t}")
+    out = [f"  trace of trial {lane.trial} ({lane.kind} {lane.variant}): {show_row(lane.row)}"]
+    out += [f"    todo {todo_id} {t}" for todo_id, t in sorted(lane.facts.todos.items())]
     for r, rnd in enumerate(lane.rounds):
         out.append(f"    round {r + 1} ({rnd.mode}, shift {rnd.shift}), ends {rnd.end}:")
-        out.extend(f"      host {s.effect} lb={s.lb} ub={s.ub}" for s in rnd.statements)
-        out.extend(
+        out += [f"      host {s.effect} lb={s.lb} ub={s.ub}" for s in rnd.statements]
+        out += [
             f"      sweep w{s.worker}{' (outside)' if s.outside else ''} {s.kind}"
             f" now={s.now} done={s.done} {s.outcome}"
             + (f" marks={s.marks}" if s.marks else "")
             + (f" +{s.extra} wakes" if s.extra else "")
             for s in sorted(rnd.sweeps, key=lambda s: s.now)
-        )
-        out.extend(
+        ]
+        out += [
             f"      refund w{f.worker} nudge {f.number} ({f.charged_at}) -> {f.result}"
             f" lb={f.lb} ub={f.ub}"
             for f in rnd.refunds
-        )
-        out.append(f"      after: row {_show_row(rnd.row_after)}")
+        ]
+        out.append(f"      after: {show_row(rnd.row_after)}")
     return "\n".join(out)
 
 
@@ -806,7 +667,7 @@ class Pend:
     intent: Intent
 
 
-#: One observation an interleaving does not explain: what was observed, what it gives.
+#: One observation an interleaving does not explain: what, observed, expected, the row seen.
 Miss = tuple[str, Any, Any, LedgerRow | None]
 
 
@@ -837,58 +698,47 @@ def _classify(miss: Miss) -> str:
         if expected[0] != "charge":
             live = seen is not None and seen.nudges >= 1
             return "double_resets" if observed[1] == 1 and live else "duplicates"
-        if expected[1] == 1 and observed[1] > 1:
-            return "stranded"
-        return "other"
-    if observed == NONE and expected[0] == "charge":
-        return "lost"
-    return "other"
+        return "stranded" if expected[1] == 1 and observed[1] > 1 else "other"
+    return "lost" if observed == NONE and expected[0] == "charge" else "other"
 
 
 class _Round:
     """One round of one trial, replayed over every interleaving the clocks allow."""
 
     def __init__(self, lane: Lane, rnd: RoundLog, stages: Sequence[Facts]) -> None:
-        self.lane = lane
-        self.rnd = rnd
-        self.stages = stages
         assert rnd.end is not None
-        end = rnd.end
-        self.sweeps = rnd.sweeps
-        fleet = sorted(
-            (i for i, s in enumerate(rnd.sweeps) if not s.outside), key=lambda i: rnd.sweeps[i].now
-        )
-        self.chain: list[Point] = []
-        for n, i in enumerate(fleet):
-            s = rnd.sweeps[i]
-            after = rnd.sweeps[fleet[n + 1]].now if n + 1 < len(fleet) else end
-            hi = min(s.done, after, end)
-            self.chain += [Point("S", i, s.now, hi), Point("C", i, s.now, hi)]
-        self.floats: list[Point] = []
-        for i, s in enumerate(rnd.sweeps):
-            if s.outside:
-                hi = min(s.done, end)
-                self.floats += [Point("S", i, s.now, hi), Point("C", i, s.now, hi)]
-        swept = {s.worker: i for i, s in enumerate(rnd.sweeps)}
+        self.lane, self.rnd, self.stages, self.sweeps = lane, rnd, stages, rnd.sweeps
+        # A sweep's snapshot and commit lie between its now and hi: its done, the round's
+        # end and, behind the fleet's lock, the next fleet sweep's now.
+        fleet = sorted((i for i, s in enumerate(self.sweeps) if not s.outside), key=self._now)
+        hi = {i: min(s.done, rnd.end) for i, s in enumerate(self.sweeps)}
+        for i, j in itertools.pairwise(fleet):
+            hi[i] = min(hi[i], self.sweeps[j].now)
+        self.chain = [Point(p, i, self.sweeps[i].now, hi[i]) for i in fleet for p in "SC"]
+        self.floats = [
+            Point(p, i, s.now, hi[i]) for i, s in enumerate(self.sweeps) if s.outside for p in "SC"
+        ]
+        swept = {s.worker: i for i, s in enumerate(self.sweeps)}
         self.refund_sweep: dict[int, int] = {}
         for j, f in enumerate(rnd.refunds):
             if f.worker in swept:
                 self.refund_sweep[j] = swept[f.worker]
                 self.floats.append(Point("R", j, f.lb, f.ub))
-        #: per sweep: (k bounds of its snapshot)
-        self.k_bounds = {}
-        for i, s in enumerate(rnd.sweeps):
-            hi = next(p.hi for p in (*self.chain, *self.floats) if p.kind == "S" and p.of == i)
-            self.k_bounds[i] = (
+        #: per sweep, how many of the round's statements its snapshot surely and maybe holds
+        self.k_bounds = {
+            i: (
                 sum(1 for st in rnd.statements if st.ub < s.now),
-                sum(1 for st in rnd.statements if st.lb < hi),
+                sum(1 for st in rnd.statements if st.lb < hi[i]),
             )
+            for i, s in enumerate(self.sweeps)
+        }
         #: per sweep, what the interleavings reaching its commit said (for the statistics)
         self.at_commit: dict[int, list[tuple[Pend, Outcome, bool]]] = {}
         #: the fleet sweeps whose commit the replay has passed
         self._chain_committed: set[int] = set()
 
-    # -- placing points --
+    def _now(self, i: int) -> datetime:
+        return self.sweeps[i].now
 
     def _snapshot(self, st: St, i: int) -> list[St]:
         s = self.sweeps[i]
@@ -939,28 +789,19 @@ class _Round:
         row, version = st.row, st.version
         if s.outcome[0] == "charge":
             _, number, stamp, todo = s.outcome
-            nudge = Nudge(
-                endpoint_id=self.lane.endpoint,
-                queue=QUEUE,
-                todo=TodoRef(id=todo, created_at=stamp),
-                number=number,
-                charged_at=stamp,
+            row, version = (
+                charge_row(nudge(self.lane.endpoint, QUEUE, number, stamp, todo)),
+                version + 1,
             )
-            row, version = charge_row(nudge), version + 1
         elif s.outcome == DRAIN:
             row, version = None, version + 1
         return attrs.evolve(st, row=row, version=version, pending=pending, misses=misses, cas=cas)
 
     def _refund(self, st: St, j: int) -> St:
         f = self.rnd.refunds[j]
-        nudge = Nudge(
-            endpoint_id=self.lane.endpoint,
-            queue=QUEUE,
-            todo=TodoRef(id=f.todo, created_at=f.charged_at),
-            number=f.number,
-            charged_at=f.charged_at,
+        refunded = refunded_row(
+            st.row, nudge(self.lane.endpoint, QUEUE, f.number, f.charged_at, f.todo)
         )
-        refunded = refunded_row(st.row, nudge)
         if refunded is not None and f.result is True:
             return attrs.evolve(st, row=refunded, version=st.version + 1)
         if refunded is None and f.result is False:
@@ -974,9 +815,7 @@ class _Round:
         st = attrs.evolve(st, floor=max(st.floor, p.lo))
         if p.kind == "S":
             return self._snapshot(st, p.of)
-        if p.kind == "C":
-            return [self._commit(st, p.of)]
-        return [self._refund(st, p.of)]
+        return [self._commit(st, p.of) if p.kind == "C" else self._refund(st, p.of)]
 
     def _may_fire(self, st: St, x: int) -> bool:
         p = self.floats[x]
@@ -986,17 +825,13 @@ class _Round:
             return any(j == p.of for j, _ in st.pending)
         if p.kind == "R":
             sweep = self.refund_sweep[p.of]
-            if sweep not in self._committed(st):
+            fired = {q.of for n, q in enumerate(self.floats) if q.kind == "C" and n in st.fired}
+            if sweep not in self._chain_committed | fired:
                 return False
             if not self.sweeps[sweep].outside:
                 # A fleet refund waits for the fleet's tick lock: never inside a fleet tick.
                 return not any(not self.sweeps[j].outside for j, _ in st.pending)
         return True
-
-    def _committed(self, st: St) -> set[int]:
-        """The sweeps whose commit this interleaving has placed."""
-        fired = {q.of for n, q in enumerate(self.floats) if q.kind == "C" and n in st.fired}
-        return self._chain_committed | fired
 
     def _gap(self, states: set[St]) -> set[St]:
         """Every way of firing the floating points before the next chain point."""
@@ -1032,37 +867,32 @@ class _Round:
                 return states, False
             if p.kind == "C":
                 self._chain_committed.add(p.of)
-            states = _prune(after)
+            fewest = min(len(st.misses) for st in after)
+            states = {st for st in after if len(st.misses) <= fewest + SPARE_MISSES}
         states = self._gap(states)
         ends = {st for st in states if len(st.fired) == len(self.floats) and not st.pending}
         if not ends:
             return states, False
-        finals = set()
-        for st in ends:
-            misses = st.misses
-            if st.row != self.rnd.row_after:
-                misses = (*misses, ("row", self.rnd.row_after, st.row, None))
-            finals.add(attrs.evolve(st, misses=misses))
+        finals = {
+            st
+            if st.row == self.rnd.row_after
+            else attrs.evolve(st, misses=(*st.misses, ("row", self.rnd.row_after, st.row, None)))
+            for st in ends
+        }
         fewest = min(len(st.misses) for st in finals)
         return {st for st in finals if len(st.misses) == fewest}, True
-
-
-def _prune(states: set[St]) -> set[St]:
-    fewest = min(len(st.misses) for st in states)
-    return {st for st in states if len(st.misses) <= fewest + SPARE_MISSES}
 
 
 def judge(lane: Lane) -> Verdict:
     """Replay one trial with the core's rule and count every departure from it.
 
-    See the module's docstring: the judge follows every interleaving and
-    visibility the clocks allow; a round is clean when one of them explains
-    every report, every refund result and the row after it.
+    A round is clean when one interleaving and visibility the clocks allow
+    explains every report, every refund result and the row after it.
     """
     v = Verdict()
     facts = lane.facts
     starts: set[LedgerRow | None] = {lane.row}
-    contested = turned_due = seen = unseen = False
+    contested = seen = unseen = False
 
     def note(kind: str, r: int, text: str) -> None:
         v.counts[kind] += 1
@@ -1089,14 +919,15 @@ def judge(lane: Lane) -> Verdict:
         for what, observed, expected, row in chosen.misses:
             kind = _classify((what, observed, expected, row))
             if what == "row":
-                said = f"ledger row {_show_row(observed)} after the round"
-                note(kind, r, f"{said}, the replay says {_show_row(expected)}")
+                said = f"ledger {show_row(observed)} after the round"
+                text = f"{said}, the replay says {show_row(expected)}"
             elif what == "refund":
-                said = f"a refund answered {observed}"
-                note(kind, r, f"{said}, the replay says {expected} on {_show_row(row)}")
+                text = (
+                    f"a refund answered {observed}, the replay says {expected} on {show_row(row)}"
+                )
             else:
-                said = f"a sweep did {observed} over {_show_row(row)}"
-                note(kind, r, f"{said}, the rule says {expected}")
+                text = f"a sweep did {observed} over {show_row(row)}, the rule says {expected}"
+            note(kind, r, text)
         v.stats["cas"] += min(st.cas for st in best)
         beside = [s for s in rnd.sweeps if s.outside]
         v.stats["overlapped"] += any(
@@ -1104,8 +935,7 @@ def judge(lane: Lane) -> Verdict:
         )
         for i, commits in replay.at_commit.items():
             s = rnd.sweeps[i]
-            outcomes = {o for _, o, _ in commits}
-            contested |= len(outcomes) > 1
+            contested |= len({o for _, o, _ in commits}) > 1
             fewest = min(p.k for p, _, _ in commits)
             most = max(p.k for p, _, _ in commits)
             first = {o for p, o, _ in commits if p.k == fewest}
@@ -1116,10 +946,8 @@ def judge(lane: Lane) -> Verdict:
             matched = [p for p, _, ok in commits if ok]
             if not matched:
                 continue
-            if all(p.intent.deferred for p in matched):
-                v.stats["deferred"] += 1
-            if all(p.intent.kind == "reset" for p in matched):
-                v.stats["unreported_resets"] += 1
+            v.stats["deferred"] += all(p.intent.deferred for p in matched)
+            v.stats["unreported_resets"] += all(p.intent.kind == "reset" for p in matched)
             if s.outcome[0] == "charge":
                 v.stats["charges"] += 1
                 shown = {p.intent.progress for p in matched}
@@ -1131,16 +959,13 @@ def judge(lane: Lane) -> Verdict:
         facts = stages[-1]
         starts = {st.row for st in best}
     if lane.boundary is not None:
-        before = [s for r in lane.rounds for s in r.sweeps if s.now <= lane.boundary]
-        after = [s for r in lane.rounds for s in r.sweeps if s.now > lane.boundary]
-        turned_due = bool(before and after)
+        nows = [s.now for r in lane.rounds for s in r.sweeps]
+        v.stats["turned_due"] += any(n <= lane.boundary for n in nows) and any(
+            n > lane.boundary for n in nows
+        )
     if v.notes:
         v.trace = _trace(lane)
-    v.stats["trials"] += 1
-    v.stats["contested"] += contested
-    v.stats["seen"] += seen
-    v.stats["unseen"] += unseen
-    v.stats["turned_due"] += turned_due
+    v.stats.update(trials=1, contested=contested, seen=seen, unseen=unseen)
     return v
 
 
@@ -1151,9 +976,7 @@ def _check_refunds(rnd: RoundLog, r: int, note: Any) -> None:
     }
     for worker, number, stamp in sorted(charges):
         mine = [
-            f
-            for f in rnd.refunds
-            if f.worker == worker and (f.number, f.charged_at) == (number, stamp)
+            f for f in rnd.refunds if (f.worker, f.number, f.charged_at) == (worker, number, stamp)
         ]
         if rnd.mode == "reach":
             if mine:
@@ -1170,104 +993,75 @@ def _check_refunds(rnd: RoundLog, r: int, note: Any) -> None:
 # -- worker processes ----------------------------------------------------------------------
 
 
-class Worker:
-    """One sweeper process on a shifted wall clock, driven one JSON line at a time."""
-
-    def __init__(self, index: int, offset: str, proc: asyncio.subprocess.Process, log: Path):
-        self.index = index
-        self.offset = offset
-        self.proc = proc
-        self.log = log
-
-    @classmethod
-    async def start(cls, index: int, dsn: str, workdir: Path, fault: str) -> Worker:
-        offset = OFFSETS[index % len(OFFSETS)]
-        log = workdir / f"worker-{index}.log"
-        env = skewed_env(offset)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        with log.open("ab") as stderr:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tests.stress.race_worker",
-                "--dsn",
-                dsn,
-                "--worker",
-                str(index),
-                "--fault",
-                fault,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                cwd=ROOT,
-                env=env,
-            )
-        return cls(index, offset, proc, log)
-
-    def send(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command.encode())
-
-    async def flush(self) -> None:
-        assert self.proc.stdin is not None
-        await self.proc.stdin.drain()
-
-    async def answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = await self.proc.stdout.readline()
-        if not line:
-            raise RaceAbort(f"worker {self.index} exited (log: {self.log})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    async def stop(self) -> None:
-        if self.proc.returncode is not None:
-            return
-        with contextlib.suppress(Exception):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), timeout=5)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
-
-
 class RaceAbort(RuntimeError):
     """The run could not go on (a worker died, a round timed out, faketime did not work)."""
 
 
-def _offset_seconds(offset: str) -> float:
-    return float(offset.rstrip("s"))
+@attrs.frozen
+class Worker:
+    """One sweeper process on a shifted wall clock, driven one JSON line at a time."""
+
+    index: int
+    offset: str
+    proc: asyncio.subprocess.Process
+    log: Path
 
 
-@asynccontextmanager
+async def _ask(workers: Sequence[Worker], command: dict[str, Any]) -> list[dict[str, Any]]:
+    """Write ``command`` to every worker at once, then read each one's answer."""
+    pipes = [(w, w.proc.stdin, w.proc.stdout) for w in workers]
+    for _, stdin, _ in pipes:
+        assert stdin is not None
+        stdin.write((json.dumps(command) + "\n").encode())
+    await asyncio.gather(*(stdin.drain() for _, stdin, _ in pipes if stdin is not None))
+    answers = []
+    for w, _, stdout in pipes:
+        assert stdout is not None
+        line = await stdout.readline()
+        if not line:
+            raise RaceAbort(f"worker {w.index} exited (log: {w.log})")
+        answers.append(json.loads(line))
+    return answers
+
+
+@contextlib.asynccontextmanager
 async def _workers(count: int, dsn: str, workdir: Path, fault: str) -> AsyncIterator[list[Worker]]:
     workers: list[Worker] = []
     try:
         for i in range(count):
-            workers.append(await Worker.start(i, dsn, workdir, fault))
-        async with asyncio.timeout(START_TIMEOUT_S):
-            for w in workers:
-                asked = datetime.now(UTC)
-                w.send('{"cmd": "hello"}\n')
-                await w.flush()
-                hello = await w.answer()
-                answered = datetime.now(UTC)
-                wall = datetime.fromisoformat(hello["wall"])
-                skew = (wall - answered).total_seconds()
-                # A set-up check that faketime took hold, not part of the judging: the
-                # worker's clock read between the question and the answer, shifted.
-                shift = timedelta(seconds=_offset_seconds(w.offset))
-                if not asked + shift <= wall <= answered + shift:
-                    raise RaceAbort(
-                        f"worker {w.index} runs {skew:+.1f} s off, not {w.offset}: "
-                        "faketime did not shift its clock"
-                    )
+            offset, log = OFFSETS[i % len(OFFSETS)], workdir / f"worker-{i}.log"
+            proc = await spawn(
+                "race_worker", "--dsn", dsn, "--worker", str(i), "--fault", fault,
+                log=log, env=skewed_env(offset), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            workers.append(Worker(i, offset, proc, log))
+        asked = datetime.now(UTC)
+        async with asyncio.timeout(TIMEOUT_S):
+            hellos = await _ask(workers, {"cmd": "hello"})
+        answered = datetime.now(UTC)
+        for w, hello in zip(workers, hellos, strict=True):
+            # A set-up check that faketime took hold, not part of the judging: the
+            # worker's clock read between the question and the answer, shifted.
+            wall, shift = (
+                datetime.fromisoformat(hello["wall"]),
+                timedelta(seconds=int(w.offset[:-1])),
+            )
+            if not asked + shift <= wall <= answered + shift:
+                raise RaceAbort(
+                    f"worker {w.index} runs {(wall - answered).total_seconds():+.1f} s off,"
+                    f" not {w.offset}: faketime did not shift its clock"
+                )
         yield workers
     finally:
         for w in workers:
-            await w.stop()
+            if w.proc.returncode is None and w.proc.stdin is not None:
+                w.proc.stdin.close()
+                try:
+                    await asyncio.wait_for(w.proc.wait(), timeout=5)
+                except TimeoutError:
+                    w.proc.kill()
+                    await w.proc.wait()
 
 
 # -- the fleet's record --------------------------------------------------------------------
@@ -1289,29 +1083,24 @@ def _in_turn(a: Tick, b: Tick) -> bool:
     return a.now < b.now and (a.worker == b.worker or not (a.outside or b.outside))
 
 
-def _committed_first(a: Tick, b: Tick) -> bool:
-    """``a``'s record surely committed before ``b``'s: in turn, or ``a`` done before ``b`` began."""
-    return _in_turn(a, b) or a.done < b.now
-
-
 def record_marks(x: Tick, ticks: Sequence[Tick], initial: Tick | None, full: Tick | None) -> Marks:
     """The least and the most (watermark, full-pass mark) ``x``'s delta may have read.
 
-    The record holds the ``now`` of the last tick to commit before ``x`` read
-    it, and of the last full pass to: behind the fleet's lock that is one tick
-    each, the one before ``x``; a tick beside the lock may or may not have come
-    between. ``initial`` and ``full`` are the record as the run found it.
+    The record holds the ``now`` of the last tick, and of the last full pass,
+    to commit before ``x`` read it: behind the fleet's lock, the one before
+    ``x``; a tick beside the lock may or may not have come between.
+    ``initial`` and ``full`` are the record as the run found it.
     """
     earlier = [t for t in ticks if t.now < x.now]
 
     def last(candidates: list[Tick], start: Tick | None) -> list[datetime]:
-        # A record is the last one x read unless a later one surely committed after it and
-        # before x read: one x took its lock after.
+        # A record is the last one x read unless a later one surely committed after it
+        # (in turn, or done before it began) and before x read: one x took its lock after.
         later = [u for u in candidates if _in_turn(u, x)]
         found = [
             t.now
             for t in candidates
-            if not any(u is not t and _committed_first(t, u) for u in later)
+            if not any(u is not t and (_in_turn(t, u) or t.done < u.now) for u in later)
         ]
         if start is not None and not later:
             found.append(start.now)
@@ -1327,21 +1116,6 @@ def record_marks(x: Tick, ticks: Sequence[Tick], initial: Tick | None, full: Tic
 
 
 # -- one configuration ------------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class Options:
-    """How to run: the server, the trials, the fleets, and the knobs for controls."""
-
-    dsn: str | None
-    trials: int
-    instances: tuple[int, ...]
-    seed: int
-    workdir: Path
-    #: a deliberately broken ledger in every worker (race_worker.FAULTS), for controls
-    fault: str = "none"
-    #: consumers hold their claiming transaction open this long (widens progress at tick)
-    claim_hold_s: float = 0.0
 
 
 @attrs.define
@@ -1381,33 +1155,26 @@ class ConfigResult:
 
 
 TODO_ROWS = """
-INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at, claimed_at)
-VALUES ($1, $2, $3, $4, $5, $1, $6, $7)
+INSERT INTO todos (id, endpoint_id, queue, delivery_id, created_at, state, claimed_at, title)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $1)
 """
 LEDGER_ROWS = """
 INSERT INTO stall_nudge.queue_stall_nudges
        (endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 """
-CLEANUP = (
-    "DELETE FROM stall_nudge.queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
-    "DELETE FROM todos WHERE endpoint_id = ANY($1::text[])",
-    "DELETE FROM notify_hooks WHERE endpoint_id = ANY($1::text[])",
-    "DELETE FROM deliveries WHERE endpoint_id = ANY($1::text[])",
-    "DELETE FROM endpoints WHERE id = ANY($1::text[])",
-    "DELETE FROM stall_nudge.held WHERE endpoint_id = ANY($1::text[])",
-)
-
-
-def _ledger_row(rec: Any, shift: timedelta) -> LedgerRow:
-    return LedgerRow(
-        endpoint_id=rec["endpoint_id"],
-        queue=rec["queue"],
-        nudges=rec["nudges"],
-        last_nudged_at=rec["last_nudged_at"] + shift,
-        named_todo=rec["named_todo"],
-        progressed_at=None if rec["progressed_at"] is None else rec["progressed_at"] + shift,
+#: Each batch's rows, deleted after it is judged: full passes stay as short as the first.
+CLEANUP = [
+    f"DELETE FROM {table} WHERE {column} = ANY($1::text[])"
+    for table, column in (
+        ("stall_nudge.queue_stall_nudges", "endpoint_id"),
+        ("todos", "endpoint_id"),
+        ("notify_hooks", "endpoint_id"),
+        ("deliveries", "endpoint_id"),
+        ("endpoints", "id"),
+        ("stall_nudge.held", "endpoint_id"),
     )
+]
 
 
 class Coordinator:
@@ -1416,19 +1183,14 @@ class Coordinator:
     def __init__(
         self,
         admin: asyncpg.Connection,
-        hosts: Sequence[tuple[asyncpg.Pool, PostgresHost]],
+        pools: Sequence[asyncpg.Pool],
         workers: Sequence[Worker],
         rng: random.Random,
         result: ConfigResult,
-        claim_hold_s: float,
         record: tuple[Tick | None, Tick | None],
     ) -> None:
-        self.admin = admin
-        self.hosts = hosts
-        self.workers = workers
-        self.rng = rng
-        self.result = result
-        self.claim_hold_s = claim_hold_s
+        self.admin, self.workers, self.rng, self.result = admin, workers, rng, result
+        self.hosts = [(pool, PostgresHost(pool)) for pool in pools]
         #: every non-skipped tick so far (the fleet's record follows them)
         self.ticks: list[Tick] = []
         self.initial, self.initial_full = record
@@ -1441,84 +1203,39 @@ class Coordinator:
             await self._round(lanes, r)
         for lane in lanes:
             self.result.add(lane, judge(lane))
-        endpoints = [lane.endpoint for lane in lanes]
         async with self.admin.transaction():
             for sql in CLEANUP:
-                await self.admin.execute(sql, endpoints)
+                await self.admin.execute(sql, [lane.endpoint for lane in lanes])
 
     async def _setup(self, first_trial: int, size: int) -> list[Lane]:
+        host = PostgresHost(self.admin)
         async with self.admin.transaction():
             d: datetime = await self.admin.fetchval(CLOCK)
             lanes = []
-            for j in range(size):
-                trial = first_trial + j
+            for trial in range(first_trial, first_trial + size):
                 kind = KINDS[trial % len(KINDS)]
-                endpoint = f"r{self.result.instances}t{trial}"
-                lanes.append(_plant(endpoint, d, self.rng, kind, trial))
-            await self.admin.executemany(
-                "INSERT INTO endpoints (id, state) VALUES ($1, $2)",
-                [(lane.endpoint, lane.facts.endpoint_state) for lane in lanes],
-            )
-            await self.admin.executemany(
-                "INSERT INTO deliveries (id, endpoint_id, verified, received_at)"
-                " VALUES ($1, $2, $3, $4)",
-                [
-                    (f"{v}-{lane.endpoint}", lane.endpoint, v == "v", d)
-                    for lane in lanes
-                    for v in ("v", "u")
-                ],
-            )
-            await self.admin.executemany(
-                "INSERT INTO notify_hooks (id, endpoint_id, url, secret, enabled)"
-                " VALUES ($1, $2, 'http://127.0.0.1:9/hook', 'whsec_races', true)",
-                [(lane.hook, lane.endpoint) for lane in lanes],
-            )
-            await self.admin.executemany(
-                TODO_ROWS,
-                [
-                    (
-                        todo_id,
-                        lane.endpoint,
-                        QUEUE,
-                        self._delivery(lane, todo_id, t.gated),
-                        t.state,
-                        t.created_at,
-                        t.claimed_at,
+                lane = _plant(f"r{self.result.instances}t{trial}", d, self.rng, kind, trial)
+                lanes.append(lane)
+                e = lane.endpoint
+                await host.add_endpoint(e, state=lane.facts.endpoint_state)
+                for v in ("v", "u"):
+                    await host.add_delivery(
+                        f"{v}-{e}", endpoint_id=e, verified=v == "v", received_at=d
                     )
-                    for lane in lanes
-                    for todo_id, t in lane.facts.todos.items()
-                ],
-            )
-            await self.admin.executemany(
-                LEDGER_ROWS,
-                [
-                    (
-                        lane.endpoint,
-                        QUEUE,
-                        lane.row.nudges,
-                        lane.row.last_nudged_at,
-                        lane.row.named_todo,
-                        lane.row.progressed_at,
-                    )
-                    for lane in lanes
-                    if lane.row is not None
-                ],
-            )
+                await host.add_hook(
+                    f"h-{e}", endpoint_id=e, url="http://127.0.0.1:9/hook", secret="whsec_races"
+                )
+            todos = [_todo_row(e.endpoint, i, t) for e in lanes for i, t in e.facts.todos.items()]
+            await self.admin.executemany(TODO_ROWS, todos)
+            rows = [attrs.astuple(lane.row) for lane in lanes if lane.row is not None]
+            await self.admin.executemany(LEDGER_ROWS, rows)
         return lanes
-
-    def _delivery(self, lane: Lane, todo_id: str, gated: bool) -> str | None:
-        if not gated:
-            return f"u-{lane.endpoint}"
-        # Some gated todos come from an operator (no delivery): they pass the gate too.
-        return None if sum(map(ord, todo_id)) % 5 == 0 else f"v-{lane.endpoint}"
 
     async def _heal(self, lanes: list[Lane]) -> None:
         """Move each healing pair one backoff step on (all its timestamps back), then it reaches."""
         for lane in lanes:
-            if not lane.heal:
-                continue
             row = lane.rounds[-1].row_after
-            if row is None or row.nudges >= POLICY.cap:
+            if not lane.heal or row is None or row.nudges >= POLICY.cap:
                 continue
             step = POLICY.delay_before(row.nudges + 1)
             async with self.admin.transaction():
@@ -1544,50 +1261,42 @@ class Coordinator:
         delay: float,
         pool: asyncpg.Pool,
         host: PostgresHost,
-    ) -> list[tuple[tuple[Any, ...], datetime, datetime]]:
-        """Run one trial's host operations, each bracketed by database clock reads."""
+    ) -> list[Stmt]:
+        """Run one trial's host operations, each bracketed by database clock reads (pair time)."""
         await asyncio.sleep(delay)
-        done: list[tuple[tuple[Any, ...], datetime, datetime]] = []
+        done: list[Stmt] = []
         lb: datetime = await pool.fetchval(CLOCK)
         claimed: str | None = None
         for op in ops:
             effect: tuple[Any, ...] | None = None
-            if op[0] == "claim_held" or (op[0] == "claim_next" and self.claim_hold_s > 0):
-                # The host's claim verb in a transaction held open around it: stamped at the
+            if op[0] == "claim_held":
+                # The host's claim in a transaction held open around it: stamped at the
                 # transaction's start, seen only at its commit.
-                before, after = op[1:] if op[0] == "claim_held" else (0.0, self.claim_hold_s)
-                at = lb + op[1] if op[0] == "claim_next" and len(op) > 1 else None
                 async with pool.acquire() as conn, conn.transaction():
-                    await asyncio.sleep(before)
-                    claimed = await conn.fetchval(
-                        HOST_SQL["claim_next"],
-                        lane.endpoint,
-                        QUEUE,
-                        "consumer",
-                        at,
-                        timedelta(minutes=5),
+                    await asyncio.sleep(op[1])
+                    claimed = await PostgresHost(conn).claim_next(
+                        lane.endpoint, QUEUE, owner="consumer"
                     )
                     stamp = await conn.fetchval(STAMP, claimed)
-                    await asyncio.sleep(after)
-                effect = None if claimed is None else ("claim", claimed, stamp)
+                    await asyncio.sleep(op[2])
             elif op[0] == "claim_next":
                 at = lb + op[1] if len(op) > 1 else None
                 claimed = await host.claim_next(lane.endpoint, QUEUE, owner="consumer", at=at)
                 stamp = await pool.fetchval(STAMP, claimed)
-                effect = None if claimed is None else ("claim", claimed, stamp)
+            if op[0] in ("claim_held", "claim_next"):
+                effect = None if claimed is None else ("claim", claimed, stamp + lane.shift)
             elif op[0] in ("complete", "requeue", "delete"):
                 if claimed is not None:
-                    if op[0] == "complete":
-                        await host.complete(claimed)
-                        effect = ("complete", claimed)
-                    elif op[0] == "requeue":
-                        await host.requeue(claimed)
-                        effect = ("requeue", claimed)
-                    else:
-                        await host.delete_todo(claimed)
-                        effect = ("delete", claimed)
+                    verb = {
+                        "complete": host.complete,
+                        "requeue": host.requeue,
+                        "delete": host.delete_todo,
+                    }
+                    await verb[op[0]](claimed)
+                    effect = (op[0], claimed)
             elif op[0] == "create":
-                todo_id = lane.new_todo_id()
+                lane.created += 1
+                todo_id = f"{lane.endpoint}-n{lane.created}"
                 created_at = lb - timedelta(minutes=10)
                 await host.create_todo(
                     todo_id,
@@ -1604,223 +1313,201 @@ class Coordinator:
                 raise ValueError(f"unknown host operation {op!r}")
             ub: datetime = await pool.fetchval(CLOCK)
             if effect is not None:
-                done.append((effect, lb, ub))
+                done.append(Stmt(effect=effect, lb=lb + lane.shift, ub=ub + lane.shift))
             lb = ub
         return done
 
     async def _round(self, lanes: list[Lane], r: int) -> None:
-        modes = {
-            f"{lane.endpoint}/{QUEUE}": lane.modes[r] for lane in lanes if lane.modes[r] != "reach"
-        }
-        command = json.dumps({"cmd": "tick", "wake": modes}) + "\n"
+        wake = {f"{e.endpoint}/{QUEUE}": e.modes[r] for e in lanes if e.modes[r] != "reach"}
         lead = max(0.0, -HOST_WINDOW_S[0])
+        acting = [(j, e) for j, e in enumerate(lanes) if e.scripts.get(r)]
         actions = [
             asyncio.create_task(
-                self._act(
-                    lane,
-                    lane.scripts[r],
-                    lead + self.rng.uniform(*HOST_WINDOW_S),
-                    *self.hosts[j],
-                )
+                self._act(e, e.scripts[r], lead + self.rng.uniform(*HOST_WINDOW_S), *self.hosts[j])
             )
-            for j, lane in enumerate(lanes)
-            if lane.scripts.get(r)
+            for j, e in acting
         ]
         if actions and lead:
             await asyncio.sleep(lead)
-        for w in self.workers:
-            w.send(command)
-        await asyncio.gather(*(w.flush() for w in self.workers))
         try:
-            async with asyncio.timeout(ROUND_TIMEOUT_S):
-                answers = await asyncio.gather(*(w.answer() for w in self.workers))
+            async with asyncio.timeout(TIMEOUT_S):
+                answers = await _ask(self.workers, {"cmd": "tick", "wake": wake})
                 acted = await asyncio.gather(*actions)
         except TimeoutError:
-            raise RaceAbort(f"round {r + 1} took longer than {ROUND_TIMEOUT_S:g} s") from None
+            raise RaceAbort(f"round {r + 1} took longer than {TIMEOUT_S:g} s") from None
         finally:
             for task in actions:
                 task.cancel()
         end: datetime = await self.admin.fetchval(CLOCK)
-        endpoints = [lane.endpoint for lane in lanes]
-        rows = {
-            rec["endpoint_id"]: rec
-            for rec in await self.admin.fetch(
-                "SELECT endpoint_id, queue, nudges, last_nudged_at, named_todo, progressed_at"
-                " FROM stall_nudge.queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
-                endpoints,
-            )
-        }
-        todos = {
-            rec["id"]: rec
-            for rec in await self.admin.fetch(
-                "SELECT id, endpoint_id, state, claimed_at, ring_attempts, last_ringed_at"
-                " FROM todos WHERE endpoint_id = ANY($1::text[])",
-                endpoints,
-            )
-        }
-        self.result.rounds += 1
+        endpoints = [e.endpoint for e in lanes]
+        rows = await self.admin.fetch(
+            "SELECT * FROM stall_nudge.queue_stall_nudges WHERE endpoint_id = ANY($1::text[])",
+            endpoints,
+        )
+        todos = await self.admin.fetch(
+            "SELECT id, endpoint_id, state, claimed_at, ring_attempts, last_ringed_at"
+            " FROM todos WHERE endpoint_id = ANY($1::text[])",
+            endpoints,
+        )
+        result = self.result
+        result.rounds += 1
         ok = [a for a in answers if "error" not in a]
-        instants = [datetime.fromisoformat(a["now"]) for a in ok]
-        if instants:
-            self.result.lock_spreads.append((max(instants) - min(instants)).total_seconds())
+        if ok:
+            instants = [datetime.fromisoformat(a["now"]) for a in ok]
+            result.lock_spreads.append((max(instants) - min(instants)).total_seconds())
+        at = datetime.fromisoformat
         swept = [a for a in ok if not a["skipped"]]
-        self.result.sweeps_in_round[len(swept)] += 1
-        self.result.sweep_durations.extend(a["duration_s"] for a in swept)
         ticks = {
-            a["w"]: Tick(
-                worker=a["w"],
-                now=datetime.fromisoformat(a["now"]),
-                done=datetime.fromisoformat(a["done"]),
-                kind=a["kind"],
-                outside=a["outside"],
-            )
+            a["w"]: Tick(a["w"], at(a["now"]), at(a["done"]), a["kind"], a["outside"])
             for a in swept
         }
+        result.sweeps_in_round[len(ticks)] += 1
+        result.sweep_durations += [a["duration_s"] for a in swept]
         self.ticks = [*self.ticks[-64:], *ticks.values()]
-        marks = {
-            w: record_marks(t, self.ticks, self.initial, self.initial_full)
-            for w, t in ticks.items()
-            if t.kind == "delta"
+        logs = {
+            e.endpoint: RoundLog(mode=e.modes[r], shift=e.shift, end=end + e.shift) for e in lanes
         }
-        logs = {lane.endpoint: RoundLog(mode=lane.modes[r], shift=lane.shift) for lane in lanes}
-        acted_by = dict(
-            zip([lane.endpoint for lane in lanes if lane.scripts.get(r)], acted, strict=True)
-        )
-        for lane in lanes:
-            log = logs[lane.endpoint]
-            for effect, lb, ub in acted_by.get(lane.endpoint, []):
-                if effect[0] == "claim":
-                    effect = ("claim", effect[1], effect[2] + lane.shift)
-                log.statements.append(Stmt(effect=effect, lb=lb + lane.shift, ub=ub + lane.shift))
-            log.end = end + lane.shift
+        for (_, lane), stmts in zip(acting, acted, strict=True):
+            logs[lane.endpoint].statements = stmts
         for answer in answers:
-            self._record(answer, logs, lanes, marks)
+            self._record(answer, ticks.get(answer["w"]), logs, lanes)
         for lane in lanes:
             log = logs[lane.endpoint]
-            rec = rows.get(lane.endpoint)
-            log.row_after = None if rec is None else _ledger_row(rec, lane.shift)
-            if rec is not None and rec["queue"] != QUEUE:
-                log.bad.append(f"a ledger row for queue {rec['queue']!r}")
-            _check_todos(lane, log, todos)
+            for rec in (rec for rec in rows if rec["endpoint_id"] == lane.endpoint):
+                log.row_after = _ledger_row(rec, lane.shift)
+                if rec["queue"] != QUEUE:
+                    log.bad.append(f"a ledger row for queue {rec['queue']!r}")
             lane.rounds.append(log)
+            _check_todos(lane, log, [t for t in todos if t["endpoint_id"] == lane.endpoint])
 
     def _record(
         self,
         answer: dict[str, Any],
+        tick: Tick | None,
         logs: dict[str, RoundLog],
         lanes: list[Lane],
-        marks: Mapping[int, Marks],
     ) -> None:
+        """One worker's answer, into each trial's round log in pair time."""
         w = answer["w"]
-        if "error" in answer:
+
+        def bad(text: str) -> None:
             for log in logs.values():
-                log.bad.append(f"worker {w} failed its tick: {answer['error']}")
-            return
-        if answer["skipped"]:
+                log.bad.append(f"worker {w} {text}")
+
+        if "error" in answer:
+            return bad(f"failed its tick: {answer['error']}")
+        if tick is None:
             if answer["charged"] or answer["drained"] or answer["refunds"]:
-                for log in logs.values():
-                    log.bad.append(f"worker {w} skipped yet reported {answer}")
-            return
+                bad(f"skipped yet reported {answer}")
+            return None
         self.result.sweeps += 1
-        self.result.kinds[answer["kind"]] += 1
-        now = datetime.fromisoformat(answer["now"])
-        done = datetime.fromisoformat(answer["done"])
-        outcomes: dict[str, list[Outcome]] = {lane.endpoint: [] for lane in lanes}
-        shift = {lane.endpoint: lane.shift for lane in lanes}
-        for endpoint, queue, number, todo_id, charged_at in answer["charged"]:
-            if endpoint not in outcomes or queue != QUEUE:
-                for log in logs.values():
-                    log.bad.append(f"worker {w} charged a pair of no trial: {endpoint}/{queue}")
+        self.result.kinds[tick.kind] += 1
+        marks = None
+        if tick.kind == "delta":
+            marks = record_marks(tick, self.ticks, self.initial, self.initial_full)
+        at = datetime.fromisoformat
+        ours = {e.endpoint: e.shift for e in lanes}
+        outcomes: dict[str, list[Outcome]] = {e: [] for e in ours}
+        for n in answer["charged"]:
+            endpoint = n["endpoint_id"]
+            if endpoint not in ours or n["queue"] != QUEUE:
+                bad(f"charged a pair of no trial: {endpoint}/{n['queue']}")
                 continue
-            stamp = datetime.fromisoformat(charged_at) + shift[endpoint]
-            outcomes[endpoint].append(("charge", number, stamp, todo_id))
+            stamp = at(n["charged_at"]) + ours[endpoint]
+            outcomes[endpoint].append(("charge", n["number"], stamp, n["todo_id"]))
         for endpoint, queue in answer["drained"]:
-            if endpoint not in outcomes or queue != QUEUE:
-                for log in logs.values():
-                    log.bad.append(f"worker {w} deleted a row of no trial: {endpoint}/{queue}")
+            if endpoint not in ours or queue != QUEUE:
+                bad(f"deleted a row of no trial: {endpoint}/{queue}")
                 continue
             outcomes[endpoint].append(DRAIN)
-        for endpoint, queue, number, todo, charged_at, result, lb, ub in answer["refunds"]:
-            if endpoint in logs and queue == QUEUE:
-                logs[endpoint].refunds.append(
+        for f in answer["refunds"]:
+            n = f["nudge"]
+            if n["endpoint_id"] in ours and n["queue"] == QUEUE:
+                s = ours[n["endpoint_id"]]
+                logs[n["endpoint_id"]].refunds.append(
                     Refund(
-                        worker=w,
-                        number=number,
-                        charged_at=datetime.fromisoformat(charged_at) + shift[endpoint],
-                        todo=todo,
-                        result=result,
-                        lb=datetime.fromisoformat(lb) + shift[endpoint],
-                        ub=datetime.fromisoformat(ub) + shift[endpoint],
+                        w,
+                        n["number"],
+                        at(n["charged_at"]) + s,
+                        n["todo_id"],
+                        f["result"],
+                        at(f["lb"]) + s,
+                        at(f["ub"]) + s,
                     )
                 )
         for endpoint, got in outcomes.items():
-            log = logs[endpoint]
             if len(set(got)) > 1:
-                log.bad.append(f"worker {w} did {got} to one pair in one sweep")
-            mark = marks.get(w)
-            log.sweeps.append(
+                logs[endpoint].bad.append(f"worker {w} did {got} to one pair in one sweep")
+            s = ours[endpoint]
+            logs[endpoint].sweeps.append(
                 Sweep(
-                    worker=w,
-                    now=now + shift[endpoint],
-                    done=done + shift[endpoint],
-                    kind=answer["kind"],
-                    outside=answer["outside"],
-                    outcome=got[0] if got else NONE,
-                    extra=max(0, len(got) - 1),
-                    marks=None if mark is None else _shifted(mark, shift[endpoint]),
+                    w,
+                    tick.now + s,
+                    tick.done + s,
+                    tick.kind,
+                    tick.outside,
+                    got[0] if got else NONE,
+                    max(0, len(got) - 1),
+                    None if marks is None else _shifted(marks, s),
                 )
             )
+        return None
 
 
-def _shifted(marks: Marks, shift: timedelta) -> Marks:
-    """``marks`` in a pair's own time."""
+def _shifted(marks: Marks, s: timedelta) -> Marks:
     (w_least, f_least), (w_most, f_most) = marks
-    return (w_least + shift, f_least + shift), (w_most + shift, f_most + shift)
+    return (w_least + s, f_least + s), (w_most + s, f_most + s)
 
 
-def _check_todos(lane: Lane, log: RoundLog, todos: Mapping[str, Any]) -> None:
-    """Every todo is as the host left it: a sweep never changes a todo."""
-    expected = lane_facts_after(lane)
-    for stmt in log.statements:
+def _todo_row(endpoint: str, todo_id: str, t: Todo) -> tuple[Any, ...]:
+    # Some gated todos come from an operator (no delivery): they pass the gate too.
+    operator = t.gated and sum(map(ord, todo_id)) % 5 == 0
+    delivery = None if operator else f"{'v' if t.gated else 'u'}-{endpoint}"
+    return (todo_id, endpoint, QUEUE, delivery, t.created_at, t.state, t.claimed_at)
+
+
+def _ledger_row(rec: Any, shift: timedelta) -> LedgerRow:
+    progressed = rec["progressed_at"]
+    return LedgerRow(
+        endpoint_id=rec["endpoint_id"],
+        queue=rec["queue"],
+        nudges=rec["nudges"],
+        last_nudged_at=rec["last_nudged_at"] + shift,
+        named_todo=rec["named_todo"],
+        progressed_at=None if progressed is None else progressed + shift,
+    )
+
+
+def _check_todos(lane: Lane, log: RoundLog, mine: Sequence[Any]) -> None:
+    """Every todo is as the host left it after every round so far: a sweep never changes one."""
+    expected = lane.facts
+    for stmt in (s for rnd in lane.rounds for s in rnd.statements):
         expected = apply_effect(expected, stmt.effect)
-    mine = {k: rec for k, rec in todos.items() if rec["endpoint_id"] == lane.endpoint}
-    if set(mine) != set(expected.todos):
-        log.bad.append(f"todos {sorted(mine)} in the database, {sorted(expected.todos)} expected")
+    if {t["id"] for t in mine} != set(expected.todos):
+        found = sorted(t["id"] for t in mine)
+        log.bad.append(f"todos {found} in the database, {sorted(expected.todos)} expected")
         return
-    for todo_id, rec in mine.items():
-        want = expected.todos[todo_id]
+    for rec in mine:
+        want = expected.todos[rec["id"]]
         claimed = None if rec["claimed_at"] is None else rec["claimed_at"] + lane.shift
         rung = rec["ring_attempts"] != 0 or rec["last_ringed_at"] is not None
         if (rec["state"], claimed) != (want.state, want.claimed_at) or rung:
-            log.bad.append(f"todo {todo_id} is {dict(rec)}, expected {want}")
-
-
-def lane_facts_after(lane: Lane) -> Facts:
-    """The pair's facts after every round recorded so far."""
-    facts = lane.facts
-    for rnd in lane.rounds:
-        for stmt in rnd.statements:
-            facts = apply_effect(facts, stmt.effect)
-    return facts
+            log.bad.append(f"todo {rec['id']} is {dict(rec)}, expected {want}")
 
 
 async def _record_now(admin: asyncpg.Connection) -> tuple[Tick | None, Tick | None]:
     """The fleet's record as a configuration finds it: its last sweep and last full pass."""
     rec = await admin.fetchrow("SELECT judged_to, full_pass_at FROM stall_nudge.ticks")
-    if rec is None:
-        return None, None
     at = datetime.min.replace(tzinfo=UTC)
-
-    def tick(now: datetime | None, kind: str) -> Tick | None:
-        if now is None:
-            return None
-        return Tick(worker=-1, now=now, done=at, kind=kind, outside=False)
-
-    return tick(rec["judged_to"], "any"), tick(rec["full_pass_at"], "full")
+    ticks = [
+        None if rec is None or rec[column] is None else Tick(-1, rec[column], at, kind, False)
+        for column, kind in (("judged_to", "any"), ("full_pass_at", "full"))
+    ]
+    return ticks[0], ticks[1]
 
 
 async def run_config(
-    dsn: str, instances: int, trials: int, first_trial: int, rng: random.Random, opts: Options
+    dsn: str, instances: int, trials: int, first_trial: int, rng: random.Random, args: Any
 ) -> ConfigResult:
     result = ConfigResult(instances=instances)
     started = time.monotonic()
@@ -1828,29 +1515,19 @@ async def run_config(
     pools: list[asyncpg.Pool] = []
     try:
         for _ in range(LANES):
-            pools.append(
-                await asyncpg.create_pool(
-                    dsn,
-                    min_size=1,
-                    max_size=1,
-                    server_settings={"application_name": "stall-races-consumer"},
-                )
-            )
-        hosts = [(pool, PostgresHost(pool)) for pool in pools]
-        async with _workers(instances, dsn, opts.workdir, opts.fault) as workers:
-            coordinator = Coordinator(
-                admin, hosts, workers, rng, result, opts.claim_hold_s, await _record_now(admin)
-            )
+            pools.append(await asyncpg.create_pool(dsn, min_size=1, max_size=1))
+        async with _workers(instances, dsn, args.workdir, args.fault) as workers:
+            coordinator = Coordinator(admin, pools, workers, rng, result, await _record_now(admin))
             # Progress every tenth of a long run; a short one prints only its result.
             step = (trials // 10) // LANES * LANES if trials >= 1000 else 0
             for offset in range(0, trials, LANES):
                 await coordinator.batch(first_trial + offset, min(LANES, trials - offset))
                 done = offset + LANES
                 if step and done % step == 0 and done < trials:
-                    bad = sum(result.counts.values())
                     print(
                         f"races[{instances}]: {done}/{trials} trials,"
-                        f" {bad} violations so far, {time.monotonic() - started:.0f} s",
+                        f" {sum(result.counts.values())} violations so far,"
+                        f" {time.monotonic() - started:.0f} s",
                         flush=True,
                     )
     finally:
@@ -1861,70 +1538,41 @@ async def run_config(
     return result
 
 
-# -- the run ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    with embedded_postgres() as embedded:
-        yield embedded
-
-
-async def _races(server: str, opts: Options) -> list[ConfigResult]:
+async def _races(server: str, args: Any) -> list[ConfigResult]:
     name = f"stall_races_{uuid.uuid4().hex[:10]}"
     await create_database(server, name)
     try:
-        conn = await asyncpg.connect(server)
-        try:
-            # Commits need not wait for the disk here: visibility and locking are unchanged.
-            await conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
-        finally:
-            await conn.close()
         dsn = with_database(server, name)
         conn = await asyncpg.connect(dsn)
         try:
+            # Commits need not wait for the disk here: visibility and locking are unchanged.
+            await conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
             await migrate(conn, host_schema=True)
         finally:
             await conn.close()
-        rng = random.Random(opts.seed)
+        rng = random.Random(SEED)
         results = []
-        share, extra = divmod(opts.trials, len(opts.instances))
+        share, extra = divmod(args.trials, len(args.instances))
         first = 0
-        for i, count in enumerate(opts.instances):
+        for i, count in enumerate(args.instances):
             mine = share + (1 if i < extra else 0)
-            results.append(await run_config(dsn, count, mine, first, rng, opts))
+            results.append(await run_config(dsn, count, mine, first, rng, args))
             first += mine
         return results
     finally:
         await drop_database(server, name)
 
 
-def run_races(opts: Options) -> list[ConfigResult]:
-    """Run the trials split over the instance counts; one result per count."""
-    with _server(opts.dsn) as server:
-        return asyncio.run(_races(server, opts))
+#: What the races exercised, per class (the module's docstring says what each means).
+STATS = (
+    "contested", "seen", "unseen", "turned_due", "charges", "resets", "by_claim",
+    "by_departure", "by_kept", "unreported_resets", "refunds", "full", "delta", "deferred",
+    "overlapped", "cas",
+)  # fmt: skip
 
 
-def _line(r: ConfigResult) -> str:
-    counts = " ".join(f"{k}={r.counts[k]}" for k in COUNTS)
-    return (
-        f"races[{r.instances} instances]: trials={r.trials} rounds={r.rounds} sweeps={r.sweeps}"
-        f" (full={r.kinds['full']} delta={r.kinds['delta']})"
-        f" db_sweeps_per_tick={r.sweeps_per_tick:.3f} {counts} seconds={r.seconds:.1f}"
-    )
-
-
-def _timing_line(r: ConfigResult) -> str:
-    rounds = ", ".join(f"{n}: {c}" for n, c in sorted(r.sweeps_in_round.items()))
-    return (
-        f"  timing: rounds by sweeps in them {{{rounds}}};"
-        f" try-lock spread p50={_ms_of(r.lock_spreads, 0.5)} p90={_ms_of(r.lock_spreads, 0.9)};"
-        f" sweeping tick p50={_ms_of(r.sweep_durations, 0.5)}"
-        f" p90={_ms_of(r.sweep_durations, 0.9)}"
-    )
+def _fields(counter: Mapping[str, Any], names: Iterable[str]) -> str:
+    return " ".join(f"{k}={counter[k]}" for k in names)
 
 
 def _ms_of(values: Sequence[float], q: float) -> str:
@@ -1934,30 +1582,31 @@ def _ms_of(values: Sequence[float], q: float) -> str:
     return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000:.2f}ms"
 
 
-STATS = (
-    "contested",
-    "seen",
-    "unseen",
-    "turned_due",
-    "charges",
-    "resets",
-    "by_claim",
-    "by_departure",
-    "by_kept",
-    "unreported_resets",
-    "refunds",
-    "full",
-    "delta",
-    "deferred",
-    "overlapped",
-    "cas",
-)
-
-
-def _kind_line(kind: str, v: Verdict) -> str:
-    stats = " ".join(f"{k}={v.stats[k]}" for k in STATS)
-    counts = " ".join(f"{k}={v.counts[k]}" for k in COUNTS)
-    return f"  {kind}: trials={v.stats['trials']} {stats} {counts}"
+def _report(r: ConfigResult) -> None:
+    for note in r.notes:
+        print(f"violation: {note}")
+    for trace in r.traces:
+        print(trace)
+    print(
+        f"races[{r.instances} instances]: trials={r.trials} rounds={r.rounds} sweeps={r.sweeps}"
+        f" (full={r.kinds['full']} delta={r.kinds['delta']})"
+        f" db_sweeps_per_tick={r.sweeps_per_tick:.3f} {_fields(r.counts, COUNTS)}"
+        f" seconds={r.seconds:.1f}",
+        flush=True,
+    )
+    rounds = ", ".join(f"{n}: {c}" for n, c in sorted(r.sweeps_in_round.items()))
+    spread, took = r.lock_spreads, r.sweep_durations
+    print(
+        f"  timing: rounds by sweeps in them {{{rounds}}};"
+        f" try-lock spread p50={_ms_of(spread, 0.5)} p90={_ms_of(spread, 0.9)};"
+        f" sweeping tick p50={_ms_of(took, 0.5)} p90={_ms_of(took, 0.9)}"
+    )
+    for kind in (k for k in KINDS if k in r.by_kind):
+        v = r.by_kind[kind]
+        print(
+            f"  {kind}: trials={v.stats['trials']} {_fields(v.stats, STATS)}"
+            f" {_fields(v.counts, COUNTS)}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1969,23 +1618,13 @@ def main(argv: list[str] | None = None) -> int:
         "--instances", type=int, nargs="+", default=[4, 8], help="sweeper counts (default 4 8)"
     )
     parser.add_argument("--dsn", default=os.environ.get("STALL_TEST_DSN"), help="a server DSN")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--workdir", type=Path, help="keep the workers' logs here")
     parser.add_argument(
         "--fault",
         choices=FAULTS,
         default="none",
         help="a control: every worker on a deliberately broken ledger, or one beside the lock",
     )
-    parser.add_argument(
-        "--claim-hold-ms",
-        type=float,
-        default=0.0,
-        help="consumers hold the claiming transaction open this long (default 0)",
-    )
     args = parser.parse_args(argv)
-    if args.claim_hold_ms < 0:
-        parser.error("--claim-hold-ms must not be negative")
     if args.trials < len(args.instances):
         parser.error("--trials must be at least one per instance count")
     if any(n < 1 for n in args.instances):
@@ -1995,54 +1634,33 @@ def main(argv: list[str] | None = None) -> int:
     except SkewUnavailable as exc:
         print(f"races: cannot shift the sweepers' wall clocks: {exc}", file=sys.stderr)
         return 2
-    workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="stall-races-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    opts = Options(
-        dsn=args.dsn,
-        trials=args.trials,
-        instances=tuple(args.instances),
-        seed=args.seed,
-        workdir=workdir,
-        fault=args.fault,
-        claim_hold_s=args.claim_hold_ms / 1000,
-    )
+    args.workdir = Path(tempfile.mkdtemp(prefix="stall-races-"))
     print(
-        f"races: worker logs in {workdir}; offsets {', '.join(OFFSETS)}; fault={opts.fault};"
-        f" claim hold {args.claim_hold_ms:g} ms; seed {opts.seed}",
+        f"races: worker logs in {args.workdir}; offsets {', '.join(OFFSETS)}; fault={args.fault}",
         flush=True,
     )
     try:
-        results = run_races(opts)
+        with contextlib.nullcontext(args.dsn) if args.dsn else embedded_postgres() as server:
+            results = asyncio.run(_races(server, args))
     except RaceAbort as exc:
         print(f"races: aborted: {exc}", file=sys.stderr)
         return 2
     total: Counter[str] = Counter()
     for r in results:
         total.update(r.counts)
-        for note in r.notes:
-            print(f"violation: {note}")
-        for trace in r.traces:
-            print(trace)
-        print(_line(r), flush=True)
-        print(_timing_line(r))
-        for kind in KINDS:
-            if kind in r.by_kind:
-                print(_kind_line(kind, r.by_kind[kind]))
+        _report(r)
     largest = max(args.instances)
     figure = next((r for r in results if r.instances == 4), min(results, key=lambda r: r.instances))
     print(
         f"# summary: instances is the largest count run ({largest});"
-        f" db_sweeps_per_tick is the {figure.instances}-instance figure;"
-        f" other={total['other']}"
+        f" db_sweeps_per_tick is the {figure.instances}-instance figure; other={total['other']}"
     )
     print(
         f"races: trials={sum(r.trials for r in results)} instances={largest}"
-        f" duplicates={total['duplicates']} double_resets={total['double_resets']}"
-        f" lost={total['lost']} stranded={total['stranded']}"
-        f" db_sweeps_per_tick={figure.sweeps_per_tick:.3f}",
+        f" {_fields(total, COUNTS[:-1])} db_sweeps_per_tick={figure.sweeps_per_tick:.3f}",
         flush=True,
     )
-    return 0 if not any(total[k] for k in COUNTS) else 1
+    return 1 if any(total[k] for k in COUNTS) else 0
 
 
 if __name__ == "__main__":

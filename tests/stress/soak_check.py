@@ -1,68 +1,44 @@
 """The soak's invariants as pure functions of what was recorded (no IO, no clock).
 
-Inputs are the sweepers' journals (every charge each one got back from
-``charge_due`` with the instant its tick decided at, every refund and its
-compare-and-set result, every drained row), the ledger's own history (every
-row write, with the row before and after it, the named todo and the progress
-a reset kept included, recorded by a trigger on the ledger table with its
-transaction's id, start and the instant of the write), the host's own record
-of every claim and requeue it made (the todo, its ``claimed_at``, and
-database-clock reads before the statement and after its commit), the
-receiver's log (every request, its ``webhook-id`` and ``meta``) and the audit
-sequence numbers drawn while the ledger table was dropped.
-``tests/stress/test_soak_check.py`` feeds each check a planted violation next
-to a clean twin, so a zero in the soak's last line means "looked and found none".
+What is judged is the ledger's own history: every row write, the row before
+and after, with its transaction's id and start and the instant of the write,
+recorded by a trigger. A tick whose connection died after its commit charged
+pairs no sweeper journaled or woke, and the next charge of such a pair is
+legal only after that one. The sweepers' journals (each charge with the
+instant its tick decided at, each refund and its result, each drain) must
+agree with the history: a journaled write the history lacks, or a history
+write no sweep makes, is a ``phantom_write``. ``test_soak_check.py`` plants
+each violation beside a clean twin, so a zero means "looked and found none".
 
-The ledger's history is what is judged: a tick whose connection died after
-its commit charged pairs no sweeper acknowledged (nor journaled, nor woke),
-and the next charge of such a pair is only legal after that one. The
-journals must agree with the history: a journaled charge or refund the
-history lacks, or a history write no sweep makes, is a ``phantom_write``.
+Every ledger write happens behind the fleet's tick lock, so the history's
+order is commit order. Each pair is replayed in it, holding the row the
+ledger must hold, and each write is judged with the core's rule against that
+row and what its tick may have seen of the host. A tick's snapshot lies
+between the instant it decided at (for an unacknowledged charge, its
+transaction's start) and its write; a host statement was surely in it if the
+clock read after its commit (``ub``) precedes ``now``, maybe if the read
+before it (``lb``) precedes the write; one todo's claims and requeues happen
+in turn. So each tick has a least and a most ``latest_claim`` and named-todo
+departure: ``made_progress`` on the least is progress it surely saw, on the
+most progress it may have seen (the rule is monotone in both). That commit
+span is the only latitude; nothing is widened by a tolerance.
 
-Theory of operation
--------------------
-Every write to the ledger happens behind the fleet's tick lock (a tick's
-statement, a refund, the table's drop), so the history's order is commit
-order. Each pair's history is replayed in it, holding the row the ledger
-must hold (``charge_row`` after a charge, ``reset_row`` after a reset,
-``refunded_row`` after a refund, nothing after a drain or a drop), and each
-write is judged with the core's rule against that row and what the tick
-that wrote it may have seen of the host.
+- with no row, only nudge 1; a charge that surely saw progress is nudge 1
+  (``missed_reset``);
+- nudge 1 over a live row, or a reset (count 0, progress kept), needs
+  progress the tick may have seen (``reset_without_progress``;
+  ``double_reset`` when a reset wrote the row it replaces: one claim or
+  departure used twice);
+- otherwise the row's count + 1, within the cap, at or after ``next_due_at``
+  (a refunded nudge N is retried as N one step later): ``early``,
+  ``over_cap``, ``out_of_sequence``;
+- the stamp is ``charge_stamp`` of a latest claim the tick may have read
+  (``bad_stamp``); no two charges of a pair share one; a refund's
+  compare-and-set matches the row the ledger holds (``unmatched_refund``).
 
-A tick's snapshot lies between the instant it decided at (the journal's
-``now``; for a charge no sweeper acknowledged, its transaction's start) and
-the instant it wrote (the trigger's clock). A host statement committed before
-the snapshot if its clock read after the commit (``ub``) is earlier than
-``now``, and may have if its read before (``lb``) is earlier than the write;
-one todo's claims and requeues happen in turn. From that the checker has the
-least and the most the tick can have read: the pair's ``latest_claim``, and
-whether the todo the row names ``has_departed``. ``made_progress`` on the
-least is progress the tick surely saw; on the most, progress it may have
-seen (the rule is monotone in both). The only latitude is a host statement's
-own commit span, read off the database clock around it: nothing is widened
-by a tolerance, and a write neither bound explains is flagged
-(``tests/stress/test_soak_check.py`` plants claims on each side of the bounds).
-
-- with no row, only nudge 1 is legal;
-- a charge that surely saw progress is nudge 1 (``missed_reset`` otherwise);
-- nudge 1 over a live row needs progress the tick may have seen
-  (``reset_without_progress``; ``double_reset`` when the row it replaces was
-  itself written by a reset: one claim or departure used twice);
-- otherwise the row's count + 1, not past the cap, at or after
-  ``next_due_at`` (a refunded nudge N leaves the row at N - 1 with its stamp,
-  so its retry is nudge N again one step later): ``early``, ``over_cap``,
-  ``out_of_sequence``;
-- the stamp is ``charge_stamp`` of a ``latest_claim`` the tick may have read,
-  at its instant (``bad_stamp``);
-- a reset (count 0, progress kept: the tick did not charge a pair with
-  progress) needs progress the tick may have seen, and keeps the row's stamp
-  and named todo (``reset_row``);
-- no two charges of a pair share a stamp, and a refund's compare-and-set
-  matches the row the ledger holds (``unmatched_refund`` otherwise).
-
-Each charge goes out as at most one message (one ``webhook-id``; retries
-reuse it): every further one is a duplicate, and a stalled message naming
-no recorded charge is unattributed.
+Each charge goes out as at most one message (retries reuse its
+``webhook-id``): every further one is a duplicate, and a stalled message
+naming no recorded charge is unattributed.
 """
 
 from __future__ import annotations
@@ -78,7 +54,6 @@ from stall_core import (
     Nudge,
     PacingPolicy,
     PairState,
-    TodoRef,
     charge_row,
     charge_stamp,
     made_progress,
@@ -86,17 +61,7 @@ from stall_core import (
     refunded_row,
     reset_row,
 )
-
-__all__ = [
-    "VIOLATIONS",
-    "ChargeRecord",
-    "Findings",
-    "HostWrite",
-    "LedgerWrite",
-    "MessageRecord",
-    "RefundRecord",
-    "check",
-]
+from tests.stress.shared import nudge, show_row
 
 PairKey = tuple[str, str]
 #: The identity of one charge: its pair, number and stamp (what a refund compares).
@@ -117,13 +82,17 @@ VIOLATIONS = (
 )
 
 
+def _charge_id(n: Nudge) -> ChargeId:
+    return (*n.key, n.number, n.charged_at)
+
+
 @attrs.frozen(kw_only=True)
 class ChargeRecord:
-    """One charge: ``nudge``, decided by a tick at ``now``.
+    """One charge, decided by a tick at ``now``.
 
-    ``worker`` is None for a charge only the ledger's history knows (its tick
-    failed after the commit); ``now`` is then its transaction's start, which is
-    no later than the instant the tick decided at.
+    ``worker`` None: only the ledger's history knows it (its tick failed
+    after the commit); ``now`` is then its transaction's start, no later than
+    the instant the tick decided at.
     """
 
     worker: int | None
@@ -135,20 +104,8 @@ class ChargeRecord:
         return self.worker is not None
 
     @property
-    def key(self) -> PairKey:
-        return self.nudge.key
-
-    @property
-    def number(self) -> int:
-        return self.nudge.number
-
-    @property
-    def charged_at(self) -> datetime:
-        return self.nudge.charged_at
-
-    @property
     def id(self) -> ChargeId:
-        return (*self.nudge.key, self.nudge.number, self.nudge.charged_at)
+        return _charge_id(self.nudge)
 
 
 @attrs.frozen(kw_only=True)
@@ -159,20 +116,14 @@ class RefundRecord:
     nudge: Nudge
     refunded: bool | None
 
-    @property
-    def id(self) -> ChargeId:
-        return (*self.nudge.key, self.nudge.number, self.nudge.charged_at)
-
 
 @attrs.frozen(kw_only=True)
 class HostWrite:
-    """One claim or requeue the host made of a todo of the pair.
+    """One claim or requeue the host made; ``claimed_at`` is the claim's stamp (a requeue keeps it).
 
-    ``claimed_at`` is the claim's stamp (a requeue keeps it). ``lb`` and ``ub``
-    are database-clock reads before the statement began and after it
-    committed; None when the host could not record them (a claim found only
-    in the final table): such a write may have been seen by any tick, and
-    surely by none.
+    ``lb``/``ub``: database-clock reads before the statement and after its
+    commit; None for a claim found only in the final table, which any tick
+    may have seen and none surely.
     """
 
     op: str  # "claim" | "requeue"
@@ -183,19 +134,11 @@ class HostWrite:
     lb: datetime | None = None
     ub: datetime | None = None
 
-    @property
-    def key(self) -> PairKey:
-        return (self.endpoint_id, self.queue)
-
 
 @attrs.frozen(kw_only=True)
 class LedgerWrite:
-    """One row write the ledger table's audit trigger recorded: the row before and after.
-
-    ``op`` is INSERT, UPDATE or DELETE; ``xid`` is the writing transaction's
-    id, ``xact_start`` its start and ``at`` the instant of the write, both on
-    the database's clock; ``seq`` orders it among the history's writes.
-    """
+    """One row write the audit trigger recorded: ``seq`` orders the history, ``xid`` is its
+    transaction, ``xact_start`` that transaction's start and ``at`` the write (database clock)."""
 
     seq: int
     op: str
@@ -242,13 +185,11 @@ class Findings:
     unattributed: int
     #: the most counted charges of one pair between two resets (or drains, epochs)
     max_between_claims: int
-    #: the legal writes by the rule that allowed them: first (no row), reset (nudge 1
-    #: after progress), step (count + 1 at its due), retry (a refunded number again, one
-    #: step later), kept (a reset that kept progress for a charge to come) and drain
+    #: legal writes by the rule that allowed them: first, reset, step, retry (a refunded
+    #: number again), kept (a reset keeping progress) and drain
     judged: Mapping[str, int] = attrs.field(factory=dict)
-    #: what showed the progress of each reset and kept reset, where the clocks tell:
-    #: by_claim (a claim stamped after the last nudge it surely saw), by_departure (only
-    #: the named todo's departure), by_kept (progress an earlier reset kept)
+    #: what showed each reset's progress, where the clocks tell: by_claim (a claim stamped
+    #: after the last nudge), by_departure (only the named todo's), by_kept (a reset's)
     progress: Mapping[str, int] = attrs.field(factory=dict)
     #: charges only the ledger's history knows: committed, never acknowledged nor woken
     unacknowledged: int = 0
@@ -280,21 +221,17 @@ def check(
 ) -> Findings:
     """Run every invariant over one soak's records.
 
-    ``ledger`` is the history, ``host`` every claim and requeue the host made,
-    and ``ledger_resets`` the sequence numbers drawn while the ledger table
-    was dropped (under the tick lock): every row is gone there, so every pair
-    starts over, as after a drain. The journals' ``charges``, ``refunds`` and
-    ``drains`` are checked against the history, which is what is judged.
+    ``ledger_resets`` are the sequence numbers drawn while the ledger table was
+    dropped (under the tick lock): every pair starts over there, as after a drain.
     """
     tally = _Tally()
     charges = list(charges)
-    acknowledged = {c.id for c in charges}
     writes = _from_history(ledger, charges, list(refunds), drains, tally)
     by_pair: dict[PairKey, list[HostWrite]] = defaultdict(list)
     for event in host:
-        by_pair[event.key].append(event)
+        by_pair[event.endpoint_id, event.queue].append(event)
     # A wake follows its journal line, so only an acknowledged charge has messages.
-    extra, woken, unattributed = _messages(messages, acknowledged, tally)
+    extra, woken, unattributed = _messages(messages, {c.id for c in charges}, tally)
     pairs: dict[PairKey, list[_Write]] = defaultdict(list)
     for w in writes:
         pairs[w.write.key].append(w)
@@ -335,21 +272,12 @@ class _Tally:
 
 @attrs.frozen
 class _Write:
-    """A ledger write, classified: a charge (``charge`` the one written), a reset, a
-    refund (``charge`` the one refunded) or a drain."""
+    """A history write as a charge (``charge`` the one written), reset, refund (``charge`` the
+    one refunded) or drain."""
 
     write: LedgerWrite
     kind: str
     charge: ChargeRecord | None = None
-
-
-def _is_reset(old: LedgerRow, new: LedgerRow) -> bool:
-    """The write ``reset_row`` makes: count 0, progress kept, stamp and named todo as they were."""
-    return (
-        old.progressed_at is None
-        and new.progressed_at is not None
-        and new == reset_row(old, new.progressed_at)
-    )
 
 
 def _from_history(
@@ -363,11 +291,8 @@ def _from_history(
     journaled: dict[ChargeId, ChargeRecord] = {}
     for charge in charges:
         if charge.id in journaled:  # two sweepers were handed one charge
-            tally.flag("duplicate_charges", f"{charge.key}: {_show(charge)} journaled twice")
+            tally.flag("duplicate_charges", f"{charge.nudge.key}: {_show(charge)} journaled twice")
         journaled[charge.id] = charge
-    asked: dict[ChargeId, list[RefundRecord]] = defaultdict(list)
-    for refund in refunds:
-        asked[refund.id].append(refund)
     writes: list[_Write] = []
     written: dict[ChargeId, ChargeRecord] = {}
     refunded: set[ChargeId] = set()
@@ -381,7 +306,13 @@ def _from_history(
             charge_id = (*w.key, new.nudges, new.last_nudged_at)
             written[charge_id] = journaled.get(charge_id) or _unacknowledged(w, new)
             writes.append(_Write(w, "charge", written[charge_id]))
-        elif old is not None and new is not None and _is_reset(old, new):
+        elif (
+            old is not None
+            and new is not None
+            and old.progressed_at is None
+            and new.progressed_at is not None
+            and new == reset_row(old, new.progressed_at)
+        ):
             writes.append(_Write(w, "reset"))
         elif old is not None and new == attrs.evolve(old, nudges=old.nudges - 1):
             charge_id = (*w.key, old.nudges, old.last_nudged_at)
@@ -389,15 +320,17 @@ def _from_history(
             charge = written.get(charge_id) or journaled.get(charge_id) or _unacknowledged(w, old)
             writes.append(_Write(w, "refund", charge))
         else:
-            tally.flag(
-                "phantom_write",
-                f"{w.key}: history write {_show_row(old)} -> {_show_row(new)} (#{w.seq})",
-            )
+            history = f"{show_row(old)} -> {show_row(new)} (#{w.seq})"
+            tally.flag("phantom_write", f"{w.key}: history write {history}")
     for charge_id, charge in journaled.items():
         if charge_id not in written:
-            tally.flag("phantom_write", f"{charge.key}: journaled {_show(charge)} never written")
-    for charge_id, records in asked.items():
-        outcomes = {r.refunded for r in records}
+            tally.flag(
+                "phantom_write", f"{charge.nudge.key}: journaled {_show(charge)} never written"
+            )
+    asked: dict[ChargeId, set[bool | None]] = defaultdict(set)
+    for refund in refunds:
+        asked[_charge_id(refund.nudge)].add(refund.refunded)
+    for charge_id, outcomes in asked.items():
         if (True in outcomes) != (charge_id in refunded) and outcomes != {None}:
             tally.flag(
                 "phantom_write", f"refund of {charge_id} journaled {outcomes}, history differs"
@@ -410,14 +343,8 @@ def _from_history(
 
 def _unacknowledged(write: LedgerWrite, row: LedgerRow) -> ChargeRecord:
     """A charge only the history knows: it named the todo the history shows."""
-    nudge = Nudge(
-        endpoint_id=write.endpoint_id,
-        queue=write.queue,
-        todo=TodoRef(id=row.named_todo or "", created_at=row.last_nudged_at),
-        number=row.nudges,
-        charged_at=row.last_nudged_at,
-    )
-    return ChargeRecord(worker=None, now=write.xact_start, nudge=nudge)
+    n = nudge(write.endpoint_id, write.queue, row.nudges, row.last_nudged_at, row.named_todo or "")
+    return ChargeRecord(worker=None, now=write.xact_start, nudge=n)
 
 
 def _messages(
@@ -446,6 +373,19 @@ def _messages(
     return extra, woken, unattributed
 
 
+def _state(key: PairKey, claim: datetime | None, departed: bool = False) -> PairState:
+    """The pair as the core reads it, for the ledger's rule alone (its work is not judged)."""
+    return PairState(
+        endpoint_id=key[0],
+        queue=key[1],
+        oldest=None,
+        endpoint_active=True,
+        has_receiver=True,
+        latest_claim=claim,
+        named_departed=departed,
+    )
+
+
 @attrs.frozen
 class _Seen:
     """The least and the most a tick can have read of a pair's claims and its named todo."""
@@ -456,18 +396,6 @@ class _Seen:
     maybe_departed: bool
     #: the stamps of claims the tick may have read, at or after the least latest claim
     stamps: tuple[datetime, ...]
-
-    def state(self, key: PairKey, *, most: bool) -> PairState:
-        """The pair as the core reads it, on the most or the least the tick can have seen."""
-        return PairState(
-            endpoint_id=key[0],
-            queue=key[1],
-            oldest=None,
-            endpoint_active=True,
-            has_receiver=True,
-            latest_claim=self.most_claim if most else self.least_claim,
-            named_departed=self.maybe_departed if most else self.surely_departed,
-        )
 
 
 class _Host:
@@ -496,11 +424,9 @@ class _Host:
             ]
             known = [v for v in values if v is not None]
             if None not in values:
-                low = min(known)
-                least = low if least is None else max(least, low)
+                least = min(known) if least is None else max(least, min(known))
             if known:
-                high = max(known)
-                most = high if most is None else max(most, high)
+                most = max(known) if most is None else max(most, max(known))
             stamps += known
         departed: set[bool] = {False}
         if named is not None and named in self._by_todo:
@@ -533,16 +459,25 @@ class _Pair:
     #: charges that count toward the cap since the last reset (or drain, epoch)
     counted: int = 0
 
-    def follow(self, write: LedgerWrite, tally: _Tally) -> None:
-        """The row before ``write`` must be the replay's; the replay follows the history."""
-        if write.old == self.row:
-            return
-        tally.flag(
-            "phantom_write",
-            f"{self.key}: history #{write.seq} found {_show_row(write.old)}, "
-            f"the replay holds {_show_row(self.row)}",
-        )
-        self.row = write.old
+    def start_over(self, row: LedgerRow | None = None, *, by_reset: bool = False) -> None:
+        self.row, self.counted, self.by_reset = row, 0, by_reset
+
+    def progress(self, lo: datetime, hi: datetime) -> tuple[_Seen, bool, bool, str]:
+        """What the tick may have seen in [lo, hi]; progress it surely saw, may have seen,
+        and what showed it (where the clocks tell)."""
+        row = self.row
+        seen = self.host.seen(row.named_todo if row else None, lo, hi)
+        surely = made_progress(_state(self.key, seen.least_claim, seen.surely_departed), row)
+        maybe = made_progress(_state(self.key, seen.most_claim, seen.maybe_departed), row)
+        shown = ""
+        if row is not None and surely:
+            if row.progressed_at is not None:
+                shown = "by_kept"
+            elif seen.least_claim is not None and seen.least_claim > row.last_nudged_at:
+                shown = "by_claim"
+            elif seen.most_claim is None or seen.most_claim <= row.last_nudged_at:
+                shown = "by_departure"
+        return seen, surely, maybe, shown
 
 
 def _replay(
@@ -560,55 +495,38 @@ def _replay(
     for w in writes:
         while drops and drops[0] < w.write.seq:
             drops.pop(0)
-            pair.row, pair.counted, pair.by_reset = None, 0, False
+            pair.start_over()
         if w.kind == "refund":
             _refund(pair, w, tally)  # its compare-and-set is judged against the replay's row
             continue
-        pair.follow(w.write, tally)
+        if w.write.old != pair.row:  # the row before the write must be the replay's
+            tally.flag(
+                "phantom_write",
+                f"{key}: history #{w.write.seq} found {show_row(w.write.old)}, "
+                f"the replay holds {show_row(pair.row)}",
+            )
+            pair.row = w.write.old  # the replay follows the history
         if w.kind == "drain":
             tally.judged["drain"] += 1
-            pair.row, pair.counted, pair.by_reset = None, 0, False
+            pair.start_over()
         elif w.kind == "reset":
-            _reset(pair, w.write, policy, tally)
+            _reset(pair, w.write, tally)
         else:
             _charge(pair, w, policy, tally)
             worst = max(worst, pair.counted)
     return worst
 
 
-def _window(w: LedgerWrite, charge: ChargeRecord | None) -> tuple[datetime, datetime]:
-    """When the writing tick's snapshot was taken: from its ``now`` (or its start) to the write."""
-    lo = charge.now if charge is not None and charge.acknowledged else w.xact_start
-    return lo, w.at
-
-
-def _progress(pair: _Pair, seen: _Seen) -> tuple[bool, bool, str]:
-    """Progress the tick surely saw, may have seen, and what showed it (where the clocks tell)."""
-    row = pair.row
-    surely = made_progress(seen.state(pair.key, most=False), row)
-    maybe = made_progress(seen.state(pair.key, most=True), row)
-    shown = ""
-    if row is not None and surely:
-        if row.progressed_at is not None:
-            shown = "by_kept"
-        elif seen.least_claim is not None and seen.least_claim > row.last_nudged_at:
-            shown = "by_claim"
-        elif seen.most_claim is None or seen.most_claim <= row.last_nudged_at:
-            shown = "by_departure"
-    return surely, maybe, shown
-
-
 def _no_progress(pair: _Pair, what: str, tally: _Tally) -> None:
     kind = "double_reset" if pair.by_reset else "reset_without_progress"
-    tally.flag(kind, f"{pair.key}: {what} after {_show_row(pair.row)}, which saw no progress")
+    tally.flag(kind, f"{pair.key}: {what} after {show_row(pair.row)}, which saw no progress")
 
 
-def _reset(pair: _Pair, w: LedgerWrite, policy: PacingPolicy, tally: _Tally) -> None:
+def _reset(pair: _Pair, w: LedgerWrite, tally: _Tally) -> None:
     """A reset keeps progress for a charge to come: the tick may have seen some."""
-    assert w.new is not None  # _is_reset holds: a row ...
-    assert w.new.progressed_at is not None  # ... that keeps progress
-    seen = pair.host.seen(pair.row.named_todo if pair.row else None, w.xact_start, w.at)
-    _, maybe, shown = _progress(pair, seen)
+    assert w.new is not None  # a row ...
+    assert w.new.progressed_at is not None  # ... keeping progress
+    _, _, maybe, shown = pair.progress(w.xact_start, w.at)
     if not maybe:
         _no_progress(pair, f"a reset (#{w.seq})", tally)
     elif not w.xact_start <= w.new.progressed_at <= w.at:
@@ -617,7 +535,7 @@ def _reset(pair: _Pair, w: LedgerWrite, policy: PacingPolicy, tally: _Tally) -> 
         tally.judged["kept"] += 1
         if shown:
             tally.progress[shown] += 1
-    pair.row, pair.counted, pair.by_reset = w.new, 0, True
+    pair.start_over(w.new, by_reset=True)
 
 
 def _refund(pair: _Pair, w: _Write, tally: _Tally) -> None:
@@ -627,7 +545,7 @@ def _refund(pair: _Pair, w: _Write, tally: _Tally) -> None:
     if refunded is None:
         tally.flag(
             "unmatched_refund",
-            f"{pair.key}: refund of {_show(w.charge)}, the row is {_show_row(pair.row)}",
+            f"{pair.key}: refund of {_show(w.charge)}, the row is {show_row(pair.row)}",
         )
         pair.row = w.write.new
         return
@@ -640,50 +558,51 @@ def _charge(pair: _Pair, w: _Write, policy: PacingPolicy, tally: _Tally) -> None
     """Judge one charge against the row and the progress its tick may have seen."""
     cur = w.charge
     assert cur is not None  # a charge write carries its charge
-    if pair.last is not None and pair.last.charged_at == cur.charged_at:
+    if pair.last is not None and pair.last.nudge.charged_at == cur.nudge.charged_at:
         tally.flag("duplicate_charges", f"{pair.key}: {_show(cur)} repeats {_show(pair.last)}")
         return
     pair.last = cur
-    row = pair.row
-    lo, hi = _window(w.write, cur)
-    seen = pair.host.seen(row.named_todo if row else None, lo, hi)
-    surely, maybe, shown = _progress(pair, seen)
+    row, number = pair.row, cur.nudge.number
+    # The tick's snapshot: from its now (an unacknowledged charge's transaction start) to its write.
+    seen, surely, maybe, shown = pair.progress(
+        cur.now if cur.acknowledged else w.write.xact_start, w.write.at
+    )
     _check_stamp(pair.key, cur, w.write, seen, tally)
     reset = False
     if row is None:
-        if cur.number == 1:
+        if number == 1:
             tally.judged["first"] += 1
         else:
             tally.flag("out_of_sequence", f"{pair.key}: {_show(cur)} on a pair with no row")
-    elif cur.number == 1 and maybe:
+    elif number == 1 and maybe:
         reset = True
         tally.judged["reset"] += 1
         if shown:
             tally.progress[shown] += 1
     elif surely:
-        tally.flag("missed_reset", f"{pair.key}: {_show(cur)} after {_show_row(row)}")
-    elif cur.number == row.nudges + 1:
+        tally.flag("missed_reset", f"{pair.key}: {_show(cur)} after {show_row(row)}")
+    elif number == row.nudges + 1:
         due = next_due_at(row, policy)
         decided = cur.now if cur.acknowledged else w.write.at
         if due is None:
-            tally.flag("over_cap", f"{pair.key}: {_show(cur)} after {_show_row(row)}")
+            tally.flag("over_cap", f"{pair.key}: {_show(cur)} after {show_row(row)}")
         elif decided < due:
             tally.flag("early", f"{pair.key}: {_show(cur)} before its due {due.isoformat()}")
         else:
             tally.judged["retry" if row.nudges < pair.row_before else "step"] += 1
-    elif cur.number == 1:
+    elif number == 1:
         _no_progress(pair, _show(cur), tally)
     else:
-        tally.flag("out_of_sequence", f"{pair.key}: {_show(cur)} after {_show_row(row)}")
+        tally.flag("out_of_sequence", f"{pair.key}: {_show(cur)} after {show_row(row)}")
     if row is None or reset:
         pair.counted = 0
-    pair.row_before = cur.number
+    pair.row_before = number
     written = charge_row(cur.nudge)
     new = w.write.new
-    if new is not None and (new.nudges, new.last_nudged_at) == (cur.number, cur.charged_at):
+    if new is not None and (new.nudges, new.last_nudged_at) == (number, cur.nudge.charged_at):
         written = new  # an unacknowledged charge's named todo is the history's
     if new != written:
-        tally.flag("phantom_write", f"{pair.key}: {_show(cur)} wrote {_show_row(new)}")
+        tally.flag("phantom_write", f"{pair.key}: {_show(cur)} wrote {show_row(new)}")
     pair.row, pair.by_reset = written, reset
     pair.counted += 1
 
@@ -696,17 +615,9 @@ def _check_stamp(
     An unacknowledged charge's instant is unknown, but its tick read it in the
     writing transaction before the write: between ``xact_start`` and ``at``.
     """
-    latest: list[datetime | None] = [seen.least_claim, *seen.stamps]
-    stamp = cur.charged_at
-    for claim in latest:
-        state = PairState(
-            endpoint_id=key[0],
-            queue=key[1],
-            oldest=None,
-            endpoint_active=True,
-            has_receiver=True,
-            latest_claim=claim,
-        )
+    stamp = cur.nudge.charged_at
+    for claim in (seen.least_claim, *seen.stamps):
+        state = _state(key, claim)
         if cur.acknowledged:
             if stamp == charge_stamp(state, cur.now):
                 return
@@ -719,11 +630,4 @@ def _check_stamp(
 
 def _show(charge: ChargeRecord) -> str:
     by = "unacknowledged" if charge.worker is None else f"w{charge.worker}"
-    return f"nudge {charge.number} at {charge.charged_at.isoformat()} ({by})"
-
-
-def _show_row(row: LedgerRow | None) -> str:
-    if row is None:
-        return "no row"
-    kept = "" if row.progressed_at is None else f", kept {row.progressed_at.isoformat()}"
-    return f"row ({row.nudges}, {row.last_nudged_at.isoformat()}, {row.named_todo}{kept})"
+    return f"nudge {charge.nudge.number} at {charge.nudge.charged_at.isoformat()} ({by})"

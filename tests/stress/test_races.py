@@ -18,16 +18,16 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from tests.stress.shared import ROOT
 
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.slow,
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 LAST_LINE = re.compile(
     r"races: trials=(?P<trials>\d+) instances=(?P<instances>\d+)"
     r" duplicates=(?P<duplicates>\d+) double_resets=(?P<double_resets>\d+)"

@@ -41,34 +41,28 @@ def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
         full_pass_s=FULL_PASS_S,
     )
     print("\n".join(lines))
-    print(json.dumps(result.details, default=str))
+    print(json.dumps(result.figures, default=str))
     print(result.line())
 
-    said = "\n".join(lines)
-    assert (0, 0, 0) == (result.duplicates, result.double_resets, result.lost_todos), said
-    assert {} == {k: v for k, v in result.findings.violations.items() if v}, result.details
-    assert (0, 0, 0, 0) == (
-        result.audit_writes,
-        result.unattributed,
-        result.ungated_named,
-        result.bad_signatures,
-    )
-    raw = result.details["raw_tick_error_kinds"]
-    assert ((), 0) == (result.liveness_failures, result.raw_tick_errors), raw
-    assert result.max_between_claims <= 5
-    assert [] == [name for name in FAULT_CLASSES if not result.fault_counts.get(name)]
-    assert 2 == len(result.details["killed_worker_pids"]), said  # the SIGKILLed one came back
-    assert result.wakes > 0
+    said, f = "\n".join(lines), result.figures
+    assert (0, 0, 0) == (f["duplicates"], f["double_resets"], f["lost_todos"]), said
+    assert {} == {k: v for k, v in f["violations"].items() if v}, f
+    zero = ("audit_writes", "unattributed", "ungated_named", "bad_signatures", "raw_tick_errors")
+    assert dict.fromkeys(zero, 0) == {k: f[k] for k in zero}, f["raw_tick_error_kinds"]
+    assert [] == f["liveness_failures"]
+    assert f["max_nudges_between_claims"] <= 5
+    assert [] == [name for name in FAULT_CLASSES if not f["fault_counts"].get(name)]
+    assert 2 == len(f["killed_worker_pids"]), said  # the SIGKILLed one came back
+    assert f["wakes"] > 0
     # Both kinds of tick judged, and the checker judged resets (progress read).
-    kinds = result.details["tick_kinds"]
-    assert kinds.get("full", 0) > 0, kinds
-    assert kinds.get("delta", 0) > 0, kinds
-    assert result.findings.judged.get("reset", 0) > 0, result.details
+    assert f["tick_kinds"].get("full", 0) > 0, f["tick_kinds"]
+    assert f["tick_kinds"].get("delta", 0) > 0, f["tick_kinds"]
+    assert f["judged"].get("reset", 0) > 0, f
     # The record is exact: refunds happened and were replayed, requeued claims were kept.
-    assert result.details["refunds_applied"] > 0
-    assert result.details["consumer_requeues"] > 0
+    assert f["refunds_applied"] > 0
+    assert f["consumer_requeues"] > 0
     # Claims committed late (held transactions) and two claims on one wake were made.
-    assert result.details["consumer_held_claims"] > 0
-    assert result.details["consumer_batches"] > 0
+    assert f["consumer_held_claims"] > 0
+    assert f["consumer_batches"] > 0
     assert result.ok
     assert result.line().startswith("soak: ticks=")

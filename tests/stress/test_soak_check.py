@@ -5,20 +5,19 @@ plants one violation beside its twin (the same record without it): the
 twin is clean and the planted record is flagged as exactly that kind, once.
 Where the checker allows latitude (what a tick may have seen of the host,
 read off the database clock around each host statement), a case sits just
-outside it. A record is a script of one pair's events in commit order;
-``Record`` turns it into what the soak records: the journals, the ledger's
-history (every row before and after each write) and the host's claims.
+outside it. A case is a script of one pair's events in commit order.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import attrs
 import pytest
 
-from stall_core import LedgerRow, Nudge, TodoRef, charge_row, refunded_row, reset_row
+from stall_core import LedgerRow, Nudge, charge_row, refunded_row, reset_row
+from tests.stress.shared import nudge
 from tests.stress.soak_check import (
     VIOLATIONS,
     ChargeRecord,
@@ -40,56 +39,66 @@ def _at(seconds: float | datetime) -> datetime:
     return seconds if isinstance(seconds, datetime) else T0 + timedelta(seconds=seconds)
 
 
-@dataclass(frozen=True)
-class Charge:
-    """A tick charged nudge ``number`` stamped ``stamp``, naming ``named``, deciding at ``now``.
+def _maybe_at(seconds: float | datetime | None) -> datetime | None:
+    return None if seconds is None else _at(seconds)
+
+
+@attrs.frozen
+class C:
+    """A tick deciding at ``now`` (the stamp unless told) charged nudge ``number`` at ``stamp``.
 
     ``worker`` None: the tick died after its commit (only the history knows
     it); ``written`` False: journaled, never written (a phantom).
     """
 
     number: int
-    stamp: datetime
-    now: datetime
+    stamp: datetime = attrs.field(converter=_at)
+    now: datetime = attrs.field(converter=_at)
     named: str = "t1"
     worker: int | None = 0
     written: bool = True
-    written_at: datetime | None = None
+    written_at: datetime | None = attrs.field(default=None, converter=_maybe_at)
+
+    @now.default
+    def _now(self) -> datetime:
+        return self.stamp
 
     @property
     def nudge(self) -> Nudge:
-        todo = TodoRef(id=self.named, created_at=T0 - timedelta(minutes=1))
-        return Nudge(
-            endpoint_id=KEY[0], queue=KEY[1], todo=todo, number=self.number, charged_at=self.stamp
-        )
+        return nudge(*KEY, self.number, self.stamp, self.named, T0 - timedelta(minutes=1))
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class Host:
     """The host claimed (or requeued) ``todo``; its statement ran between ``lb`` and ``ub``."""
 
     op: str
     todo: str
-    at: datetime
-    lb: datetime
-    ub: datetime
+    at: datetime = attrs.field(converter=_at)
+    lb: datetime = attrs.field(converter=_at)
+    ub: datetime = attrs.field(converter=_at)
 
 
-@dataclass(frozen=True)
+def _claim(todo: str, at: float, *, lb: float | None = None, ub: float | None = None) -> Host:
+    """A claim stamped ``at``, begun at ``lb`` and committed by ``ub`` (both ``at`` unless told)."""
+    return Host("claim", todo, at, at if lb is None else lb, at if ub is None else ub)
+
+
+@attrs.frozen
 class Reset:
     """A tick kept the pair's progress for a nudge to come (``reset_row``) at ``at``."""
 
-    at: datetime
+    at: datetime = attrs.field(converter=_at)
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class Refund:
     """A sweeper refunded ``charge``, and the history holds the refund."""
 
-    charge: Charge
+    charge: C
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class Write:
     """A ledger write no sweep makes: the row before and after, as (nudges, stamp)."""
 
@@ -97,39 +106,10 @@ class Write:
     new: tuple[int, float]
 
 
-Step = Charge | Host | Reset | Refund | Write
+Step = C | Host | Reset | Refund | Write
 
 
-def _charge(
-    number: int,
-    at: float | datetime,
-    *,
-    now: float | None = None,
-    named: str = "t1",
-    worker: int | None = 0,
-    written: bool = True,
-    written_at: float | None = None,
-) -> Charge:
-    """Nudge ``number`` stamped ``at``; its tick decided at ``now`` (the stamp, by default)."""
-    return Charge(
-        number=number,
-        stamp=_at(at),
-        now=_at(at if now is None else now),
-        named=named,
-        worker=worker,
-        written=written,
-        written_at=None if written_at is None else _at(written_at),
-    )
-
-
-def _claim(todo: str, at: float, *, lb: float | None = None, ub: float | None = None) -> Host:
-    """A claim stamped ``at``, begun at ``lb`` and committed by ``ub`` (both ``at`` unless told)."""
-    return Host(
-        "claim", todo, _at(at), _at(at if lb is None else lb), _at(at if ub is None else ub)
-    )
-
-
-def _message(webhook_id: str, charge: Charge) -> MessageRecord:
+def _message(webhook_id: str, charge: C) -> MessageRecord:
     return MessageRecord(
         webhook_id=webhook_id,
         endpoint_id=KEY[0],
@@ -147,84 +127,68 @@ def _row(nudges: int, stamp: float) -> LedgerRow:
     )
 
 
-@dataclass
-class Record:
-    """What one soak recorded, for one pair, from a script of its events."""
+def _check(steps: list[Step], messages: tuple[MessageRecord, ...] = ()) -> Findings:
+    """What the soak records of one pair's script, checked."""
+    seq, xids = itertools.count(1), itertools.count(1000)
+    row: LedgerRow | None = None
+    charges: list[ChargeRecord] = []
+    refunds: list[RefundRecord] = []
+    ledger: list[LedgerWrite] = []
+    host: list[HostWrite] = []
 
-    steps: list[Step]
-    messages: list[MessageRecord] = field(default_factory=list)
-
-    def check(self) -> Findings:
-        seq, xids = itertools.count(1), itertools.count(1000)
-        row: LedgerRow | None = None
-        charges: list[ChargeRecord] = []
-        refunds: list[RefundRecord] = []
-        ledger: list[LedgerWrite] = []
-        host: list[HostWrite] = []
-
-        def write(new: LedgerRow | None, start: datetime, at: datetime | None = None) -> None:
-            nonlocal row
-            ledger.append(
-                LedgerWrite(
-                    seq=next(seq),
-                    op="INSERT" if row is None else "UPDATE",
-                    endpoint_id=KEY[0],
-                    queue=KEY[1],
-                    old=row,
-                    new=new,
-                    xid=next(xids),
-                    xact_start=start,
-                    at=start if at is None else at,
-                )
+    def write(new: LedgerRow | None, start: datetime, at: datetime | None = None) -> None:
+        nonlocal row
+        ledger.append(
+            LedgerWrite(
+                seq=next(seq),
+                op="INSERT" if row is None else "UPDATE",
+                endpoint_id=KEY[0],
+                queue=KEY[1],
+                old=row,
+                new=new,
+                xid=next(xids),
+                xact_start=start,
+                at=start if at is None else at,
             )
-            row = new
-
-        for step in self.steps:
-            if isinstance(step, Host):
-                host.append(
-                    HostWrite(
-                        op=step.op,
-                        endpoint_id=KEY[0],
-                        queue=KEY[1],
-                        todo_id=step.todo,
-                        claimed_at=step.at,
-                        lb=step.lb,
-                        ub=step.ub,
-                    )
-                )
-            elif isinstance(step, Charge):
-                if step.worker is not None:
-                    charges.append(ChargeRecord(worker=step.worker, now=step.now, nudge=step.nudge))
-                if step.written:
-                    write(charge_row(step.nudge), step.now, step.written_at or step.stamp)
-            elif isinstance(step, Reset):
-                assert row is not None  # a reset keeps a row
-                write(reset_row(row, step.at), step.at)
-            elif isinstance(step, Refund):
-                c = step.charge
-                refunds.append(RefundRecord(worker=c.worker, nudge=c.nudge, refunded=True))
-                row = charge_row(c.nudge)  # the compare-and-set matched the charge it names
-                write(refunded_row(row, c.nudge), c.stamp)
-            else:
-                row = _row(*step.old)
-                write(_row(*step.new), _at(step.new[1]))
-        return check(
-            ledger=ledger,
-            charges=charges,
-            refunds=refunds,
-            messages=self.messages,
-            host=host,
-            drains={KEY: []},
-            ledger_resets=[],
-            policy=SOAK_POLICY,
         )
+        row = new
+
+    for step in steps:
+        if isinstance(step, Host):
+            host.append(HostWrite(op=step.op, endpoint_id=KEY[0], queue=KEY[1], todo_id=step.todo,
+                                  claimed_at=step.at, lb=step.lb, ub=step.ub))  # fmt: skip
+        elif isinstance(step, C):
+            if step.worker is not None:
+                charges.append(ChargeRecord(worker=step.worker, now=step.now, nudge=step.nudge))
+            if step.written:
+                write(charge_row(step.nudge), step.now, step.written_at or step.stamp)
+        elif isinstance(step, Reset):
+            assert row is not None  # a reset keeps a row
+            write(reset_row(row, step.at), step.at)
+        elif isinstance(step, Refund):
+            c = step.charge
+            refunds.append(RefundRecord(worker=c.worker, nudge=c.nudge, refunded=True))
+            row = charge_row(c.nudge)  # the compare-and-set matched the charge it names
+            write(refunded_row(row, c.nudge), c.stamp)
+        else:
+            row = _row(*step.old)
+            write(_row(*step.new), _at(step.new[1]))
+    return check(
+        ledger=ledger,
+        charges=charges,
+        refunds=refunds,
+        messages=messages,
+        host=host,
+        drains={KEY: []},
+        ledger_resets=[],
+        policy=SOAK_POLICY,
+    )
 
 
 def _flagged(findings: Findings) -> dict[str, int]:
     return {kind: count for kind, count in findings.violations.items() if count}
 
 
-C = _charge
 #: Nudges 1..5 of one pair at their earliest on the soak's schedule: 0, 1, 3, 7, 15 s.
 BACKOFF = [C(1, 0), C(2, 1), C(3, 3), C(4, 7), C(5, 15)]
 REQUEUED: list[Step] = [C(1, 0), _claim("t1", -0.5, lb=-0.5, ub=0.5), C(1, 2)]
@@ -253,7 +217,7 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
         "reset_without_progress",
         "the named todo claimed early and handed back before the tick",
         REQUEUED,
-        [*REQUEUED[:2], Host("requeue", "t1", _at(-0.5), _at(0.6), _at(0.6)), REQUEUED[2]],
+        [*REQUEUED[:2], Host("requeue", "t1", -0.5, 0.6, 0.6), REQUEUED[2]],
     ),
     (
         "reset_without_progress",
@@ -264,8 +228,8 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
     (
         "reset_without_progress",
         "a kept reset with nothing to see",
-        [C(1, 0), _claim("t7", 0.5), Reset(_at(1))],
-        [C(1, 0), Reset(_at(1))],
+        [C(1, 0), _claim("t7", 0.5), Reset(1)],
+        [C(1, 0), Reset(1)],
     ),
     (
         "double_reset",
@@ -280,12 +244,7 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
         [C(1, 0), _claim("t7", 0.5), C(2, 1)],
     ),
     ("early", "nudge 2 one microsecond early", [C(1, 0), C(2, 1)], [C(1, 0), C(2, _at(1) - US)]),
-    (
-        "over_cap",
-        "nudge 6",
-        [*BACKOFF, _claim("t7", 30), C(1, 40)],
-        [*BACKOFF, C(6, 40)],
-    ),
+    ("over_cap", "nudge 6", [*BACKOFF, _claim("t7", 30), C(1, 40)], [*BACKOFF, C(6, 40)]),
     ("out_of_sequence", "nudge 3 after nudge 1", [C(1, 0), C(2, 1)], [C(1, 0), C(3, 3)]),
     (
         "bad_stamp",
@@ -335,7 +294,7 @@ def test_a_planted_violation_is_flagged_and_its_twin_is_not(
     kind: str, clean: list[Step], planted: list[Step]
 ) -> None:
     """The planted record counts one violation of its kind, as a duplicate; its twin none."""
-    twin, broken = Record(clean).check(), Record(planted).check()
+    twin, broken = _check(clean), _check(planted)
 
     assert ({}, 0) == (_flagged(twin), twin.duplicates)
     assert ({kind: 1}, 1) == (_flagged(broken), broken.duplicates)
@@ -345,9 +304,9 @@ def test_a_charge_sent_twice_or_a_message_of_no_charge_is_counted() -> None:
     """A second webhook-id for one charge is a duplicate; a message naming no charge is flagged."""
     charge = C(1, 0)
 
-    once = Record([charge], messages=[_message("m1", charge)]).check()
-    twice = Record([charge], messages=[_message("m1", charge), _message("m2", charge)]).check()
-    stray = Record([], messages=[_message("m1", charge)]).check()
+    once = _check([charge], (_message("m1", charge),))
+    twice = _check([charge], (_message("m1", charge), _message("m2", charge)))
+    stray = _check([], (_message("m1", charge),))
 
     assert (0, 0, True) == (once.duplicates, once.unattributed, once.clean)
     assert (1, 1) == (twice.duplicates, twice.extra_messages)
@@ -357,7 +316,7 @@ def test_a_charge_sent_twice_or_a_message_of_no_charge_is_counted() -> None:
 def test_charges_between_resets_are_counted_for_the_cap() -> None:
     """The soak holds this to the cap: six charges with no reset are six; a refunded one is none."""
     refunded = C(2, 1)  # retried one step later (1 s), then nudges 3..5 at their earliest
-    retried = Record([C(1, 0), refunded, Refund(refunded), C(2, 2), C(3, 4), C(4, 8), C(5, 16)])
+    retried = _check([C(1, 0), refunded, Refund(refunded), C(2, 2), C(3, 4), C(4, 8), C(5, 16)])
 
-    assert 6 == Record([*BACKOFF, C(1, 40)]).check().max_between_claims
-    assert ({}, 5) == (_flagged(retried.check()), retried.check().max_between_claims)
+    assert 6 == _check([*BACKOFF, C(1, 40)]).max_between_claims
+    assert ({}, 5) == (_flagged(retried), retried.max_between_claims)
