@@ -1,9 +1,10 @@
-"""A server that cannot be used, and a refused setting, through the real command: one line.
+"""A server that cannot be used, and a refused setting, through the command's entry point: one line.
 
-Each case runs the real `stall-nudge` in a subprocess. The password in every
-DSN (and in PGPASSWORD) is a marker that must appear nowhere in the output.
-Which settings are refused, and how each is named, is tested in-process
-(tests/unit/test_connect.py); here a refused one is run once, end to end.
+Each case runs ``stall_nudge.cli.main`` in process with an environment of its
+own. The password in every DSN (and in PGPASSWORD) is a marker that must
+appear nowhere in the output. Which settings are refused, and how each is
+named, is tested on the library (tests/unit/test_connect.py); here a refused
+one is run once through the command.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from adapters.postgres import shipped_sql
-
-from .test_cli import cli
+from tests.cli.conftest import cli
 
 
 async def test_sql_lists_prints_and_refuses_as_a_maintainer_uses_it() -> None:

@@ -1,7 +1,7 @@
 """Starting `stall-nudge` loads what the command needs, no more (benchmarks/cli_start.py times it).
 
-Each case runs in a fresh interpreter, since this one has long since imported
-everything; none measures time.
+The probe runs in a fresh interpreter, since this one has long since imported
+everything; it measures no time.
 """
 
 from __future__ import annotations
@@ -18,52 +18,48 @@ from stall_nudge.cli import build_parser
 #: What start-up must not load: the driver, the HTTP stack, the plotter and the demo.
 HEAVY = ("asyncpg", "aiohttp", "matplotlib", "stall_nudge.cli.demo")
 
+#: Each step of the probe: build the parser, then every command line a person types first.
+STEPS = (
+    (),
+    ("--version",),
+    ("--help",),
+    *((command, "--help") for command in ("migrate", "sweep", "status", "demo", "simulate")),
+)
+
 PROBE = """
 import json, runpy, sys
-sys.argv = ["stall-nudge", *json.loads(sys.argv[1])]
-if sys.argv[1:]:
-    try:
-        runpy.run_module("stall_nudge.cli", run_name="__main__")
-    except SystemExit:
-        pass
-else:
-    import stall_nudge.cli
-    stall_nudge.cli.build_parser()
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+heavy = json.loads(sys.argv[1])
+loaded = {}
+for args in json.loads(sys.argv[2]):
+    sys.argv = ["stall-nudge", *args]
+    if args:
+        try:
+            runpy.run_module("stall_nudge.cli", run_name="__main__")
+        except SystemExit:
+            pass
+    else:
+        import stall_nudge.cli
+        stall_nudge.cli.build_parser()
+    loaded[" ".join(args) or "build_parser()"] = sorted(
+        h for h in heavy for m in sys.modules if m == h or m.startswith(h + ".")
+    )
+print(json.dumps(loaded), file=sys.stderr)
 """
 
 
-def loaded_after(*args: str) -> set[str]:
-    """The heavy modules (or their submodules) loaded by `stall-nudge ARGS`, or by parser build."""
+def test_building_the_parser_help_and_version_load_no_driver_http_stack_plotter_or_demo() -> None:
+    """One fresh interpreter builds the parser, then answers `--version` and every `--help`:
+    after each, none of the heavy modules is loaded (what one step loads, the next still shows)."""
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args)],
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY), json.dumps(STEPS)],
         capture_output=True,
         text=True,
         check=True,
     )
-    modules = json.loads(result.stderr.splitlines()[-1])
-    return {h for h in HEAVY for m in modules if m == h or m.startswith(h + ".")}
+    loaded = json.loads(result.stderr.splitlines()[-1])
 
-
-def test_building_the_parser_loads_no_driver_http_stack_plotter_or_demo() -> None:
-    """Importing stall_nudge.cli and building the parser leaves asyncpg and the rest out."""
-    assert set() == loaded_after()
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("--version",),
-        ("--help",),
-        *((command, "--help") for command in ("migrate", "sweep", "status", "demo", "simulate")),
-    ],
-    ids=" ".join,
-)
-def test_help_and_version_load_no_driver_http_stack_plotter_or_demo(
-    args: tuple[str, ...],
-) -> None:
-    """`--version` and every command's `--help` answer without loading the heavy modules."""
-    assert set() == loaded_after(*args)
+    assert [" ".join(args) or "build_parser()" for args in STEPS] == list(loaded)
+    assert {step: [] for step in loaded} == loaded
 
 
 def test_migrate_offers_the_host_id_types_the_adapter_knows(

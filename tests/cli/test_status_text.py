@@ -1,16 +1,19 @@
-"""`status` as a person reads it: column heads that say what they count, one duration format."""
+"""`status` as a person and a script read it, on values: what each column counts, one duration
+format, which pairs are marked as needing a person, and the JSON convention."""
 
 from __future__ import annotations
 
+import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import attrs
+import pytest
 
 from adapters.postgres import FleetRecord
 from stall_core import PacingPolicy, PairStatus, Verdict
-from stall_nudge.cli.status import fleet_lines, render_table
+from stall_nudge.cli.status import fleet_lines, render_table, status_json
 
 NOW = datetime(2026, 12, 3, 3, 30, tzinfo=UTC)
 
@@ -78,3 +81,96 @@ def test_the_fleet_line_writes_its_durations_with_format_duration() -> None:
         "the fleet last swept 3s ago (every 15s): a delta tick that judged 7 pair(s)",
         "its last full pass ran 1m5s ago: 1200 pair(s) in 272ms",
     ] == fleet_lines(fleet, NOW)
+
+
+def stale(verdict: Verdict, **fields: Any) -> PairStatus:
+    """A pair of ep-1 with work 30 minutes old, judged ``verdict``."""
+    return backing_off(**{"verdict": verdict, "oldest_age": timedelta(minutes=30), **fields})
+
+
+@pytest.mark.parametrize(
+    ("pair", "needs_person"),
+    [
+        (stale(Verdict.DUE), False),
+        (stale(Verdict.NO_RECEIVER, oldest_age=timedelta(seconds=5)), False),
+        (stale(Verdict.CAPPED, effective_nudges=5), True),
+        (stale(Verdict.NO_RECEIVER), True),
+        (stale(Verdict.ENDPOINT_INACTIVE), True),
+        (stale(Verdict.DUE, hook_failures=3), True),
+        (stale(Verdict.FRESH, oldest_age=timedelta(seconds=5), hook_failures=3), False),
+        (stale(Verdict.DUE, hooks_disabled=1), False),
+    ],
+    ids=[
+        "due",
+        "fresh-without-receiver",
+        "capped",
+        "stale-without-receiver",
+        "stale-on-paused-endpoint",
+        "stale-with-failing-receiver",
+        "fresh-with-failing-receiver",
+        "stale-with-a-disabled-hook-beside-a-working-one",
+    ],
+)
+def test_a_pair_is_marked_when_the_sweep_cannot_get_it_claimed_without_a_person(
+    pair: PairStatus, needs_person: bool
+) -> None:
+    """Capped, or work past the threshold that nothing wakes or whose receiver fails: marked
+    and counted in the table, ``needs_person`` in JSON (what status --check exits 3 on)."""
+    _, row, *legend = render_table([pair], NOW, PacingPolicy())
+    [as_json] = json.loads(status_json([pair], NOW, PacingPolicy()))["pairs"]
+
+    assert ("!" if needs_person else " ") == row[0]
+    assert (["! needs a person: 1 of 1 pair"] if needs_person else []) == legend
+    assert needs_person is as_json["needs_person"]
+
+
+def test_hook_health_shows_per_pair_in_the_table_and_in_json() -> None:
+    """Failures in a row and disabled hooks show in the HOOKS cell and as JSON numbers."""
+    failing = stale(Verdict.DUE, hook_failures=3, hooks_disabled=1)
+    healthy = attrs.evolve(stale(Verdict.DUE), endpoint_id="ep-2")
+
+    header, *rows, legend = render_table([failing, healthy], NOW, PacingPolicy())
+    pairs = json.loads(status_json([failing, healthy], NOW, PacingPolicy()))["pairs"]
+
+    hooks = header.index("HOOKS")
+    shown = {row[2:].split()[0]: (row[0], row[hooks:].split("  ")[0]) for row in rows}
+    assert {"ep-1": ("!", "3 failures, 1 disabled"), "ep-2": (" ", "-")} == shown
+    assert "! needs a person: 1 of 2 pairs" == legend
+    assert {"ep-1": (3, 1, True), "ep-2": (0, 0, False)} == {
+        p["endpoint_id"]: (p["hook_failures"], p["hooks_disabled"], p["needs_person"])
+        for p in pairs
+    }
+
+
+def test_status_json_names_units_and_gives_utc_times() -> None:
+    """Durations are seconds under *_s keys; instants are ISO 8601 in UTC, whatever their zone."""
+    east = timezone(timedelta(hours=2))
+    pair = stale(
+        Verdict.CAPPED,
+        oldest_age=timedelta(hours=3),
+        effective_nudges=5,
+        last_nudged_at=datetime(2026, 12, 3, 5, 29, tzinfo=east),
+        next_due_at=None,
+    )
+
+    document = json.loads(status_json([pair], NOW.astimezone(east), PacingPolicy()))
+    [shown] = document["pairs"]
+
+    assert "2026-12-03T03:30:00+00:00" == document["at"]
+    assert (10800.0, 5, "capped") == (
+        shown["oldest_age_s"],
+        shown["effective_nudges"],
+        shown["verdict"],
+    )
+    assert ("2026-12-03T03:29:00+00:00", None) == (shown["last_nudged_at"], shown["next_due_at"])
+    assert "oldest_age" not in shown
+
+
+def test_an_empty_board_is_one_line_and_an_object_with_no_pairs() -> None:
+    """With nothing pending the table says every queue is drained; JSON is still an object."""
+    assert ["no pending work and no ledger rows: every queue is drained"] == render_table(
+        [], NOW, PacingPolicy()
+    )
+    assert {"at": "2026-12-03T03:30:00+00:00", "fleet": None, "pairs": []} == json.loads(
+        status_json([], NOW, PacingPolicy())
+    )

@@ -48,13 +48,18 @@ def _wait_for(path: Path, run: subprocess.Popen[str]) -> None:
 @pytest.mark.parametrize(
     ("workers", "how"),
     [
-        (0, "SIGINT to the group"),  # Ctrl-C in a terminal
-        (0, "SIGTERM"),  # a CI runner's cancel
+        # A CI runner's cancel, turned into the interrupt Ctrl-C raises; it reaches pytest
+        # alone, so only the session fixture's teardown can stop the server it owns.
+        (0, "SIGTERM"),
+        # With workers the controller owns the server: Ctrl-C in a terminal reaches every
+        # worker too, a cancel the controller alone. (Ctrl-C without workers raises the same
+        # interrupt in the one process as the first case: it is not run apart.)
         (2, "SIGINT to the group"),
         (2, "SIGTERM"),
     ],
 )
 def test_an_interrupted_run_leaves_nothing(tmp_path: Path, workers: int, how: str) -> None:
+    """Interrupted as a person or a CI runner does, a run leaves no server and no data directory."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     marker = tmp_path / "server-answered"

@@ -1,9 +1,12 @@
-"""Shared by the operator-surface tests: a host, a stalled pair, what its hook was told."""
+"""Shared by the operator-surface tests: a host, a stalled pair, what its hook was told, and
+reading the ops port."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import asyncpg
 import pytest
 
@@ -43,3 +46,19 @@ async def stalled_pair(
         f"hook-{endpoint}", endpoint_id=endpoint, url=receiver.url("hook", SECRET), secret=SECRET
     )
     await host.create_todo(todo, endpoint_id=endpoint, queue=queue, created_at=ago(minutes))
+
+
+async def get(url: str) -> tuple[int, str, str]:
+    """GET ``url``: status, content type and body."""
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, response.content_type, await response.text()
+
+
+async def until_status(url: str, status: int) -> tuple[int, str, str]:
+    """GET ``url`` until it answers ``status`` (a hang guard bounds the wait)."""
+    async with asyncio.timeout(60):
+        while True:
+            answer = await get(url)
+            if answer[0] == status:
+                return answer
+            await asyncio.sleep(0.02)

@@ -38,21 +38,6 @@ async def test_a_creation_wake_goes_through_the_reapers_dispatcher(
     assert 1 == reaper.stats.delivered
 
 
-@pytest.mark.postgres
-async def test_a_creation_wake_for_a_queue_no_hook_covers_queues_nothing(
-    pg_pool: asyncpg.Pool, host: PostgresHost
-) -> None:
-    """With no enabled hook on the pair, notify returns 0 and sends nothing."""
-    await host.add_endpoint("ep-1")
-    todo = stall_nudge.TodoRef(id="l-0", created_at=ago(0))
-    async with stall_nudge.open_reaper(pg_pool) as reaper:
-        queued = await reaper.notify(
-            endpoint_id="ep-1", queue="lane-l", todo=todo, reason=stall_nudge.CREATED
-        )
-
-    assert 0 == queued
-
-
 async def test_mypy_strict_flags_a_notify_without_await(tmp_path: Path) -> None:
     """notify is a coroutine: mypy --strict reports the call whose await was forgotten."""
     snippet = tmp_path / "host.py"

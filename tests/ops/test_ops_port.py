@@ -1,14 +1,14 @@
-"""The ops port (/metrics, /healthz, /readyz, /): in process, and from `sweep --metrics`."""
+"""The ops port (/metrics, /healthz, /readyz, /) in process, and `sweep --metrics` usage mistakes.
+
+The sidecar serving it until SIGTERM is the journey in tests/cli/test_cli.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 
-import aiohttp
 import asyncpg
 import pytest
 
@@ -17,25 +17,9 @@ from stall_nudge.ops_port import serve_ops_port
 from stall_testing import PostgresHost, Receiver
 from tests.cli.conftest import cli
 
-from .conftest import stalled_pair
+from .conftest import get, stalled_pair, until_status
 
 pytestmark = pytest.mark.postgres
-
-
-async def get(url: str) -> tuple[int, str, str]:
-    """GET ``url``: status, content type and body."""
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        return response.status, response.content_type, await response.text()
-
-
-async def until_status(url: str, status: int) -> tuple[int, str, str]:
-    """GET ``url`` until it answers ``status`` (a hang guard bounds the wait)."""
-    async with asyncio.timeout(60):
-        while True:
-            answer = await get(url)
-            if answer[0] == status:
-                return answer
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture(name="reaper")
@@ -92,71 +76,22 @@ async def test_readyz_says_why_when_the_last_tick_failed(
     assert re.fullmatch(r"tick \d+ failed: .*queue_stall_nudges.*\n", reason), reason
 
 
-async def test_readiness_lapses_after_three_intervals_without_a_successful_tick(
+async def test_readiness_lapses_after_three_intervals_and_says_so_as_status_writes_it(
     reaper: stall_nudge.Reaper,
 ) -> None:
-    """A success older than three intervals is not ready; within them, it is."""
-    await reaper.tick()
-
-    fresh = reaper.health(interval=3600)
-    stale = reaper.health(interval=1e-9)
-
-    assert True is fresh.ready
-    assert False is stale.ready
-    assert "no successful tick within 3 intervals" in stale.reason
-
-
-async def test_readiness_writes_its_durations_as_status_does(
-    reaper: stall_nudge.Reaper,
-) -> None:
-    """The reason's age is whole seconds and its bound reads as format_duration writes it."""
+    """A success older than three intervals is not ready; within them, it is. The reason's age
+    is whole seconds and its bound reads as format_duration writes it."""
     await reaper.tick()
 
     fresh = reaper.health(interval=3600)
     stale = reaper.health(interval=1e-6)
 
+    assert (True, False) == (fresh.ready, stale.ready)
     assert re.fullmatch(r"tick 1 swept, (\d+m)?\d+s ago", fresh.reason), fresh.reason
     assert re.fullmatch(
         r"no successful tick within 3 intervals \(0ms\): tick 1 swept, (\d+m)?\d+s ago",
         stale.reason,
     ), stale.reason
-
-
-async def sidecar_with_port(dsn: str) -> tuple[asyncio.subprocess.Process, str]:
-    """Start `stall-nudge sweep --metrics 127.0.0.1:0`; return it and the URL its log names."""
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "stall_nudge.cli", "sweep", "--interval", "100ms"),
-        *("--metrics", "127.0.0.1:0", "--dsn", dsn),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    async with asyncio.timeout(60):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            assert line, "the sidecar exited before naming its port"
-            found = re.search(r"http://127\.0\.0\.1:\d+", line)
-            if found:
-                return proc, found.group()
-
-
-async def test_the_sidecar_serves_the_port_it_was_given(
-    pg_dsn: str, host: PostgresHost, receiver: Receiver
-) -> None:
-    """`sweep --metrics 127.0.0.1:0` serves every path on loopback until SIGTERM, then exits 0."""
-    await stalled_pair(host, receiver)
-    proc, url = await sidecar_with_port(pg_dsn)
-    ready = await until_status(url + "/readyz", 200)
-    await receiver.wait_for(1, "hook")
-    metrics = await until_status(url + "/metrics", 200)
-    page = await get(url + "/")
-    proc.send_signal(signal.SIGTERM)
-    await asyncio.wait_for(proc.communicate(), 60)
-
-    assert 0 == proc.returncode
-    assert ready[2].startswith("tick ")
-    assert "switchboard_queue_stall_ticks_total" in metrics[2]
-    assert (200, "text/html") == page[:2]
 
 
 @pytest.mark.parametrize(
