@@ -1,11 +1,15 @@
-"""The contract scenarios on hosts whose ids are uuid or bigint, not text.
+"""Contract scenarios on hosts whose ids are uuid or bigint, not text.
 
 The reference host schema is built with each id type
 (``migrate(host_schema=True, host_id_type=...)``). Scenarios name endpoints,
 deliveries, hooks and todos with readable names; ``TypedIdDriver`` gives
 each name a real id of the host's type on the way in, and turns the
-ledger's ids (their text form) back into names on the way out, so every
+ledger's ids (their text form) back into names on the way out, so a
 scenario runs unchanged.
+
+The whole suite runs on text ids (tests/contract). Here run the scenarios
+that between them take every id through each place a statement turns it
+into the host's type or back (``TYPED``), and a refund that succeeds.
 """
 
 from __future__ import annotations
@@ -273,57 +277,100 @@ async def _typed_driver(
         await pg.drop_database(pg_server, name)
 
 
-class TestUuidHost(LedgerContract):
-    @pytest.fixture(name="driver")
-    async def _driver(self, pg_server: str, uuid_template: str) -> AsyncIterator[TypedIdDriver]:
-        async for driver in _typed_driver(pg_server, uuid_template, "uuid"):
-            yield driver
+#: Between them, every place a statement reads an id in the host's type: a full pass's pairs
+#: and its work (tie by id text), a delta's pairs and a held pair's (their text turned back),
+#: the sender gate's delivery, the endpoint's state and the hooks covering a queue, a named
+#: todo's departure (by a delete or a claim, on a delta and in judge), a clear, a reset, and
+#: refunds refused by compare-and-set.
+TYPED = [
+    "test_pending_work_with_no_new_inbound_webhook",
+    "test_the_named_todo_is_the_oldest_gate_passing_one",
+    "test_a_queue_with_no_receiver_is_not_charged",
+    "test_an_inactive_endpoint_is_not_nudged_until_resumed",
+    "test_consumer_woken_but_never_claims",
+    "test_one_tick_wakes_at_most_the_tick_limit",
+    "test_a_drained_queue_does_not_ring",
+    "test_a_deleted_named_todo_has_departed",
+    "test_a_claim_that_spans_a_charge_is_progress_by_departure",
+    "test_a_claim_stamped_ahead_of_the_ledger_counts_once",
+    "test_a_requeued_todo_is_work_again",
+    "test_a_refund_never_undoes_a_later_charge",
+    "test_the_reported_case",
+]
 
 
-class TestBigintHost(LedgerContract):
-    @pytest.fixture(name="driver")
-    async def _driver(self, pg_server: str, bigint_template: str) -> AsyncIterator[TypedIdDriver]:
-        async for driver in _typed_driver(pg_server, bigint_template, "bigint"):
-            yield driver
+@pytest.fixture(name="driver", params=["uuid", "bigint"])
+async def _driver(
+    request: pytest.FixtureRequest, pg_server: str, uuid_template: str, bigint_template: str
+) -> AsyncIterator[TypedIdDriver]:
+    """A fresh database on the reference host with uuid ids, or with bigint ids."""
+    id_type: str = request.param
+    template = uuid_template if id_type == "uuid" else bigint_template
+    async for driver in _typed_driver(pg_server, template, id_type):
+        yield driver
 
-    async def test_the_ledger_speaks_ids_as_text(self, driver: TypedIdDriver) -> None:
-        """On a bigint host a nudge and its ledger row name the endpoint and todo by id text."""
-        [todo] = await stalled_queue(driver)
-        wake = RecordingWake()
 
-        await sweep(driver, T0 + minutes(10), wake)
-        rows = await driver.pool.fetch(
-            "SELECT endpoint_id, queue, named_todo FROM stall_nudge.queue_stall_nudges"
-        )
+@pytest.mark.parametrize("scenario", TYPED, ids=lambda name: name.removeprefix("test_"))
+async def test_the_scenario_holds_on_a_typed_host(driver: TypedIdDriver, scenario: str) -> None:
+    """The contract scenario passes as it does on text ids (its own assertions)."""
+    await getattr(LedgerContract(), scenario)(driver)
 
-        assert [(driver.ids.id("ep-1"), "lane-l", driver.ids.id(todo))] == [tuple(r) for r in rows]
-        assert [("ep-1", todo)] == [(n.endpoint_id, n.todo.id) for n in wake.sent]
 
-    async def test_status_reads_a_bigint_host(self, driver: TypedIdDriver) -> None:
-        """status on a bigint host names the pair by its endpoint id's text and judges it due."""
-        await stalled_queue(driver, todos=2)
-        ledger = PostgresLedger(driver.pool, clock=lambda: T0 + minutes(10))
+async def test_a_refund_takes_a_refused_nudge_back(driver: TypedIdDriver) -> None:
+    """A refused nudge's refund matches the row its charge wrote: the count goes back to 0."""
+    await stalled_queue(driver)
+    wake = RecordingWake(refuse=True)
 
-        _, pairs = await ledger.status(policy=PacingPolicy())
+    await sweep(driver, T0 + minutes(10), wake)
 
-        assert [(driver.ids.id("ep-1"), "lane-l", 2, "due")] == [
-            (p.endpoint_id, p.queue, p.sendable, p.verdict.value) for p in pairs
-        ]
+    assert [1] == [n.number for n in wake.refused]
+    assert 0 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
 
-    async def test_the_hook_directory_reads_and_counts_bigint_hooks(
-        self, driver: TypedIdDriver
-    ) -> None:
-        """PostgresHooks finds a bigint host's hooks by endpoint id text and counts failures."""
-        await stalled_queue(driver)
-        hooks = PostgresHooks(driver.pool)
-        hook_id = driver.ids.id("hook-ep-1")
 
-        found = await hooks.hooks_covering(driver.ids.id("ep-1"), "lane-l")
-        health = await hooks.record_failure(hook_id, at=T0, reason="test", disable_after=10)
-        await hooks.record_success(hook_id)
+BIGINT = pytest.mark.parametrize("driver", ["bigint"], indirect=True)
 
-        assert [hook_id] == [h.id for h in found]
-        assert 1 == (health.consecutive_failures if health else None)
-        assert 0 == await driver.pool.fetchval(
-            "SELECT consecutive_failures FROM notify_hooks WHERE id = $1", int(hook_id)
-        )
+
+@BIGINT
+async def test_the_ledger_speaks_ids_as_text(driver: TypedIdDriver) -> None:
+    """On a bigint host a nudge and its ledger row name the endpoint and todo by id text."""
+    [todo] = await stalled_queue(driver)
+    wake = RecordingWake()
+
+    await sweep(driver, T0 + minutes(10), wake)
+    rows = await driver.pool.fetch(
+        "SELECT endpoint_id, queue, named_todo FROM stall_nudge.queue_stall_nudges"
+    )
+
+    assert [(driver.ids.id("ep-1"), "lane-l", driver.ids.id(todo))] == [tuple(r) for r in rows]
+    assert [("ep-1", todo)] == [(n.endpoint_id, n.todo.id) for n in wake.sent]
+
+
+@BIGINT
+async def test_status_reads_a_bigint_host(driver: TypedIdDriver) -> None:
+    """status on a bigint host names the pair by its endpoint id's text and judges it due."""
+    await stalled_queue(driver, todos=2)
+    ledger = PostgresLedger(driver.pool, clock=lambda: T0 + minutes(10))
+
+    _, pairs = await ledger.status(policy=PacingPolicy())
+
+    assert [(driver.ids.id("ep-1"), "lane-l", 2, "due")] == [
+        (p.endpoint_id, p.queue, p.sendable, p.verdict.value) for p in pairs
+    ]
+
+
+@BIGINT
+async def test_the_hook_directory_reads_and_counts_bigint_hooks(driver: TypedIdDriver) -> None:
+    """PostgresHooks finds a bigint host's hooks by endpoint id text and counts failures."""
+    await stalled_queue(driver)
+    hooks = PostgresHooks(driver.pool)
+    hook_id = driver.ids.id("hook-ep-1")
+
+    found = await hooks.hooks_covering(driver.ids.id("ep-1"), "lane-l")
+    health = await hooks.record_failure(hook_id, at=T0, reason="test", disable_after=10)
+    await hooks.record_success(hook_id)
+
+    assert [hook_id] == [h.id for h in found]
+    assert 1 == (health.consecutive_failures if health else None)
+    assert 0 == await driver.pool.fetchval(
+        "SELECT consecutive_failures FROM notify_hooks WHERE id = $1", int(hook_id)
+    )

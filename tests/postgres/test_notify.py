@@ -1,115 +1,88 @@
-"""Mixed versions during a deploy: the todo_ready payload an older build parses.
+"""Mixed versions during a deploy: the sweep sends nothing on the older build's channel.
 
-An instance built before SPEC-0038 runs a LISTEN loop on ``todo_ready`` and
-parses each payload as ``endpoint_id, queue = payload.split(":", 1)``. The
-nudge path must send nothing on that channel (a nudge is delivered once,
-through the hook, by the instance that charged it), and the creation path
-keeps the payload exactly ``<endpoint_id>:<queue>``.
+An instance built before SPEC-0038 runs a LISTEN loop on ``todo_ready``. A
+nudge is delivered once, through the hook, by the instance that charged it:
+nothing of the sweep may notify on that channel, or the older build would
+wake a consumer a second time. (The creation payload the host sends there,
+and how a LISTEN loop parses it, are tests/hostile/test_todo_ready.py's.)
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import asyncpg
 import pytest
 
-from adapters.postgres import PostgresLedger
-from stall_core import PacingPolicy, Sweeper
-from stall_testing import PostgresDriver, PostgresHost, RecordingWake
-from stall_testing.contract import stalled_queue
-from tests.support import T0, FakeClock, minutes
-
-from .pgboard import listening
+from stall_testing import TODO_READY_CHANNEL, RecordingWake
+from stall_testing.contract import stalled_queue, sweep
+from tests import pg
+from tests.support import T0, minutes
 
 pytestmark = pytest.mark.postgres
 
-QUEUES = ("lane-l", "a:b", "ns:lane:7", "::", "trailing:", "ünïcødé-队列-🚀", "quarantine")
-ENDPOINTS = ("ep-1", "ep_2.eu-west", "Ёндпойнт")
+
+class Listener:
+    """The LISTEN loop of an older build: what arrives on ``todo_ready``, in order."""
+
+    def __init__(self) -> None:
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+
+    def on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self._inbox.put_nowait(payload)
+
+    async def fence(self, pool: asyncpg.Pool, marker: str = "fence:fence") -> list[str]:
+        """Notify ``marker`` from ``pool``, wait for it, and return what arrived before it.
+
+        PostgreSQL delivers notifications in commit order, so whatever the
+        statements committed before the fence notified has arrived by then.
+        """
+        await pool.execute("SELECT pg_notify($1, $2)", TODO_READY_CHANNEL, marker)
+        arrived = []
+        async with asyncio.timeout(10):
+            while (payload := await self._inbox.get()) != marker:
+                arrived.append(payload)
+        return arrived
 
 
-def old_parse(payload: str) -> tuple[str, str]:
-    """The LISTEN loop of a build before SPEC-0038, verbatim."""
-    endpoint_id, queue = payload.split(":", 1)
-    return endpoint_id, queue
+@asynccontextmanager
+async def listening(dsn: str) -> AsyncIterator[Listener]:
+    """LISTEN on ``todo_ready`` on a connection of its own, as another process would."""
+    conn = await asyncpg.connect(dsn)
+    listener = Listener()
+    await conn.add_listener(TODO_READY_CHANNEL, listener.on_notify)
+    try:
+        yield listener
+    finally:
+        await conn.remove_listener(TODO_READY_CHANNEL, listener.on_notify)
+        await conn.close()
 
 
-@pytest.fixture(name="instances")
-async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
-    """Two independent pools: a newer instance and another, on one database."""
-    pools = [await asyncpg.create_pool(pg_dsn, min_size=1, max_size=2) for _ in range(2)]
-    yield pools
-    for pool in pools:
-        await pool.close()
+async def test_mixed_versions_during_a_deploy_nudges_notify_nothing(site: pg.Site) -> None:
+    """Charges to the cap, refunds, a charge after progress, a clear: an old loop hears none."""
+    async with site.driver() as driver:
+        ids = await stalled_queue(driver, todos=2)
+        [drained] = await stalled_queue(driver, endpoint="ep-2")
+        await stalled_queue(driver, endpoint="ep-3", queue="quarantine")
+        wake = RecordingWake()
 
-
-async def board(pool: asyncpg.Pool, queues: tuple[str, ...]) -> None:
-    """Every endpoint active with a covering hook and one verified todo per queue, made at T0."""
-    driver = PostgresDriver(pool)
-    for endpoint in ENDPOINTS:
-        await stalled_queue(driver, endpoint=endpoint, queue=queues[0])
-        for queue in queues[1:]:
-            await driver.create_todo(
-                f"todo-{endpoint}-{queue}",
-                endpoint_id=endpoint,
-                queue=queue,
-                created_at=T0,
-                delivery_id=f"dlv-{endpoint}-{queues[0]}",
-            )
-
-
-async def test_mixed_versions_during_a_deploy_nudges_notify_nothing(
-    instances: list[asyncpg.Pool], pg_dsn: str
-) -> None:
-    """Mixed versions during a deploy: an old LISTEN loop hears no nudge; each nudge wakes once."""
-    await board(instances[0], QUEUES)
-    wakes = [RecordingWake(), RecordingWake()]
-    clock = FakeClock(T0)
-    sweepers = [
-        Sweeper(ledger=PostgresLedger(pool, clock=clock), wake=wake, policy=PacingPolicy())
-        for pool, wake in zip(instances, wakes, strict=True)
-    ]
-
-    async with listening(pg_dsn) as older_instance:
-        while clock.now < T0 + minutes(10 * 60):
-            clock.advance(minutes(5))
-            await asyncio.gather(*(s.tick() for s in sweepers))
-        heard = await older_instance.fence(instances[1])
+        async with listening(site.dsn) as older_instance:
+            refused = await sweep(driver, T0 + minutes(3), RecordingWake(refuse=True))
+            for minute in (3, 8, 28, 88, 448, 2000):
+                await sweep(driver, T0 + minutes(minute), wake)
+            await driver.claim(drained, owner="consumer", at=T0 + minutes(2001))
+            await driver.claim(ids[0], owner="consumer", at=T0 + minutes(2001))
+            last = await sweep(driver, T0 + minutes(2002), RecordingWake())
+            heard = await older_instance.fence(driver.pool)
 
     assert [] == heard
-    woken = sorted((n.endpoint_id, n.queue, n.number) for w in wakes for n in w.sent)
-    stalled = sorted((e, q) for e in ENDPOINTS for q in QUEUES if q != "quarantine")
-    assert [(e, q, number) for e, q in stalled for number in range(1, 6)] == woken
-    rows = await PostgresLedger(instances[0]).ledger_rows()
-    assert dict.fromkeys(stalled, 5) == {key: row.nudges for key, row in rows.items()}
-
-
-async def test_mixed_versions_during_a_deploy_old_parser_reads_every_payload(
-    pg_pool: asyncpg.Pool, pg_dsn: str
-) -> None:
-    """Mixed versions during a deploy: the old parser reads every creation payload, colons too."""
-    async with listening(pg_dsn) as older_instance:
-        await board(pg_pool, QUEUES)
-        heard = await older_instance.fence(pg_pool)
-
-    created = [(e, q) for e in ENDPOINTS for q in QUEUES]
-    assert [f"{e}:{q}" for e, q in created] == heard
-    assert created == [old_parse(payload) for payload in heard]
-
-
-async def test_an_endpoint_id_with_a_colon_is_misread_by_the_old_parser(
-    pg_pool: asyncpg.Pool, pg_dsn: str
-) -> None:
-    """The payload is unchanged, so the old parser misreads an endpoint id containing ':'."""
-    host = PostgresHost(pg_pool)
-    await host.add_endpoint("tenant:7")
-
-    async with listening(pg_dsn) as older_instance:
-        await host.create_todo("t", endpoint_id="tenant:7", queue="lane", created_at=T0)
-        heard = await older_instance.fence(pg_pool)
-
-    # The payload format (SPEC-0038 keeps it) cannot say where the endpoint id ends:
-    # endpoint ids must not contain ':' while a LISTEN loop splits on the first one.
-    assert ["tenant:7:lane"] == heard
-    assert ("tenant", "7:lane") == old_parse(heard[0])
+    assert [("ep-1", 1), ("ep-2", 1)] == [(n.endpoint_id, n.number) for n in refused.charged]
+    woken = sorted((n.endpoint_id, n.number) for n in wake.sent)
+    assert [(e, number) for e in ("ep-1", "ep-2") for number in range(1, 6)] == woken
+    # ep-1's claim is progress (nudge 1 again), ep-2's drains its queue.
+    assert ([("ep-1", 1)], (("ep-2", "lane-l"),)) == (
+        [(n.endpoint_id, n.number) for n in last.charged],
+        last.cleared,
+    )

@@ -2,15 +2,15 @@
 
 Each race runs 200 trials between two instances on two independent asyncpg
 pools, each a fresh ledger whose first tick is a full pass. A ledger takes
-the fleet's tick lock before it charges; a sweeper without it runs its
-full pass under a lock key of its own (as a sweeper outside the fleet's lock),
-and only the statement's compare-and-set and ON CONFLICT re-check stand
-between it and a second wake. In "gated" trials a third connection holds
-the contested ledger key (an uncommitted insert of the row, or a row lock)
-until pg_stat_activity shows BOTH sweep statements blocked on it, so every
-trial forces the hard interleaving: both statements took their snapshot and
-decided "due" before either committed. "free" trials just start both with
-asyncio.gather and let the timing fall as it will.
+the fleet's tick lock before it charges; the second sweeper here runs its
+full pass under a lock key of its own (as a sweeper outside the fleet's
+lock), so only the statement's compare-and-set and ON CONFLICT re-check
+stand between it and a second wake. A third connection holds the contested
+ledger key (an uncommitted insert of the row, or a row lock) until
+pg_stat_activity shows BOTH sweep statements blocked on it, so every trial
+forces the hard interleaving: both statements took their snapshot and
+decided "due" before either committed. Sweepers left to the timing, beside
+the lock and under it, are the races' (tests/stress) and the contract's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import pytest
 
 from adapters.postgres import TICK_LOCK_KEY, PostgresLedger
 from stall_core import LedgerPort, LedgerRow, PacingPolicy, Sweeper, TickReport
-from stall_testing import PostgresDriver, RecordingWake
+from stall_testing import RecordingWake
 from stall_testing.contract import stalled_queue
+from tests import pg
 from tests.support import T0, FakeClock, minutes
 
 pytestmark = pytest.mark.postgres
@@ -115,10 +116,11 @@ async def until_both_blocked(admin: asyncpg.Connection, pids: list[int]) -> None
 
 
 @pytest.fixture(name="instances")
-async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
-    """Two independent one-connection pools: two switchboard processes on one database."""
+async def _instances(site: pg.Site) -> AsyncIterator[list[asyncpg.Pool]]:
+    """Two independent one-connection pools of the sweeping role: two switchboard processes."""
+    dsn = site.as_role(site.cast.sweeper)
     pools = [
-        await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1, server_settings=FAST)
+        await asyncpg.create_pool(dsn, min_size=1, max_size=1, server_settings=FAST)
         for _ in range(2)
     ]
     yield pools
@@ -127,39 +129,33 @@ async def _instances(pg_dsn: str) -> AsyncIterator[list[asyncpg.Pool]]:
 
 
 @pytest.fixture(name="admin")
-async def _admin(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection outside both instances, to reset state and watch locks."""
-    conn = await asyncpg.connect(pg_dsn, server_settings=FAST)
+async def _admin(site: pg.Site) -> AsyncIterator[asyncpg.Connection]:
+    """A superuser's connection outside both instances, to reset state and watch locks."""
+    conn = await asyncpg.connect(site.dsn, server_settings=FAST)
     yield conn
     await conn.close()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("pairing", "gated"),
-    [("locked+unlocked", True), ("locked+unlocked", False), ("locked+locked", False)],
-    ids=["unlocked-gated", "unlocked-free", "locked-free"],
-)
 @pytest.mark.parametrize("race", list(RACES))
 async def test_two_instances_one_wake(
     race: str,
-    pairing: str,
-    gated: bool,
     instances: list[asyncpg.Pool],
     admin: asyncpg.Connection,
-    pg_dsn: str,
+    site: pg.Site,
 ) -> None:
-    """Two instances, one wake: every concurrent trial of each race charges exactly once."""
+    """Two instances, one wake: every forced interleaving of each race charges exactly once."""
     reset, number = RACES[race]
     clock = FakeClock(NOW)
-    driver = PostgresDriver(instances[0], clock)
+    host = await site.host_pool()
+    driver = pg.SiteDriver(host, instances[0], clock)
     await stalled_queue(driver)
     if race == "progress reset":
         # A claim after the last nudge (and before NOW): progress since nudge 4.
         await driver.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
         await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
     pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
-    gate = await asyncpg.connect(pg_dsn, server_settings=FAST)
+    gate = await asyncpg.connect(site.dsn, server_settings=FAST)
     policy = PacingPolicy()
 
     try:
@@ -168,24 +164,16 @@ async def test_two_instances_one_wake(
             wakes = [RecordingWake(), RecordingWake()]
             ledgers: list[LedgerPort] = [
                 PostgresLedger(instances[0], clock=clock),
-                PostgresLedger(
-                    instances[1],
-                    clock=clock,
-                    lock_key=UNLOCKED if pairing == "locked+unlocked" else TICK_LOCK_KEY,
-                ),
+                PostgresLedger(instances[1], clock=clock, lock_key=UNLOCKED),
             ]
             sweepers = [
                 Sweeper(ledger=ledger, wake=wake, policy=policy)
                 for ledger, wake in zip(ledgers, wakes, strict=True)
             ]
-            reports: list[TickReport]
-            if gated:
-                async with holding_key(gate, row_exists=race != "first-nudge insert"):
-                    ticks = [asyncio.ensure_future(s.tick()) for s in sweepers]
-                    await until_both_blocked(admin, pids)
-                reports = list(await asyncio.gather(*ticks))
-            else:
-                reports = list(await asyncio.gather(*(s.tick() for s in sweepers)))
+            async with holding_key(gate, row_exists=race != "first-nudge insert"):
+                ticks = [asyncio.ensure_future(s.tick()) for s in sweepers]
+                await until_both_blocked(admin, pids)
+            reports: list[TickReport] = list(await asyncio.gather(*ticks))
 
             sent = [(i, n.number) for i, wake in enumerate(wakes) for n in wake.sent]
             assert 1 == len(sent), f"trial {trial}: wakes {sent}"
@@ -203,3 +191,4 @@ async def test_two_instances_one_wake(
             } == rows, f"trial {trial}"
     finally:
         await gate.close()
+        await host.close()

@@ -12,11 +12,12 @@ from tests import pg
 pytestmark = pytest.mark.postgres
 
 
-async def test_psql_prepares_every_printed_statement(pg_dsn: str, tmp_path: Path) -> None:
+async def test_psql_prepares_every_printed_statement(site: pg.Site, tmp_path: Path) -> None:
     """psql parses, resolves and plans each statement of the sweep, status, hooks and migrate.
 
-    Under the search_path our transactions set, in one transaction rolled
-    back: PREPARE binds each $n to the type PostgreSQL infers for it.
+    As the sweeping role in a DBA's database, under the search_path our
+    transactions set, in one transaction rolled back: PREPARE binds each $n to
+    the type PostgreSQL infers for it.
     """
     sources = {
         s: named
@@ -31,7 +32,9 @@ async def test_psql_prepares_every_printed_statement(pg_dsn: str, tmp_path: Path
         ]
     script.append("ROLLBACK;")
 
-    status, errors = await pg.psql_file(pg_dsn, "\n".join(script), tmp_path)
+    status, errors = await pg.psql_file(
+        site.as_role(site.cast.sweeper), "\n".join(script), tmp_path
+    )
 
     assert (0, b"") == (status, errors)
     assert sum(len(named) for named in sources.values()) >= 30
