@@ -5,6 +5,7 @@ workers share (they read its DSN from STALL_TEST_DSN) and stops it at the end;
 SIGTERM ends a run the way Ctrl-C does, so an interrupted run leaves no
 server and no data directory behind. Hypothesis reads its profile from
 HYPOTHESIS_PROFILE: ``ci`` (the default, full example counts) or ``dev``.
+What the inner loop leaves out is marked ``slow`` here, in one place.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
+from fnmatch import fnmatch
 from types import FrameType
 
 import asyncpg
@@ -28,6 +31,43 @@ from tests import pg
 settings.register_profile("ci", deadline=None)
 settings.register_profile("dev", deadline=None, max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: What the inner loop (``-m "not slow"``) leaves out, by where a test lives: what an edit need
+#: not wait for, each costing a process, a browser or a PostgreSQL set-up beyond ``dba``.
+#: ``-m slow`` runs exactly these; the README command (no ``-m``) runs everything.
+SLOW_FILES = {
+    "tests/stress/*": "the races and the soak",
+    "tests/postgres/test_*_benchmark*.py": "the benchmarks, run small",
+    "tests/cli/test_benchmark_scripts.py": "the benchmarks, run small",
+    "tests/cli/test_cli.py": "the command line's journeys, each a real process",
+    "tests/embed/test_interrupted_run.py": "a real process interrupted by a signal",
+    "tests/postgres/test_id_types.py": "contract scenarios again, on uuid and bigint hosts",
+}
+#: Doc blocks run by bash: ``stall-nudge`` as a process (tests/embed/test_doc_examples.py).
+_SHELL_BLOCK = re.compile(r"\[.*:(sh|bash|console)\]$")
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    path = item.nodeid.split("::", 1)[0]
+    if any(fnmatch(path, pattern) for pattern in SLOW_FILES):
+        return True
+    params = getattr(item, "callspec", None)
+    if path == "tests/contract/test_postgres.py":  # the dba set-up stays; planted is the second
+        return params is not None and params.params.get("site") != "dba"
+    if path == "tests/embed/test_doc_examples.py":
+        return bool(_SHELL_BLOCK.search(item.name))
+    if path == "tests/ops/test_status_page.py":  # drives chromium
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        return code is not None and "Browser" in code.co_names
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
 
 _SHARED = pytest.StashKey[ExitStack]()
 
