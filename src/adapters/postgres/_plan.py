@@ -189,7 +189,9 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     made_by_migrations = bool(pending) or restore
     steps += _repairs(present, expected, wanted, host_schema, compare=not made_by_migrations)
     recorded = await recorded_schema(conn)
-    view_steps = _views(present, expected, host_schema, moved=recorded not in (None, host_schema))
+    made, view_steps = _views(
+        present, expected, host_schema, moved=recorded not in (None, host_schema)
+    )
     steps += view_steps
     if recorded != host_schema:
         steps.append(
@@ -214,7 +216,7 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     absent = {OUR_SCHEMA} if spaces["ours"] is None else set()
     absent |= {t if "." in t else f"@{t}" for t in tables_missing}
     # A view made anew holds no privileges yet.
-    absent |= {f"{OUR_SCHEMA}.{v}" for v in VIEWS.values() for s in view_steps if v in s.sql}
+    absent |= {f"{OUR_SCHEMA}.{view}" for view in made}
     recorded_roles = {}
     if "stall_nudge.grants" not in absent:
         recorded_roles = {r["role"]: r["given"] for r in await conn.fetch(_SQL["recorded_grants"])}
@@ -344,16 +346,18 @@ def _views(
     host_schema: str,
     *,
     moved: bool,
-) -> list[Step]:
+) -> tuple[set[str], list[Step]]:
     """Make each view of a host table that is missing, differs from this build's, or reads
-    the schema the host's tables were in before (``moved``)."""
+    the schema the host's tables were in before (``moved``): the views made, and the steps."""
     steps: list[Step] = []
+    made: set[str] = set()
     for table, view in VIEWS.items():
         key = ("view", view, "")
         found = present.get(key)
         create = Step(sql=view_sql(table, host_schema), why=f"missing: view {view}")
         if found is None:
             steps.append(create)
+            made.add(view)
             continue
         why = None
         if moved:
@@ -363,7 +367,8 @@ def _views(
         if why is not None:
             drop = f"DROP VIEW IF EXISTS {OUR_SCHEMA}.{quote_ident(view)}"
             steps += [Step(sql=drop, why=why), attrs.evolve(create, why=why)]
-    return steps
+            made.add(view)
+    return made, steps
 
 
 def _create_index(name: str, on_table: str, definition: str, host_schema: str) -> str:
