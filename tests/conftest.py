@@ -182,6 +182,13 @@ async def _site(request: pytest.FixtureRequest, pg_sites: pg.Sites) -> AsyncIter
         yield site
 
 
+@pytest.fixture(name="pools")
+async def _pools(site: pg.Site) -> AsyncIterator[pg.Pools]:
+    """The site's pools: the host's application, the sweeping role, and a superuser."""
+    async with site.pools() as pools:
+        yield pools
+
+
 @pytest.fixture(name="bare_site")
 async def _bare_site(request: pytest.FixtureRequest, pg_sites: pg.Sites) -> AsyncIterator[pg.Site]:
     """The same host database with nothing of ours installed yet."""

@@ -152,6 +152,15 @@ class Cast:
     planter: str
 
 
+@attrs.frozen
+class Pools:
+    """A site's pools: the host's application, the sweeping role, a superuser (``admin``)."""
+
+    host: asyncpg.Pool
+    sweeper: asyncpg.Pool
+    admin: asyncpg.Pool
+
+
 @attrs.frozen(kw_only=True)
 class Site:
     """A fresh host database in one set-up; ``dsn`` is a superuser's, for the test's own hand."""
@@ -179,6 +188,18 @@ class Site:
         return asyncpg.create_pool(
             self.as_role(self.cast.sweeper), min_size=1, max_size=4, server_settings=settings
         )
+
+    @asynccontextmanager
+    async def pools(self) -> AsyncIterator[Pools]:
+        """The host's application, the sweeping role, and a superuser for writes of ours."""
+        async with (
+            self.host_pool() as host,
+            self.sweeper_pool() as sweeper,
+            asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=1, server_settings={"search_path": HOST_SCHEMA}
+            ) as admin,
+        ):
+            yield Pools(host, sweeper, admin)
 
     @asynccontextmanager
     async def driver(self, clock: FakeClock | None = None) -> AsyncIterator[SiteDriver]:

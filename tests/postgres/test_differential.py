@@ -424,18 +424,12 @@ async def usual_ticks(history: History, ops: list[tuple[object, ...]]) -> tuple[
 
 @pytest.fixture(name="conns")
 async def _conns(site: pg.Site) -> AsyncIterator[Conns]:
-    async with (
-        site.host_pool() as host,
-        site.sweeper_pool() as sweeper,
-        asyncpg.create_pool(
-            site.dsn, min_size=1, max_size=1, server_settings={"search_path": pg.HOST_SCHEMA}
-        ) as admin,
-    ):
+    async with site.pools() as pools:
         late = await asyncpg.connect(
             site.as_role(site.cast.app), server_settings={"search_path": pg.HOST_SCHEMA}
         )
         try:
-            yield Conns(host, sweeper, admin, late)
+            yield Conns(pools.host, pools.sweeper, pools.admin, late)
         finally:
             await late.close()
 

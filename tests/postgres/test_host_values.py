@@ -12,11 +12,9 @@ with the value escaped.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import asyncpg
-import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,27 +47,6 @@ ODD = (
 )
 #: The healthy pairs every test starts from: stalled work, a claim, fresh work.
 HEALTHY = ("lane-a", "lane-b", "lane-c")
-
-
-@attrs.frozen
-class Pools:
-    """The host's application, the sweeping role, and a superuser to empty our tables."""
-
-    host: asyncpg.Pool
-    sweeper: asyncpg.Pool
-    admin: asyncpg.Pool
-
-
-@pytest.fixture(name="pools")
-async def _pools(site: pg.Site) -> AsyncIterator[Pools]:
-    async with (
-        site.host_pool() as host,
-        site.sweeper_pool() as sweeper,
-        asyncpg.create_pool(
-            site.dsn, min_size=1, max_size=1, server_settings={"search_path": pg.HOST_SCHEMA}
-        ) as admin,
-    ):
-        yield Pools(host, sweeper, admin)
 
 
 async def healthy_board(pool: asyncpg.Pool) -> PostgresHost:
@@ -106,7 +83,9 @@ def needs_person(pair: PairStatus) -> bool:
 
 
 @pytest.mark.parametrize("column", ["created_at", "claimed_at"])
-async def test_an_odd_instant_stops_no_tick_and_status_shows_it(pools: Pools, column: str) -> None:
+async def test_an_odd_instant_stops_no_tick_and_status_shows_it(
+    pools: pg.Pools, column: str
+) -> None:
     """A todo created at an instant Python cannot hold is not work, one claimed at one is
     not progress; every pair charges as without it; status marks the pair as needing a person.
     """
@@ -143,7 +122,7 @@ async def test_an_odd_instant_stops_no_tick_and_status_shows_it(pools: Pools, co
 
 
 async def test_status_check_exits_3_and_shows_the_odd_value_escaped(
-    site: pg.Site, pools: Pools
+    site: pg.Site, pools: pg.Pools
 ) -> None:
     """`status --check` exits 3 for a pair with an odd instant and names it; the table and
     the page escape the value and the id it is quoted with."""
@@ -317,7 +296,7 @@ BASELINE: list[list[dict[PairKey, tuple[object, ...]]]] = []
 @settings(max_examples=examples(15), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(odd=poisons())
 async def test_any_value_in_one_row_leaves_every_other_pair_as_it_was(
-    pools: Pools, odd: tuple[str, str, str | None, str, str]
+    pools: pg.Pools, odd: tuple[str, str, str | None, str, str]
 ) -> None:
     """Any timestamptz, NULL or id in one host row leaves the other pairs' charges and verdicts."""
     table, column, value, state, queue = odd

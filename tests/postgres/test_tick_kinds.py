@@ -13,12 +13,11 @@ the full pass; when a full pass runs; and what the lookback covers.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import cast
 
 import asyncpg
-import attrs
 import pytest
 
 from adapters.postgres import DELTA_BOUND, LOOKBACK, PostgresLedger
@@ -51,27 +50,6 @@ def seen(outcome: ChargeOutcome) -> tuple[str | None, int, list[Charge]]:
     return outcome.kind, outcome.judged, charges(outcome)
 
 
-@attrs.frozen
-class Pools:
-    """The host's application, the sweeping role, and a superuser for writes of ours."""
-
-    host: asyncpg.Pool
-    sweeper: asyncpg.Pool
-    admin: asyncpg.Pool
-
-
-@pytest.fixture(name="pools")
-async def _pools(site: pg.Site) -> AsyncIterator[Pools]:
-    async with (
-        site.host_pool() as host,
-        site.sweeper_pool() as sweeper,
-        asyncpg.create_pool(
-            site.dsn, min_size=1, max_size=1, server_settings={"search_path": pg.HOST_SCHEMA}
-        ) as admin,
-    ):
-        yield Pools(host, sweeper, admin)
-
-
 class Board:
     """Endpoint ``ep`` with a hook on every queue, and a pair (``still``) capped long ago.
 
@@ -81,7 +59,7 @@ class Board:
 
     def __init__(
         self,
-        pools: Pools,
+        pools: pg.Pools,
         *,
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
         lookback: timedelta = LOOKBACK,
@@ -148,7 +126,7 @@ class Board:
         return await (ledger or self.ledger).charge_due(policy=POLICY)
 
 
-async def board(pools: Pools, **options: timedelta) -> Board:
+async def board(pools: pg.Pools, **options: timedelta) -> Board:
     return await Board(pools, **options).setup()
 
 
@@ -156,7 +134,7 @@ async def board(pools: Pools, **options: timedelta) -> Board:
 
 
 async def test_a_delta_with_nothing_changed_judges_no_pair_until_the_next_full_pass(
-    pools: Pools,
+    pools: pg.Pools,
 ) -> None:
     """After a full pass that charged, beside more capped pairs than the tick limit, every
     delta until the next full pass judges 0 pairs and writes nothing."""
@@ -182,7 +160,7 @@ async def test_a_delta_with_nothing_changed_judges_no_pair_until_the_next_full_p
 # -- each source alone makes a delta judge its pair, and only it --------------------------
 
 
-async def test_a_row_whose_backoff_ended_makes_a_delta_judge_its_pair(pools: Pools) -> None:
+async def test_a_row_whose_backoff_ended_makes_a_delta_judge_its_pair(pools: pg.Pools) -> None:
     """Nudge 1's backoff step ends: the delta at that instant judges the pair, charges nudge 2."""
     b = await board(pools, full_pass_interval=NEVER)
     await b.stalled("q", 3)
@@ -196,7 +174,7 @@ async def test_a_row_whose_backoff_ended_makes_a_delta_judge_its_pair(pools: Poo
 
 
 async def test_a_claim_stamped_since_the_watermark_makes_a_delta_judge_its_pair(
-    pools: Pools,
+    pools: pg.Pools,
 ) -> None:
     """A claim after the last nudge, of a todo it did not name: the delta judges it, nudge 1."""
     b = await board(pools, full_pass_interval=NEVER)
@@ -210,7 +188,7 @@ async def test_a_claim_stamped_since_the_watermark_makes_a_delta_judge_its_pair(
 
 
 async def test_work_that_crossed_the_threshold_makes_a_delta_judge_its_pair(
-    pools: Pools,
+    pools: pg.Pools,
 ) -> None:
     """A todo fresh at the last tick, stalled now: the delta judges its pair and charges nudge 1."""
     b = await board(pools, full_pass_interval=NEVER)
@@ -225,7 +203,7 @@ async def test_work_that_crossed_the_threshold_makes_a_delta_judge_its_pair(
     assert ("delta", 1, [("ep", "late", "late-0", 1)]) == seen(crossed)
 
 
-async def test_a_requeued_todo_makes_a_delta_judge_its_pair(pools: Pools) -> None:
+async def test_a_requeued_todo_makes_a_delta_judge_its_pair(pools: pg.Pools) -> None:
     """A todo claimed then given back, claimed_at kept: work again, judged by the next delta."""
     b = await board(pools, full_pass_interval=NEVER)
     [todo] = await b.stalled("r")
@@ -241,7 +219,7 @@ async def test_a_requeued_todo_makes_a_delta_judge_its_pair(pools: Pools) -> Non
     assert ("delta", 1, [("ep", "r", todo, 1)]) == seen(requeued)
 
 
-async def test_pairs_held_back_by_the_tick_limit_make_a_delta_judge_them(pools: Pools) -> None:
+async def test_pairs_held_back_by_the_tick_limit_make_a_delta_judge_them(pools: pg.Pools) -> None:
     """More due pairs than the tick limit: each delta judges the best tick_limit held back."""
     b = await board(pools, full_pass_interval=NEVER)
     due = 2 * POLICY.tick_limit + 1
@@ -268,7 +246,7 @@ async def test_pairs_held_back_by_the_tick_limit_make_a_delta_judge_them(pools: 
 
 @pytest.mark.parametrize("deleted", [True, False], ids=["deleted", "done-unstamped"])
 async def test_a_named_todo_that_left_makes_a_delta_judge_its_pair(
-    pools: Pools, deleted: bool
+    pools: pg.Pools, deleted: bool
 ) -> None:
     """The todo nudge 1 named is deleted, or done with no stamp a delta reads: a reset."""
     b = await board(pools, full_pass_interval=NEVER)
@@ -369,7 +347,7 @@ UNSEEN: list[tuple[str, Unseen, list[Charge], tuple[tuple[str, str], ...]]] = [
     ids=[case[0] for case in UNSEEN],
 )
 async def test_what_no_timestamp_shows_waits_for_the_full_pass(
-    pools: Pools,
+    pools: pg.Pools,
     setup: Unseen,
     charged: list[Charge],
     drained: tuple[tuple[str, str], ...],
@@ -395,7 +373,7 @@ async def test_what_no_timestamp_shows_waits_for_the_full_pass(
 # -- when a full pass runs ---------------------------------------------------------------
 
 
-async def test_each_ledger_instance_starts_with_a_full_pass(pools: Pools) -> None:
+async def test_each_ledger_instance_starts_with_a_full_pass(pools: pg.Pools) -> None:
     """The first tick of every instance judges every pair, whatever the fleet did before."""
     b = await board(pools, full_pass_interval=NEVER)
     await b.stalled("q")
@@ -412,7 +390,7 @@ async def test_each_ledger_instance_starts_with_a_full_pass(pools: Pools) -> Non
     assert ["full", "delta", "full", "delta", "delta"] == kinds
 
 
-async def test_a_full_pass_runs_every_full_pass_interval(pools: Pools) -> None:
+async def test_a_full_pass_runs_every_full_pass_interval(pools: pg.Pools) -> None:
     """Ticked every STEP, the fleet runs a full pass exactly each ``full_pass_interval``.
 
     The default interval is the one the cases above wait for.
@@ -431,7 +409,7 @@ async def test_a_full_pass_runs_every_full_pass_interval(pools: Pools) -> None:
     assert 2 == [kind for _, kind in kinds].count("full")
 
 
-async def test_a_clock_gone_back_before_the_watermark_forces_a_full_pass(pools: Pools) -> None:
+async def test_a_clock_gone_back_before_the_watermark_forces_a_full_pass(pools: pg.Pools) -> None:
     """A tick earlier than the last judging tick's now cannot trust the watermark: full pass."""
     b = await board(pools, full_pass_interval=NEVER)
     await b.stalled("q")
@@ -501,7 +479,7 @@ async def _pairs(b: Board, count: int) -> None:
     ],
 )
 async def test_a_change_set_as_large_as_a_full_pass_makes_the_tick_a_full_pass(
-    pools: Pools,
+    pools: pg.Pools,
     caplog: pytest.LogCaptureFixture,
     pairs: int,
     changes: Callable[[Board, int], Awaitable[None]],
@@ -536,7 +514,7 @@ async def test_a_change_set_as_large_as_a_full_pass_makes_the_tick_a_full_pass(
 
 @pytest.mark.parametrize(("lookback", "judged"), [(LOOKBACK, 1), (timedelta(0), 0)])
 async def test_a_claim_open_across_a_tick_is_seen_by_the_next_delta_within_the_lookback(
-    pools: Pools, lookback: timedelta, judged: int
+    pools: pg.Pools, lookback: timedelta, judged: int
 ) -> None:
     """A claim stamped before a tick's now, committed after it: the next delta reads it again.
 
@@ -583,7 +561,7 @@ def test_the_lookback_is_configurable() -> None:
 
 
 async def test_a_full_pass_judges_every_pair_with_pending_work_or_a_ledger_row(
-    pools: Pools,
+    pools: pg.Pools,
 ) -> None:
     """Pairs with pending work, and rows with none, are judged; a pair with neither is not."""
     b = await board(pools)
