@@ -16,7 +16,6 @@ from importlib import resources
 from types import MappingProxyType
 
 __all__ = [
-    "CACHEABLE_STATEMENT_SIZE",
     "parse_queries",
     "queries",
     "quote_ident",
@@ -25,11 +24,6 @@ __all__ = [
 ]
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-
-#: asyncpg keeps a statement prepared (parsed and planned once per connection) only
-#: up to this many characters of text, by default (``max_cacheable_statement_size``);
-#: a longer one is planned anew on every call, milliseconds per tick.
-CACHEABLE_STATEMENT_SIZE = 15 * 1024
 
 
 def quote_ident(name: str) -> str:
