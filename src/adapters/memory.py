@@ -17,7 +17,9 @@ from typing import TypeVar
 import attrs
 
 from stall_core import (
+    CLAIMS_LOOKBACK,
     ChargeOutcome,
+    Claim,
     Clock,
     HookDirectory,
     HookHealth,
@@ -31,6 +33,8 @@ from stall_core import (
     TodoRef,
     aware,
     charge_row,
+    claims_read,
+    claims_window,
     endpoint_active,
     has_departed,
     has_receiver,
@@ -131,12 +135,15 @@ class MemoryBoard:
     Postgres ledger's tick lock and single statement serialise them.
 
     Progress is read from the todos as the Postgres ledger reads it: the
-    latest ``claimed_at`` of the pair, and whether the todo its ledger row
-    names is still pending there (``stall_core.made_progress``).
+    pair's new claims (``stall_core.latest_claim``: inside the claims window,
+    from ``lookback`` before the last tick, and not read by that tick), and
+    whether the todo its ledger row names is still pending there
+    (``stall_core.made_progress``).
     """
 
-    def __init__(self, *, clock: Clock) -> None:
+    def __init__(self, *, clock: Clock, lookback: timedelta = CLAIMS_LOOKBACK) -> None:
         self._clock = clock
+        self._lookback = lookback
         self._tick_held = False
         self._endpoints: dict[str, Endpoint] = {}
         self._deliveries: dict[str, Delivery] = {}
@@ -144,8 +151,10 @@ class MemoryBoard:
         self._hooks: dict[str, Hook] = {}
         self._ledger: dict[PairKey, LedgerRow] = {}
         self._rings: list[Ring] = []
-        #: When the last tick swept (the fleet's record, as on Postgres).
+        #: When the last tick swept, and the claims it read (the fleet's record, as on
+        #: Postgres).
         self._swept_at: datetime | None = None
+        self._read: frozenset[Claim] = frozenset()
 
     # -- inspectable state ---------------------------------------------------
 
@@ -392,23 +401,40 @@ class MemoryBoard:
         delivery = None if todo.delivery_id is None else self._deliveries.get(todo.delivery_id)
         return passes_gate(todo.delivery_id, None if delivery is None else delivery.verified)
 
-    def pair_states(self, ledger: Mapping[PairKey, LedgerRow] | None = None) -> list[PairState]:
+    def pair_states(
+        self,
+        ledger: Mapping[PairKey, LedgerRow] | None = None,
+        since: datetime | None = None,
+        read: Collection[Claim] | None = None,
+    ) -> list[PairState]:
         """The state of every pair with a pending todo or a ledger row.
 
         ``ledger`` (this board's own by default) is the ledger whose rows say
-        which todo each pair's last nudge named: a test may read the board's
-        host rows against another ledger's.
+        which todo each pair's last nudge named, ``since`` where the claims
+        read start and ``read`` the claims the last tick read (by default a
+        tick's now, on this board's record): a test may read the board's host
+        rows against another ledger's.
         """
+        if since is None:
+            since = claims_window(self._swept_at, aware("clock()", self._clock()), self._lookback)
+        read = self._read if read is None else read
         rows = self._ledger if ledger is None else ledger
         by_pair: dict[PairKey, list[Todo]] = {}
         for todo in self._todos.values():
             by_pair.setdefault((todo.endpoint_id, todo.queue), []).append(todo)
         keys = {key for key, todos in by_pair.items() if any(t.state == "pending" for t in todos)}
         keys.update(rows)
-        return [self._pair_state(key, by_pair.get(key, []), rows) for key in sorted(keys)]
+        return [
+            self._pair_state(key, by_pair.get(key, []), rows, since, read) for key in sorted(keys)
+        ]
 
     def _pair_state(
-        self, key: PairKey, todos: list[Todo], ledger: Mapping[PairKey, LedgerRow]
+        self,
+        key: PairKey,
+        todos: list[Todo],
+        ledger: Mapping[PairKey, LedgerRow],
+        since: datetime,
+        read: Collection[Claim],
     ) -> PairState:
         endpoint_id, queue = key
         oldest = work_of(
@@ -429,7 +455,7 @@ class MemoryBoard:
             oldest=oldest,
             endpoint_active=endpoint_active(None if endpoint is None else endpoint.state),
             has_receiver=has_receiver(hooks, endpoint_id, queue),
-            latest_claim=latest_claim(t.claimed_at for t in todos),
+            latest_claim=latest_claim(_claims(todos), since, read),
             named_departed=has_departed(ledger.get(key), pending),
         )
 
@@ -441,8 +467,10 @@ class MemoryBoard:
         swept = self._swept_at
         if self._tick_held or swept_recently(swept, now, every):
             return ChargeOutcome(now=now, skipped=True, swept_at=swept)
+        since = claims_window(swept, now, self._lookback)
+        pairs = self.pair_states(since=since)
         self._swept_at = now
-        pairs = self.pair_states()
+        self._read = frozenset(claims_read(_claims(self._todos.values()), since))
         plan = plan_tick(pairs, self._ledger, now, policy)
         for key in plan.cleared:
             del self._ledger[key]
@@ -493,6 +521,11 @@ class MemoryBoard:
             return table[key]
         except KeyError:
             raise BoardError(f"no {kind} {key!r}") from None
+
+
+def _claims(todos: Iterable[Todo]) -> Iterator[tuple[str, str, datetime | None]]:
+    """Each todo as the sweep reads claims: id, state, claimed_at."""
+    return ((t.id, t.state, t.claimed_at) for t in todos)
 
 
 def _check_state(state: str) -> None:

@@ -8,11 +8,13 @@ the ports below. ruff's banned-api rule and tests/unit/test_purity.py enforce it
 """
 
 from ._decide import (
+    CLAIMS_LOOKBACK,
     FULL_PASS_INTERVAL,
     HELD_RETRY_FRACTION,
     NAMES_MAX_BYTES,
     Capped,
     Charge,
+    Claim,
     Clear,
     Decision,
     Idle,
@@ -23,7 +25,8 @@ from ._decide import (
     capped,
     charge_order,
     charge_row,
-    charge_stamp,
+    claims_read,
+    claims_window,
     covers,
     decide,
     effective_nudges,
@@ -72,6 +75,7 @@ from ._values import (
 )
 
 __all__ = [
+    "CLAIMS_LOOKBACK",
     "FULL_PASS_INTERVAL",
     "HELD_RETRY_FRACTION",
     "NAMES_MAX_BYTES",
@@ -80,6 +84,7 @@ __all__ = [
     "Capped",
     "Charge",
     "ChargeOutcome",
+    "Claim",
     "Clear",
     "Clock",
     "Decision",
@@ -112,7 +117,8 @@ __all__ = [
     "capped",
     "charge_order",
     "charge_row",
-    "charge_stamp",
+    "claims_read",
+    "claims_window",
     "covers",
     "decide",
     "effective_nudges",

@@ -27,9 +27,13 @@ covers           the hook is the endpoint's; its queue filter is NULL or holds t
 is_receiver      an enabled hook that covers the pair (``has_receiver``: one hook is)
 is_candidate     work older than the threshold (strictly), an active endpoint, a
                  receiver
+latest_claim     the pair's latest new claim: a todo that left pending with a readable
+                 claim stamp, stamped inside the claims window (``claims_window``: from
+                 a lookback before the last tick), that the last tick did not read
+                 (``claims_read``): every claim counts once, in commit order, in the
+                 pair a tick first read it in, whatever its stamp says
 made_progress    a ledger row, and: progress a reset kept, or the todo the row names has
-                 departed (``has_departed``), or a claim stamped after the row's last
-                 nudge (``latest_claim``, readable claims only)
+                 departed (``has_departed``), or a new claim
 capped           ``cap`` nudges spent without progress: silent until progress
 is_due           a candidate with no row or progress (nudge 1, at once), or not capped
                  with its backoff step over (``next_due_at``)
@@ -37,9 +41,7 @@ charge_order     least nudged (``effective_nudges``), oldest work, then endpoint
                  queue by code point
 tick limit       the first ``tick_limit`` due pairs in that order are charged
                  (``plan_tick``)
-charge_row       nudge ``effective + 1`` names the work; its stamp is now, or the latest
-                 claim if later (``charge_stamp``), so a claim counts once whatever its
-                 stamp
+charge_row       nudge ``effective + 1`` names the work, stamped now
 reset_row        progress no charge answered: the row keeps it (count 0)
 clear            a row whose pair has no work is deleted (``Clear``)
 ===============  =======================================================================
@@ -62,6 +64,7 @@ from ._policy import PacingPolicy
 from ._values import QUARANTINE_QUEUE, LedgerRow, Nudge, PairKey, PairState, TodoRef, aware
 
 __all__ = [
+    "CLAIMS_LOOKBACK",
     "FIRST_INSTANT",
     "FULL_PASS_INTERVAL",
     "HELD_RETRY_FRACTION",
@@ -69,6 +72,7 @@ __all__ = [
     "NAMES_MAX_BYTES",
     "Capped",
     "Charge",
+    "Claim",
     "Clear",
     "Decision",
     "Idle",
@@ -79,7 +83,8 @@ __all__ = [
     "capped",
     "charge_order",
     "charge_row",
-    "charge_stamp",
+    "claims_read",
+    "claims_window",
     "covers",
     "decide",
     "effective_nudges",
@@ -281,13 +286,63 @@ def is_candidate(pair: PairState, now: datetime, policy: PacingPolicy) -> bool:
     return isinstance(_candidacy(pair, now, policy), TodoRef)
 
 
-def latest_claim(claimed: Iterable[datetime | None]) -> datetime | None:
-    """The latest readable ``claimed_at`` among a pair's todos (None: none was ever claimed).
+#: How long before the last judging tick a claim's stamp may be and the claim still be new
+#: to the sweep: a claim committed up to this long after it was stamped (its transaction
+#: open that long, or a host clock that far behind the ledger's) still counts once.
+CLAIMS_LOOKBACK = timedelta(minutes=1)
 
-    A claim stamped with an instant that is not ``readable`` is not read:
-    the departure of the todo a nudge named still shows it.
+
+def claims_window(
+    judged_at: datetime | None, now: datetime, lookback: timedelta = CLAIMS_LOOKBACK
+) -> datetime:
+    """Where the claims a tick at ``now`` reads start: ``lookback`` before the last judging tick.
+
+    Every claim committed since that tick is stamped after this (within the
+    lookback); every claim stamped before it was read by an earlier tick, in
+    the pair it was made in. With no earlier tick (or one later than ``now``: a clock
+    gone back) the window starts a lookback before ``now``. It never starts before the
+    range's first instant but one, so it is an instant to PostgreSQL too (a driver writes
+    the first as -infinity).
     """
-    return max((c for c in claimed if c is not None and readable(c)), default=None)
+    aware("now", now)
+    base = now if judged_at is None or judged_at > now else judged_at
+    earliest = FIRST_INSTANT + timedelta(microseconds=1)
+    return earliest if base - earliest <= lookback else base - lookback
+
+
+#: A claim: (todo id, claimed_at), as the sweep reads it.
+Claim = tuple[str, datetime]
+
+
+def claims_read(todos: Iterable[tuple[str, str, datetime | None]], since: datetime) -> set[Claim]:
+    """The claims a tick reads among todos (each: id, state, claimed_at): those in its window.
+
+    A todo is claimed when it has left pending with a ``readable`` claim
+    stamp: one requeued (pending again), or stamped with an instant that is
+    not readable, is not read (the departure of the todo a nudge named still
+    shows it). ``since`` is the ``claims_window``; the ledger keeps what its
+    last judging tick read, so the next one knows which claims are new.
+    """
+    return {
+        (todo_id, at)
+        for todo_id, state, at in todos
+        if state != "pending" and at is not None and readable(at) and at > since
+    }
+
+
+def latest_claim(
+    todos: Iterable[tuple[str, str, datetime | None]], since: datetime, read: Collection[Claim]
+) -> datetime | None:
+    """The latest new claim among a pair's todos: read now (``claims_read``), not by the last tick.
+
+    A claim committed after the last tick is new whatever its stamp says (a
+    host clock behind, a claim's transaction open across the tick), as long
+    as it is stamped inside the window. One the last tick read is not: it
+    was progress then, in the pair it was in (a todo claimed, then moved to
+    another pair, brings no claim there), or a charge answered it.
+    """
+    new = (at for todo_id, at in claims_read(todos, since) if (todo_id, at) not in read)
+    return max(new, default=None)
 
 
 def has_departed(row: LedgerRow | None, pending: Collection[str]) -> bool:
@@ -304,17 +359,16 @@ def has_departed(row: LedgerRow | None, pending: Collection[str]) -> bool:
 def made_progress(pair: PairState, row: LedgerRow | None) -> bool:
     """SPEC-0038 "a claim on any todo in that pair after the last nudge", read two ways.
 
-    A claim stamped after the row's ``last_nudged_at``, or the departure of
-    the todo the last nudge named, whichever shows first: the departure
-    catches what a stamp cannot (a host clock behind the database, a claim
-    whose transaction spanned the charge, a todo deleted or un-stamped at
-    completion). Progress a reset kept counts until a charge answers it.
+    A new claim in the pair (``latest_claim``: one the last tick did not
+    read), or the departure of the todo the last nudge named, whichever
+    shows first. "After" is commit order: a claim the charge's tick did not
+    read is later, whatever its stamp says against the ledger's clock; one
+    it read never counts again (a host clock ahead, a claimed todo completed
+    or moved later). Progress a reset kept counts until a charge answers it.
     """
     if row is None:
         return False
-    if row.progressed_at is not None or pair.named_departed:
-        return True
-    return pair.latest_claim is not None and pair.latest_claim > row.last_nudged_at
+    return row.progressed_at is not None or pair.named_departed or pair.latest_claim is not None
 
 
 def starts_over(pair: PairState, row: LedgerRow | None) -> bool:
@@ -354,18 +408,6 @@ def charge_order(
     return (spent, oldest.created_at, endpoint_id, queue)
 
 
-def charge_stamp(pair: PairState, now: datetime) -> datetime:
-    """The ``last_nudged_at`` a charge at ``now`` writes: ``now``, or the latest claim if later.
-
-    A claim stamped ahead of the ledger's clock (a host clock ahead, a
-    claim's transaction that read the time after the charge did) is
-    consumed by this charge: the stamp does not fall behind it, so it is
-    never "after the last nudge" again, and the backoff runs from after it.
-    """
-    claimed = pair.latest_claim
-    return now if claimed is None or claimed < now else claimed
-
-
 def charge_row(nudge: Nudge) -> LedgerRow:
     """The ledger row a committed charge leaves behind: the progress it answered is consumed."""
     return LedgerRow(
@@ -393,10 +435,7 @@ def refunded_row(row: LedgerRow | None, nudge: Nudge) -> LedgerRow | None:
 
     Compare-and-set: only the row that nudge's own charge wrote (same count,
     stamp and named todo) is refunded, so a refund can never undo a later
-    charge, a reset or a clear. Two charges may share a count and a stamp
-    (both nudge 1, both stamped with one claim stamped ahead of the clock),
-    never the todo they name as well: the first one's todo departed to make
-    the second one a nudge 1. The stamp stays: the retry waits one step.
+    charge, a reset or a clear. The stamp stays: the retry waits one step.
     """
     written = (row.nudges, row.last_nudged_at, row.named_todo) if row is not None else None
     if written != (nudge.number, nudge.charged_at, nudge.todo.id):
@@ -474,7 +513,7 @@ def plan_tick(
                 queue=pair.queue,
                 todo=decision.todo,
                 number=decision.number,
-                charged_at=charge_stamp(pair, now),
+                charged_at=now,
             )
             order = charge_order(decision.number - 1, decision.todo, *pair.key)
             due.append((order, nudge))

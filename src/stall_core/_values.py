@@ -82,10 +82,11 @@ class PairState:
     """What the sweep knows of one (endpoint, queue) pair at one instant, read from the host's rows.
 
     ``oldest`` is the pair's work as ``stall_core.work_of`` finds it (None
-    when there is none). ``latest_claim`` is the latest ``claimed_at`` of any of
-    its todos (None: never claimed). ``named_departed`` says the todo its
-    ledger row names is no longer pending in this pair: claimed, finished,
-    deleted or moved (False without a row or a named todo).
+    when there is none). ``latest_claim`` is its latest new claim, one the
+    last tick did not read (``stall_core.latest_claim``; None: none).
+    ``named_departed`` says the todo its ledger row names is no longer
+    pending in this pair: claimed, finished, deleted or moved (False without
+    a row or a named todo).
     """
 
     endpoint_id: str
@@ -108,10 +109,9 @@ class LedgerRow:
     ``nudges`` counts the nudges since progress that reached a receiver; it
     is 0 after a first nudge was refunded, or after progress no nudge has
     answered yet. ``last_nudged_at`` is the pacing base: the instant of the
-    last attempt, or the latest claim its charge consumed if that is later.
-    ``named_todo`` is the todo the last charge named (None on a row an older
-    build charged); ``progressed_at`` is when progress was kept for a nudge
-    still to come (None: none is kept).
+    last attempt. ``named_todo`` is the todo the last charge named (None on a
+    row an older build charged); ``progressed_at`` is when progress was kept
+    for a nudge still to come (None: none is kept).
     """
 
     endpoint_id: str

@@ -29,7 +29,7 @@ decisions with plain integers. A pair is
 looked at only on the first tick where ``decide`` would charge it or clear
 its row, and due pairs wait behind the tick limit in ``plan_tick``'s order
 (``run``, ``sweep``); a charge is nudge ``effective_nudges + 1``,
-stamped with the tick's instant, as ``charge_stamp`` would. Those
+stamped with the tick's instant, as ``charge_row`` does. Those
 restatements live in ``rules``, each pinned to the core by
 tests/unit/test_sim_rules.py. ``simulate(..., check=True)`` also runs
 ``plan_tick`` over the whole board on every tick and raises unless it

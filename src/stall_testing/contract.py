@@ -385,7 +385,7 @@ class LedgerContract:
     # -- exactly once, for real ------------------------------------------------
 
     async def test_one_claim_resets_once(self, driver: BoardDriver) -> None:
-        """One claim is progress once, even one stamped after the charge that consumes it."""
+        """One claim is progress once, even one stamped after the charge it brings about."""
         ids = await stalled_queue(driver, todos=3)
         wake = RecordingWake()
         await sweep(driver, T0 + minutes(10), wake)
@@ -398,11 +398,12 @@ class LedgerContract:
         for seconds in range(30, 30 + 15 * 40, 15):
             await sweep(driver, T0 + minutes(15) + timedelta(seconds=seconds), wake)
 
-        assert [(1, T0 + minutes(10)), (2, T0 + minutes(15)), (1, late_stamp)] == [
+        reset_at = T0 + minutes(15) + timedelta(seconds=30)
+        assert [(1, T0 + minutes(10)), (2, T0 + minutes(15)), (1, reset_at)] == [
             (n.number, n.charged_at) for n in wake.sent[:3]
         ]
-        # Nudge 2 after the reset waits the first step from the consumed claim, not one tick.
-        assert [(2, late_stamp + POLICY.backoff[0])] == [
+        # The claim is read once: nudge 2 after the reset waits the first step, not one tick.
+        assert [(2, reset_at + POLICY.backoff[0])] == [
             (n.number, n.charged_at) for n in wake.sent[3:]
         ]
         assert 2 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
@@ -531,21 +532,35 @@ class LedgerContract:
         assert [ids[1]] == [n.todo.id for n in report.charged]
         assert () == later.charged
 
-    async def test_a_claim_of_another_todo_stamped_before_the_nudge_is_not_progress(
+    async def test_a_claim_of_another_todo_committed_after_the_nudge_is_progress(
         self, driver: BoardDriver
     ) -> None:
-        """A claim stamped before the last nudge, of a todo it did not name: no reset."""
+        """A claim made after the last nudge, stamped before it (a clock behind): nudge 1 again."""
         ids = await stalled_queue(driver, todos=3)
         wake = RecordingWake()
         for minute in (10, 15):
             await sweep(driver, T0 + minutes(minute), wake)
-        await driver.claim(ids[2], owner="puller", at=T0 + minutes(15) - timedelta(seconds=1))
+        await driver.claim(ids[2], owner="puller", at=T0 + minutes(15) - timedelta(seconds=50))
 
-        quiet = await sweep(driver, T0 + minutes(15) + timedelta(seconds=15), wake)
-        due = await sweep(driver, T0 + minutes(15) + POLICY.backoff[1], wake)
+        report = await sweep(driver, T0 + minutes(15) + timedelta(seconds=15), wake)
 
-        assert () == quiet.charged
-        assert [(3, ids[0])] == [(n.number, n.todo.id) for n in due.charged]
+        assert [(1, ids[0])] == [(n.number, n.todo.id) for n in report.charged]
+
+    async def test_a_claim_a_tick_read_is_not_progress_again(self, driver: BoardDriver) -> None:
+        """A claim is progress once: completed after the nudge it brought, it brings no other."""
+        ids = await stalled_queue(driver, todos=3)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await driver.claim(ids[2], owner="puller", at=T0 + minutes(12))
+        await sweep(driver, T0 + minutes(15), wake)
+        await driver.complete(ids[2])
+
+        for second in range(15, 5 * 60 + 15, 15):
+            await sweep(driver, T0 + minutes(15) + timedelta(seconds=second), wake)
+
+        assert [(1, T0 + minutes(10)), (1, T0 + minutes(15)), (2, T0 + minutes(20))] == [
+            (n.number, n.charged_at) for n in wake.sent
+        ]
 
     async def test_a_claim_of_another_todo_stamped_after_the_nudge_is_progress(
         self, driver: BoardDriver
@@ -612,9 +627,11 @@ class LedgerContract:
             report = await sweep(driver, T0 + minutes(17) + timedelta(seconds=second), wake)
             charged += [(n.number, n.charged_at) for n in report.charged]
 
-        # Nudge 1 consumes the claim (its stamp does not fall behind it); nudge 2 waits
-        # the first step from there, not one tick.
-        assert [(1, ahead), (2, ahead + POLICY.backoff[0])] == charged
+        # Nudge 1 answers the kept progress once the fresh todo is stalled; the claim stays
+        # in every claims window till its stamp, yet each later nudge waits its full step.
+        one = T0 + minutes(17) + timedelta(seconds=15)
+        steps = [timedelta(0), POLICY.backoff[0], POLICY.backoff[0] + POLICY.backoff[1]]
+        assert [(n + 1, one + step) for n, step in enumerate(steps)] == charged
 
     async def test_a_named_todo_moved_to_another_queue_has_departed(
         self, driver: BoardDriver
@@ -721,6 +738,60 @@ class LedgerContract:
         assert (("ep-1", "lane-l"),) == cleared.cleared
         assert [(1, todo)] == [(n.number, n.todo.id) for n in report.charged]
 
+    # -- a claim belongs to the pair a tick first read it in -----------------------------
+
+    async def test_a_todo_claimed_then_moved_after_a_tick_brings_no_claim(
+        self, driver: BoardDriver
+    ) -> None:
+        """Claimed in lane-l (read there), completed and moved to capped lane-m: no nudge there."""
+        claimed = await _two_capped_pairs(driver)
+        wake = RecordingWake()
+        await driver.claim(claimed, owner="consumer", at=CAPPED + timedelta(seconds=5))
+        first = await sweep(driver, CAPPED + timedelta(seconds=15), wake)
+        await driver.complete(claimed)
+        await driver.move_todo(claimed, "lane-m")
+
+        later = []
+        for second in range(30, 10 * 60, 15):
+            report = await sweep(driver, CAPPED + timedelta(seconds=second), wake)
+            later += [(n.queue, n.number) for n in report.charged]
+
+        assert [("lane-l", 1)] == [(n.queue, n.number) for n in first.charged]
+        assert [("lane-l", 2)] == later
+        assert POLICY.cap == (await driver.ledger_rows())["ep-1", "lane-m"].nudges
+
+    async def test_a_todo_claimed_and_moved_between_two_ticks_counts_where_it_is_read(
+        self, driver: BoardDriver
+    ) -> None:
+        """The limit: no tick read the claim in lane-l, so it counts in lane-m, where it is read."""
+        claimed = await _two_capped_pairs(driver)
+        wake = RecordingWake()
+        await driver.claim(claimed, owner="consumer", at=CAPPED + timedelta(seconds=5))
+        await driver.complete(claimed)
+        await driver.move_todo(claimed, "lane-m")
+
+        report = await sweep(driver, CAPPED + timedelta(seconds=15), wake)
+
+        assert [("lane-m", 1)] == [(n.queue, n.number) for n in report.charged]
+
+    async def test_a_claimed_todo_requeued_into_another_pair_is_work_there_not_a_claim(
+        self, driver: BoardDriver
+    ) -> None:
+        """Claimed, requeued and moved to capped lane-m before any tick: pending there, no claim."""
+        claimed = await _two_capped_pairs(driver)
+        wake = RecordingWake()
+        await driver.claim(claimed, owner="consumer", at=CAPPED + timedelta(seconds=5))
+        await driver.requeue(claimed)
+        await driver.move_todo(claimed, "lane-m")
+
+        charged = []
+        for second in range(15, 10 * 60, 15):
+            report = await sweep(driver, CAPPED + timedelta(seconds=second), wake)
+            charged += [(n.queue, n.number) for n in report.charged]
+
+        assert [] == charged
+        assert POLICY.cap == (await driver.ledger_rows())["ep-1", "lane-m"].nudges
+
     # -- the reported case, on hosts that read progress differently ---------------------
 
     async def test_the_reported_case_with_a_host_clock_behind(self, driver: BoardDriver) -> None:
@@ -744,6 +815,35 @@ class LedgerContract:
     ) -> None:
         """A consumer whose claim reads the time before nudge 5 and commits after: drained."""
         await _ends_drained(driver, late_claim=True)
+
+
+#: When _two_capped_pairs leaves both pairs capped (nudge 5 came at T0 + 455 min).
+CAPPED = T0 + minutes(460)
+
+
+async def _two_capped_pairs(driver: BoardDriver) -> str:
+    """ep-1's lane-l (two todos) and lane-m (one), both nudged to the cap by CAPPED.
+
+    Returns lane-l's todo its nudges did not name: claiming it is progress in lane-l.
+    """
+    ids = await stalled_queue(driver, todos=2)
+    await driver.add_delivery("dlv-ep-1-lane-m", endpoint_id="ep-1", verified=True, received_at=T0)
+    await driver.create_todo(
+        "todo-ep-1-lane-m-0",
+        endpoint_id="ep-1",
+        queue="lane-m",
+        created_at=T0,
+        delivery_id="dlv-ep-1-lane-m",
+    )
+    wake = RecordingWake()
+    for minute in (10, 15, 35, 95, 455):
+        await sweep(driver, T0 + minutes(minute), wake)
+    rows = await driver.ledger_rows()
+    assert (POLICY.cap, POLICY.cap) == (
+        rows["ep-1", "lane-l"].nudges,
+        rows["ep-1", "lane-m"].nudges,
+    )
+    return ids[1]
 
 
 async def _not_progress(

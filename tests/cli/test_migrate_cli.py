@@ -45,9 +45,9 @@ async def test_check_exits_3_with_a_line_a_problem_until_migrate_repairs_them(
     await cli("migrate", "--dsn", host_dsn)
     await pg.execute(
         host_dsn,
-        "DROP INDEX stall_nudge_arrivals; DROP TABLE stall_nudge.settings;"
+        "DROP INDEX stall_nudge_activity; DROP TABLE stall_nudge.settings;"
         " UPDATE pg_index SET indisvalid = false"
-        "  WHERE indexrelid = 'stall_nudge_claimed'::regclass",
+        "  WHERE indexrelid = 'stall_nudge_requeued'::regclass",
     )
     broken = await cli("migrate", "--dsn", host_dsn, "--check")
     repaired = await cli("migrate", "--dsn", host_dsn)
@@ -55,8 +55,8 @@ async def test_check_exits_3_with_a_line_a_problem_until_migrate_repairs_them(
 
     assert (3, "") == (broken.status, broken.err)
     assert [
-        "problem: missing: index stall_nudge_arrivals on todos",
-        "problem: invalid: index stall_nudge_claimed on todos (an interrupted build)",
+        "problem: missing: index stall_nudge_activity on todos",
+        "problem: invalid: index stall_nudge_requeued on todos (an interrupted build)",
         "problem: missing: stall_nudge.settings",
         "problem: missing: the record of the host's schema (public)",
         "problem: stall-nudge migrate repairs these",
@@ -117,7 +117,8 @@ async def test_print_sql_prints_the_migration_and_changes_nothing(
     assert printed.out.startswith(f"-- stall-nudge schema version {SCHEMA_VERSION}: ")
     assert (
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS stall_nudge_pending "
-        'ON "public".todos (endpoint_id, queue, created_at)'
+        'ON "public".todos (endpoint_id, queue, created_at, (id::text) COLLATE "C") '
+        "INCLUDE (id, delivery_id)"
     ) in printed.out
     assert "CREATE TABLE IF NOT EXISTS stall_nudge.queue_stall_nudges (" in printed.out
     assert (

@@ -66,7 +66,7 @@ async def _stalled_pair(
 async def test_hostile_names_flow_through_unchanged(
     pg_pool: asyncpg.Pool, receiver: Receiver, endpoint: str, queue: str, title: str
 ) -> None:
-    """Colons, unicode, whitespace and names near the size limit reach the ledger, the body and status as sent."""
+    """Colons, unicode, whitespace, names near the size limit: ledger, body and status as sent."""
     await wipe(pg_pool)
     receiver.messages.clear()
     host = PostgresHost(pg_pool)

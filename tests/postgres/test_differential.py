@@ -11,11 +11,16 @@ stands in for the host's rows.
 
 One ledger, the sweeping role's in a DBA's database (``site``), ticks as
 production does (deltas, and a full pass every ``FULL_PASS_INTERVAL``); the
-core's rules are evaluated on its own ledger rows at each tick's ``now``:
-every charge is one the core calls due, with its number, todo and stamp; a
-full pass charges, clears, resets and writes exactly what ``plan_tick`` says,
-so a due pair waits at most one full-pass interval; no claim or departure
-counts twice (after a charge the pair shows no progress on the same rows).
+core's rules are evaluated on its own ledger rows at each tick's ``now``, with
+the claims window and read set of its own fleet record (``claims_window`` from
+the last tick's ``judged_to``, the claims that tick read): every charge is one
+the core calls due, with its number and todo, stamped ``now``; a full pass
+charges, clears, resets and writes exactly what ``plan_tick`` says, so a due
+pair waits at most one full-pass interval; every tick records exactly the
+claims in its window (``claims_read``); no claim or departure counts twice
+(after a charge the pair shows no progress to the next tick on the same rows).
+A claim the late transaction commits after a tick is new to the next one,
+whatever its stamp, as long as the window still holds it.
 
 What one full pass does on any rows a host may hold, and each rule the SQL
 restates, are held to the core in test_rules_differential.py.
@@ -36,11 +41,13 @@ from adapters.memory import MemoryBoard
 from adapters.postgres import PostgresLedger
 from stall_core import (
     Charge,
+    Claim,
     LedgerRow,
     PacingPolicy,
     PairKey,
     charge_row,
-    charge_stamp,
+    claims_read,
+    claims_window,
     decide,
     made_progress,
     plan_tick,
@@ -310,6 +317,8 @@ class History:
         self.late_conn = conns.late
         self.late: list[Verb] = []
         self.held: set[str] = set()
+        #: The todos late transactions claimed (committed after a sweep, or to be).
+        self.late_claims: set[str] = set()
         self.count = 0
 
     @property
@@ -335,7 +344,12 @@ class History:
                 await self.late_conn.execute("BEGIN")
             await verb(PostgresDriver(self.late_conn, self.clock))  # type: ignore[arg-type]
             # The late transaction holds what it wrote (a TRUNCATE would wait for it).
-            self.held.add(_target(op, self.board, self.held) if op[0] == "late_claim" else name)
+            if op[0] == "late_claim":
+                target = _target(op, self.board, self.held)
+                self.held.add(target)
+                self.late_claims.add(target)
+            else:
+                self.held.add(name)
             self.late.append(verb)
             return
         if op[0] == "truncate":
@@ -359,6 +373,23 @@ class History:
 
     async def rows(self) -> dict[PairKey, LedgerRow]:
         return dict(await self.postgres.ledger_rows())
+
+    async def record(self) -> tuple[datetime | None, set[Claim]]:
+        """The fleet's record of its last tick: its ``judged_to``, and the claims it read."""
+        record = await self.admin.fetchrow(
+            "SELECT judged_to, claims_read_ids, claims_read_at FROM stall_nudge.ticks"
+        )
+        if record is None:
+            return None, set()
+        ids, stamps = record["claims_read_ids"] or [], record["claims_read_at"] or []
+        assert len(ids) == len(stamps), "the read set's ids and stamps go side by side"
+        return record["judged_to"], set(zip(ids, stamps, strict=True))
+
+    def claims(self, since: datetime) -> set[Claim]:
+        """The claims a tick reads from the host's rows (the board's) in the window ``since``."""
+        return claims_read(
+            ((t.id, t.state, t.claimed_at) for t in self.board.todos.values()), since
+        )
 
 
 def _target(op: tuple[object, ...], board: MemoryBoard, held: set[str]) -> str:
@@ -387,16 +418,21 @@ async def usual_ticks(history: History, ops: list[tuple[object, ...]]) -> tuple[
             await history.write(op)
             continue
         rows = await history.rows()
+        # The claims window and read set the tick judges by, from the fleet's record.
+        judged_to, read = await history.record()
+        since = claims_window(judged_to, now, ledger.lookback)
         # The host's rows as the sweep's snapshot sees them: the late transaction's are not.
-        pairs = history.board.pair_states(rows)
-        decisions = {p.key: (p, decide(p, rows.get(p.key), now, POLICY)) for p in pairs}
+        pairs = history.board.pair_states(rows, since=since, read=read)
+        if any(todo_id in history.late_claims for todo_id, _ in history.claims(since) - read):
+            event("a claim committed after a tick is new to the next")
+        decisions = {p.key: decide(p, rows.get(p.key), now, POLICY) for p in pairs}
         outcome = await ledger.charge_due(policy=POLICY)
         assert outcome.kind is not None
         kinds[outcome.kind] += 1
         for nudge in outcome.charged:
-            pair, decision = decisions[nudge.key]
+            decision = decisions[nudge.key]
             assert isinstance(decision, Charge), f"step {step}: {nudge.key} charged, not due"
-            assert (decision.number, decision.todo, charge_stamp(pair, now)) == (
+            assert (decision.number, decision.todo, now) == (
                 nudge.number,
                 nudge.todo,
                 nudge.charged_at,
@@ -412,8 +448,18 @@ async def usual_ticks(history: History, ops: list[tuple[object, ...]]) -> tuple[
             wrote |= {k: reset_row(rows[k], now) for k in planned.reset}
             wrote |= {n.key: charge_row(n) for n in planned.charges}
             assert wrote == after, f"step {step}: a full pass wrote rows otherwise"
-        # The pairs as the next tick would read them against the rows the charge wrote.
-        seen_after = {p.key: p for p in history.board.pair_states(after)}
+        # The tick read every claim in its window, and only those, in either kind; the
+        # late transaction's are not among them (the snapshot does not see them).
+        judged_now, recorded = await history.record()
+        assert judged_now == now, f"step {step}: the record's judged_to is the tick's now"
+        assert history.claims(since) == recorded, f"step {step}: the tick read other claims"
+        # The pairs as the next tick would read them against the rows the charge wrote, on
+        # the same host rows: its window starts a lookback before this tick (the clock never
+        # goes back), and the claims this tick read are not new to it.
+        since_next = claims_window(now, now, ledger.lookback)
+        seen_after = {
+            p.key: p for p in history.board.pair_states(after, since=since_next, read=recorded)
+        }
         for nudge in outcome.charged:
             assert not made_progress(seen_after[nudge.key], after[nudge.key]), (
                 f"step {step}: {nudge.key} would count the same progress again"

@@ -12,8 +12,7 @@ from adapters.postgres import HOST_TABLES
 pytestmark = pytest.mark.postgres
 
 #: Variant -> our indexes on the host's tables after migrating it (none on the bare host).
-#: The host keeps its own claim index, which fits stall_nudge_pending: migrate builds the
-#: others (OURS).
+#: The host keeps its own claim index beside ours (OURS: every index migrate builds).
 EXPECTED: dict[str, frozenset[str]] = {
     "bare": frozenset(),
     "ours": frozenset(OURS),

@@ -62,8 +62,10 @@ async def reset_due_row(conn: asyncpg.Connection) -> None:
 
 async def reset_progressed_row(conn: asyncpg.Connection) -> None:
     # Count 4 waits 6 h for nudge 5; only the claim after nudge 4 (the test's "taken"
-    # todo, claimed a minute after it) makes the pair due again, at 1.
+    # todo, claimed half a minute before NOW) makes the pair due again, at 1. No tick has
+    # read that claim yet: the fleet record (and the claims it read) goes too.
     await conn.execute(RESET_ROW, *KEY, 4, LAST, WORK)
+    await conn.execute("DELETE FROM stall_nudge.ticks")
 
 
 #: race name -> (reset before each trial, the number the one wake must carry)
@@ -153,7 +155,7 @@ async def test_two_instances_one_wake(
     if race == "progress reset":
         # A claim after the last nudge (and before NOW): progress since nudge 4.
         await driver.create_todo("taken", endpoint_id="ep-1", queue="lane-l", created_at=T0)
-        await driver.claim("taken", owner="consumer", at=LAST + minutes(1))
+        await driver.claim("taken", owner="consumer", at=NOW - minutes(0.5))
     pids = [await pool.fetchval("SELECT pg_backend_pid()") for pool in instances]
     gate = await asyncpg.connect(site.dsn, server_settings=FAST)
     policy = PacingPolicy()

@@ -29,6 +29,7 @@ def test_sweep_scale_prints_every_figure_with_deltas_between_scheduled_full_pass
         "delta_ticks",
         "ticks",
         "lookback_s",
+        "load_1m",
     } == set(found)
     # 60 ticks a part, steady and churn on two boards, a full pass every 20th tick.
     assert ("228", "240") == (found["delta_ticks"], found["ticks"])

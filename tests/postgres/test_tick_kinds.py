@@ -437,7 +437,12 @@ async def _arrivals(b: Board, count: int) -> None:
 
 
 async def _claims(b: Board, count: int) -> None:
-    """``count`` claims stamped since the watermark, in one pair with no ledger row."""
+    """``count`` new claims in one pair whose ledger row (no pending work) they progress."""
+    await b.pools.admin.execute(
+        "INSERT INTO stall_nudge.queue_stall_nudges (endpoint_id, queue, nudges, last_nudged_at)"
+        " VALUES ('ep', 'claims', 1, $1)",
+        START - STEP,
+    )
     await b.pools.host.execute(
         "INSERT INTO todos (id, endpoint_id, queue, state, created_at, claimed_at)"
         " SELECT 'claim-' || i, 'ep', 'claims', 'claimed', $2, $3"
@@ -498,9 +503,10 @@ async def test_a_change_set_as_large_as_a_full_pass_makes_the_tick_a_full_pass(
         outcome = await b.tick(START + STEP)
 
     assert ("full", pairs + 1) == (first.kind, first.judged)
-    # Arrivals are all in one pair (stalled, no row): a delta judges that one. The claims'
-    # pair has no row (nothing for them to reset) and no pending work (no full pass pair).
-    new_pairs = 1 if changes is _arrivals else 0
+    # Arrivals are all in one pair (stalled, no row), and so are the claims (a row, no
+    # pending work): a delta judges that one pair; a full pass every pair, the claims' row
+    # too.
+    new_pairs = 1
     assert (kind, new_pairs + (pairs + 1 if kind == "full" else 0)) == (
         outcome.kind,
         outcome.judged,
@@ -538,6 +544,33 @@ async def test_a_claim_open_across_a_tick_is_seen_by_the_next_delta_within_the_l
     assert "q-2" == claimed
     assert ("delta", 0, []) == seen(while_open)
     assert ("delta", judged, [("ep", "q", "q-0", 1)] * judged) == seen(after)
+
+
+async def test_claims_stamped_ahead_are_new_once_not_a_string_of_full_passes(
+    pools: pg.Pools,
+) -> None:
+    """1,040 claims stamped 10 min ahead: one full pass reads them, the next 11 min are deltas.
+
+    They stay inside every claims window until their stamp, but the claims a tick read are
+    not new to the next one, so they count toward no bound again.
+    """
+    b = await board(pools, full_pass_interval=NEVER)
+    await b.capped("q")
+    await b.tick(START)
+    await b.pools.host.execute(
+        "INSERT INTO todos (id, endpoint_id, queue, state, created_at, claimed_at)"
+        " SELECT 'ahead-' || i, 'ep', 'q', 'done', $2, $3 FROM generate_series(1, $1) AS i",
+        DELTA_BOUND + 40,
+        T0,
+        START + minutes(10),
+    )
+
+    ticks = [await b.tick(START + k * STEP) for k in range(1, 46)]
+
+    assert ("full", [("ep", "q", "q-0", 1)]) == (ticks[0].kind, charges(ticks[0]))
+    assert ["delta"] * 44 == [t.kind for t in ticks[1:]]
+    # The pair backs off from nudge 1 as if the claims had been read once: nudge 2, no reset.
+    assert [("ep", "q", "q-0", 2)] == [c for t in ticks[1:] for c in charges(t)]
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ instances' ticks). End of input closes the pool and exits 0.
 ``--fault`` breaks a correct ``PostgresLedger`` from Python (no statement of
 the library is edited): each is a positive control and must make its count
 non-zero. ``double-hand`` hands every charge over twice (duplicates);
-``rewind`` moves each charge's stamp back before the claim it consumed, so
-the claim counts again (double_resets); ``skip-refund`` never refunds
-(stranded); ``hide-charge`` commits charges it never returns (lost).
+``forget-reads`` empties the claims the fleet's record says its last tick
+read, after each tick, so the next counts them again (double_resets);
+``skip-refund`` never refunds (stranded); ``hide-charge`` commits charges it
+never returns (lost).
 ``outside-lock`` is the negative control: worker 0 sweeps under a lock key
 of its own, as an older build without the tick lock would during a deploy,
 every tick a full pass; only each write's compare-and-set keeps a wake from
@@ -40,23 +41,15 @@ from stall_core import ChargeOutcome, LedgerPort, Nudge, PacingPolicy, Sweeper, 
 from stall_testing import RecordingWake
 from tests.stress.shared import nudge_record
 
-BROKEN = ("double-hand", "rewind", "skip-refund", "hide-charge")
+BROKEN = ("double-hand", "forget-reads", "skip-refund", "hide-charge")
 OUTSIDE = "outside-lock"
 FAULTS = ("none", *BROKEN, OUTSIDE)
 #: The fleet runs a full pass this often, so the races run both full passes and deltas.
 FULL_PASS_INTERVAL = timedelta(milliseconds=400)
 CLOCK = "SELECT clock_timestamp()"
 
-#: ``rewind``: the row a charge wrote, its stamp moved to just before the pair's latest
-#: claim when that claim is at or before the stamp (consumed by the charge).
-REWIND = """
-UPDATE stall_nudge.queue_stall_nudges r
-   SET last_nudged_at = c.latest - interval '1 millisecond'
-  FROM (SELECT max(t.claimed_at) AS latest FROM todos t
-         WHERE t.endpoint_id = $1 AND t.queue = $2) c
- WHERE r.endpoint_id = $1 AND r.queue = $2 AND r.nudges = $3 AND r.last_nudged_at = $4
-   AND c.latest IS NOT NULL AND c.latest <= r.last_nudged_at
-"""
+#: ``forget-reads``: the fleet's record with no claims read, as if its last tick read none.
+FORGET_READS = "UPDATE stall_nudge.ticks SET claims_read_ids = '{}', claims_read_at = '{}'"
 
 
 class Recorder:
@@ -76,9 +69,8 @@ class Recorder:
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
         outcome = await self._inner.charge_due(policy=policy, every=every)
-        if self._fault == "rewind":
-            for n in outcome.charged:
-                await self._pool.execute(REWIND, n.endpoint_id, n.queue, n.number, n.charged_at)
+        if self._fault == "forget-reads" and not outcome.skipped:
+            await self._pool.execute(FORGET_READS)
         self.done = await self._pool.fetchval(CLOCK)
         if self._fault == "double-hand":
             return attrs.evolve(

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.stress.races                  # 10,000 trials: 4 and 8 instances
     .venv/bin/python -m tests.stress.races --trials 36      # a short run (the test suite's)
-    .venv/bin/python -m tests.stress.races --fault rewind   # a positive control: it must fail
+    .venv/bin/python -m tests.stress.races --fault forget-reads   # a control: it must fail
 
 One PostgreSQL (``--dsn``, else ``STALL_TEST_DSN``, else an embedded one)
 holds a throwaway database. 4 and then 8 sweeper processes (``race_worker``)
@@ -21,14 +21,19 @@ both, no delta finds either), and a host that clears ``claimed_at`` looks to
 every statement like one that deletes: the contract suite runs those.
 
 The judge decides with the core, exactly (no slack, no retries): each
-sweep's ``plan_tick`` at its ``now`` on the facts it may have seen; a delta
-acts only on what ``find_changed`` (``delta_finds``) finds with the marks
-the fleet's record may have held. A snapshot lies between a sweep's ``now``
+sweep's ``plan_tick`` at its ``now`` on the facts it may have seen, against
+the fleet's record it read at ``now``: the last judging tick's ``now`` (its
+claims window, ``claims_window``) and the pair's claims that tick read (a
+claim it read is not new: ``latest_claim``). A delta acts only on what
+``find_changed`` (``delta_finds``) finds in that window, with the full-pass
+marks the record may have held. A snapshot lies between a sweep's ``now``
 and its commit, before ``done`` and, behind the lock, the next fleet sweep's
 ``now``; a host statement is in it surely if ``ub < now``, maybe if ``lb``
-precedes its bound. Writes are compare-and-set. Every interleaving of
-sweeps, the instance beside the lock and refunds is explored; a round is
-clean when one explains every report, refund and the row after it. Counts:
+precedes its bound. Each commit records its sweep's ``now`` and the claims
+it read (a delta's: those its finding statement read, and those of the
+pairs it judged). Writes are compare-and-set. Every interleaving of sweeps,
+the instance beside the lock and refunds is explored; a round is clean when
+one explains every report, refund and the row after it. Counts:
 
 - ``duplicates``: a charge where the rule allows none, and every further wake of one charge;
 - ``double_resets``: nudge 1 over a live row with no progress to explain it;
@@ -38,7 +43,8 @@ clean when one explains every report, refund and the row after it. Counts:
 
 Per class it prints what the races exercised: ``contested`` (a sweep allowed
 more than one outcome), ``seen``/``unseen`` how that fell, ``turned_due``,
-``resets`` (nudge 1 over a live row) by what showed progress, ``unreported_resets``,
+``resets`` (nudge 1 over a live row) by what showed progress (a new claim, only
+the named todo's departure, a reset's kept progress), ``unreported_resets``,
 ``deferred`` (a delta that missed a changed pair), ``overlapped`` (the
 outsider and a fleet sweep at once), ``cas`` (writes surely refused).
 ``--fault`` breaks the ledger (``race_worker``): each must make its count
@@ -65,7 +71,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -75,12 +81,15 @@ import attrs
 
 from adapters.postgres import LOOKBACK, migrate
 from stall_core import (
+    Claim,
     LedgerRow,
     Nudge,
     PacingPolicy,
     PairState,
     TodoRef,
     charge_row,
+    claims_read,
+    claims_window,
     has_departed,
     latest_claim,
     made_progress,
@@ -113,17 +122,18 @@ QUEUE = "q"
 #: The race classes, each planned by ``_plant``: a first nudge (some at the exact threshold
 #: instant), a backoff expiring, a claim at tick (some rows keep a reset's progress), the
 #: last todo claimed, an endpoint paused or resumed (some claim meanwhile), a receiver that
-#: heals (wakes lost or refused, refunded, then answered), and what the rule reads
-#: departures for: a claim stamped 60 s behind, done todos deleted, a claim whose
-#: transaction spans the tick.
+#: heals (wakes lost or refused, refunded, then answered), and what the rule counts claims
+#: in commit order for: a claim stamped 45 s behind (often before the last nudge), done
+#: todos deleted, a claim whose transaction spans the tick.
 KINDS = (
     "new-pair", "due-row", "progress", "drain", "endpoint-change", "receiver-heal",
     "claim-behind", "delete-done", "spanning-claim",
 )  # fmt: skip
 #: A host action starts this long after the tick commands are written (negative: before).
 HOST_WINDOW_S = (-0.003, 0.003)
-#: How far behind the database the odd claims are stamped.
-BEHIND = timedelta(seconds=60)
+#: How far behind the database the odd claims are stamped: inside the claims window's
+#: lookback, so each is new to the first tick after its commit, whatever its stamp.
+BEHIND = timedelta(seconds=45)
 #: A spanning claim's transaction stays open this long (seconds) before and after the claim.
 SPAN_S = (0.002, 0.030)
 #: A bound only a hang reaches: the workers' start-up, one round's answers.
@@ -166,6 +176,10 @@ class Facts:
     def pending(self) -> frozenset[str]:
         return frozenset(i for i, t in self.todos.items() if t.state == "pending")
 
+    def claims(self) -> list[tuple[str, str, datetime | None]]:
+        """The todos as the core reads claims: (id, state, claimed_at)."""
+        return [(i, t.state, t.claimed_at) for i, t in self.todos.items()]
+
     def work(self, endpoint: str) -> TodoRef | None:
         refs = (
             TodoRef(id=i, created_at=t.created_at)
@@ -175,15 +189,21 @@ class Facts:
         return work_of(refs, endpoint_id=endpoint, queue=QUEUE)
 
 
-def pair_state(endpoint: str, facts: Facts, row: LedgerRow | None) -> PairState:
-    """The core's view of the pair, as the tick statement reads it from these rows."""
+def pair_state(
+    endpoint: str, facts: Facts, row: LedgerRow | None, since: datetime, read: Collection[Claim]
+) -> PairState:
+    """The core's view of the pair, as the tick statement reads it from these rows.
+
+    ``since`` is the tick's claims window, ``read`` the claims the last
+    judging tick read: the pair's latest claim is its latest new one.
+    """
     return PairState(
         endpoint_id=endpoint,
         queue=QUEUE,
         oldest=facts.work(endpoint),
         endpoint_active=facts.endpoint_state == "active",
         has_receiver=True,
-        latest_claim=latest_claim(t.claimed_at for t in facts.todos.values()),
+        latest_claim=latest_claim(facts.claims(), since, read),
         named_departed=has_departed(row, facts.pending),
     )
 
@@ -200,9 +220,9 @@ class Intent:
 
     ``kind``: none, charge (``nudge``), drain or reset (``row``, the row it
     keeps). ``deferred``: a delta that did not find the pair, whose decision
-    was not nothing. ``progress``: what showed the pair's progress (``claim``
-    after the last nudge, only the named todo's ``departure``, a reset's
-    ``kept``), or nothing.
+    was not nothing. ``progress``: what showed the pair's progress (a new
+    ``claim``, only the named todo's ``departure``, a reset's ``kept``), or
+    nothing.
     """
 
     kind: str
@@ -220,27 +240,29 @@ def _progress_shown(state: PairState, row: LedgerRow | None) -> str:
         return ""
     if row.progressed_at is not None:
         return "kept"
-    if state.latest_claim is not None and state.latest_claim > row.last_nudged_at:
+    if state.latest_claim is not None:
         return "claim"
     return "departure"
 
 
 def delta_finds(
-    facts: Facts, row: LedgerRow | None, now: datetime, watermark: datetime, full_mark: datetime
+    facts: Facts,
+    row: LedgerRow | None,
+    now: datetime,
+    watermark: datetime,
+    full_mark: datetime,
+    read: Collection[Claim],
 ) -> bool:
     """Whether a delta finds the pair: ``tick.sql``'s ``find_changed``, clause by clause.
 
-    ``watermark`` is the fleet's last judging tick's ``now`` less the lookback,
-    ``full_mark`` its last full pass's, both in the pair's time.
+    ``watermark`` is the claims window (``claims_window``: the fleet's last
+    judging tick's ``now`` less the lookback), ``full_mark`` its last full
+    pass's, both in the pair's time; ``read`` the claims that tick read.
     """
     todos = list(facts.todos.values())
     live = row is not None and row.progressed_at is None
-    # Claims stamped since the watermark that are progress to the row.
-    if live and any(
-        t.claimed_at is not None and t.claimed_at > watermark and t.claimed_at > row.last_nudged_at
-        for t in todos
-        if row is not None
-    ):
+    # New claims (in the window, not read by the last tick): progress to a live row.
+    if live and latest_claim(facts.claims(), watermark, read) is not None:
         return True
     # Todos given back since the last full pass (pending, still stamped).
     if any(
@@ -271,8 +293,11 @@ def delta_finds(
     )
 
 
-#: (least, most): the (watermark, full-pass mark) pairs the fleet's record may have held.
-Marks = tuple[tuple[datetime, datetime], tuple[datetime, datetime]]
+#: (least, most): the full-pass marks (less the lookback) the fleet's record may have held.
+Marks = tuple[datetime, datetime]
+#: The fleet's record as it concerns one pair, in database time: the last judging tick's
+#: ``now`` (None: no tick yet) and the pair's claims it read.
+Record = tuple[datetime | None, frozenset[Claim]]
 
 
 def decide_intents(
@@ -280,18 +305,22 @@ def decide_intents(
     facts: Facts,
     row: LedgerRow | None,
     now: datetime,
+    since: datetime,
+    read: Collection[Claim],
     kind: str = "full",
     marks: Marks | None = None,
     found: Facts | None = None,
-) -> list[Intent]:
-    """What a sweep at ``now`` may decide for the pair on these facts: the core's plan.
+) -> list[tuple[Intent, bool]]:
+    """What a sweep at ``now`` may decide for the pair on these facts, and whether it judged it.
 
-    A full pass decides ``plan_tick``'s one outcome; a delta decides it only
-    if it finds the pair on ``found`` (what its finding statement saw: an
-    earlier snapshot, or the same) with the least marks, and may do nothing
-    if it does not find it with the most (they differ only beside the lock).
+    ``since`` is its claims window, ``read`` the claims the last judging
+    tick read. A full pass judges the pair and decides ``plan_tick``'s one
+    outcome; a delta judges it only if it finds the pair on ``found`` (what
+    its finding statement saw: an earlier snapshot, or the same) with the
+    least full-pass mark, and may not if it does not find it with the most
+    (they differ only beside the lock).
     """
-    state = pair_state(endpoint, facts, row)
+    state = pair_state(endpoint, facts, row, since, read)
     plan = plan_tick([state], {} if row is None else {state.key: row}, now, POLICY)
     full = NOTHING
     if plan.charges:
@@ -303,16 +332,16 @@ def decide_intents(
         kept = reset_row(row, now)
         if kept != row:
             full = Intent("reset", row=kept, progress=_progress_shown(state, row))
-    if kind != "delta" or full == NOTHING:
-        return [full]
+    if kind != "delta":
+        return [(full, True)]
     assert marks is not None  # every delta carries its marks
-    (w_least, f_least), (w_most, f_most) = marks
+    least, most = marks
     seen = facts if found is None else found
     options = []
-    if delta_finds(seen, row, now, w_least, f_least):
-        options.append(full)
-    if not delta_finds(seen, row, now, w_most, f_most):
-        options.append(Intent("none", deferred=True))
+    if delta_finds(seen, row, now, since, least, read):
+        options.append((full, True))
+    if not delta_finds(seen, row, now, since, most, read):
+        options.append((Intent("none", deferred=full != NOTHING), False))
     return options
 
 
@@ -419,6 +448,9 @@ class Lane:
     shift: timedelta = timedelta(0)
     rounds: list[RoundLog] = attrs.Factory(list)
     created: int = 0
+    #: the ``now`` the fleet's record may have held as the trial began (database time; None:
+    #: no tick yet); no tick had read the trial's claims
+    records: tuple[datetime | None, ...] = (None,)
 
 
 #: Host operations: (verb, *arguments), run in order on a trial's own connection.
@@ -437,12 +469,14 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
             todos[f"{lane_id}-{i:02d}"] = Todo(created_at=at, gated=gated)
 
     def consumed(before: datetime) -> None:
-        # A claim from earlier work, consumed by the charge that wrote the row (or a drain).
+        # A claim from earlier work, consumed by the charge that wrote the row (or a drain):
+        # stamped before it, and before any tick's claims window (a lookback before the last
+        # tick, which precedes ``d``), as a tick that read it long ago leaves it.
         todos[f"{lane_id}-{len(todos):02d}"] = Todo(
             created_at=before - timedelta(minutes=30),
             gated=True,
             state="done",
-            claimed_at=before - timedelta(seconds=1),
+            claimed_at=min(before, d - 2 * LOOKBACK) - timedelta(seconds=1),
         )
 
     def live(n: int, stamp: datetime, progressed_at: datetime | None = None) -> LedgerRow:
@@ -576,7 +610,7 @@ def _plant(lane_id: str, d: datetime, rng: random.Random, kind: str, trial: int)
         add(rng.randint(2, 3))
         claim: tuple[Any, ...] = CLAIM
         if kind == "claim-behind":
-            # A recent nudge, so a claim 60 s behind the database is often stamped before it.
+            # A recent nudge, so a claim 45 s behind the database is often stamped before it.
             row = live(n, d - _ms(rng.uniform(1000, 120_000)))
             claim, variant = ("claim_next", -BEHIND), f"n={n} recent"
         else:
@@ -624,6 +658,7 @@ class Verdict:
 def _trace(lane: Lane) -> str:
     """A failing trial, round by round, in pair time: what to read first when a count is not 0."""
     out = [f"  trace of trial {lane.trial} ({lane.kind} {lane.variant}): {show_row(lane.row)}"]
+    out.append(f"    the record's now as it began: {lane.records}")
     out += [f"    todo {todo_id} {t}" for todo_id, t in sorted(lane.facts.todos.items())]
     for r, rnd in enumerate(lane.rounds):
         out.append(f"    round {r + 1} ({rnd.mode}, shift {rnd.shift}), ends {rnd.end}:")
@@ -646,7 +681,8 @@ def _trace(lane: Lane) -> str:
 
 @attrs.frozen
 class Point:
-    """One instant an interleaving orders: a snapshot (S), a commit (C) or a refund (R).
+    """One instant an interleaving orders: a sweep reading the fleet's record at its ``now``
+    (N), its snapshot (S), its commit (C), or a refund (R).
 
     Its true instant lies in [lo, hi]; ``of`` is the sweep's (or refund's) index.
     """
@@ -659,12 +695,14 @@ class Point:
 
 @attrs.frozen
 class Pend:
-    """A sweep between its snapshot and its commit: what it saw and decided."""
+    """A sweep between its snapshot and its commit: what it saw and decided, and the pair's
+    claims it read (database time), which its commit records."""
 
     k: int
     version: int
     row: LedgerRow | None
     intent: Intent
+    read: frozenset[Claim] = frozenset()
 
 
 #: One observation an interleaving does not explain: what, observed, expected, the row seen.
@@ -678,9 +716,13 @@ class St:
     k: int
     version: int
     row: LedgerRow | None
+    #: the fleet's record: the last committed judging tick's now and the pair's claims it read
+    record: Record
     #: the latest lower bound of the points placed so far
     floor: datetime
     fired: frozenset[int] = frozenset()
+    #: sweeps that read the record (N), not yet snapshotted: what each read
+    noted: tuple[tuple[int, Record], ...] = ()
     pending: tuple[tuple[int, Pend], ...] = ()
     misses: tuple[Miss, ...] = ()
     #: writes the compare-and-set refused on this interleaving
@@ -714,9 +756,9 @@ class _Round:
         hi = {i: min(s.done, rnd.end) for i, s in enumerate(self.sweeps)}
         for i, j in itertools.pairwise(fleet):
             hi[i] = min(hi[i], self.sweeps[j].now)
-        self.chain = [Point(p, i, self.sweeps[i].now, hi[i]) for i in fleet for p in "SC"]
+        self.chain = [self._point(p, i, hi[i]) for i in fleet for p in "NSC"]
         self.floats = [
-            Point(p, i, s.now, hi[i]) for i, s in enumerate(self.sweeps) if s.outside for p in "SC"
+            self._point(p, i, hi[i]) for i, s in enumerate(self.sweeps) if s.outside for p in "NSC"
         ]
         swept = {s.worker: i for i, s in enumerate(self.sweeps)}
         self.refund_sweep: dict[int, int] = {}
@@ -740,25 +782,50 @@ class _Round:
     def _now(self, i: int) -> datetime:
         return self.sweeps[i].now
 
+    def _point(self, kind: str, i: int, hi: datetime) -> Point:
+        # The record is read at the sweep's now, exactly; its snapshot and commit follow.
+        now = self.sweeps[i].now
+        return Point(kind, i, now, now if kind == "N" else hi)
+
     def _snapshot(self, st: St, i: int) -> list[St]:
         s = self.sweeps[i]
         k_min, k_max = self.k_bounds[i]
         low = max(st.k, k_min)
+        record = next(r for j, r in st.noted if j == i)
+        noted = tuple((j, r) for j, r in st.noted if j != i)
+        # The record in pair time: its window, and the claims the last judging tick read.
+        shift = self.rnd.shift
+        judged_at, last_read = record
+        since = claims_window(None if judged_at is None else judged_at + shift, s.now, LOOKBACK)
+        read = {(todo, at + shift) for todo, at in last_read}
         out = []
         for k in range(low, max(k_max, low) + 1):
             # A delta finds its pairs in a statement of its own: a snapshot no later.
             for found in range(low, k + 1) if s.kind == "delta" else (k,):
-                for intent in decide_intents(
+                for intent, judged in decide_intents(
                     self.lane.endpoint,
                     self.stages[k],
                     st.row,
                     s.now,
+                    since,
+                    read,
                     s.kind,
                     s.marks,
                     found=self.stages[found],
                 ):
-                    pend = Pend(k=k, version=st.version, row=st.row, intent=intent)
-                    nxt = attrs.evolve(st, k=k, pending=(*st.pending, (i, pend)))
+                    # What the tick records as read: its judge's claims where it judged the
+                    # pair, and a delta's finding statement's.
+                    mine = claims_read(self.stages[k].claims(), since) if judged else set()
+                    if s.kind == "delta":
+                        mine |= claims_read(self.stages[found].claims(), since)
+                    pend = Pend(
+                        k=k,
+                        version=st.version,
+                        row=st.row,
+                        intent=intent,
+                        read=frozenset((todo, at - shift) for todo, at in mine),
+                    )
+                    nxt = attrs.evolve(st, k=k, noted=noted, pending=(*st.pending, (i, pend)))
                     if nxt not in out:
                         out.append(nxt)
         return out
@@ -767,6 +834,8 @@ class _Round:
         s = self.sweeps[i]
         pend = next(p for j, p in st.pending if j == i)
         pending = tuple((j, p) for j, p in st.pending if j != i)
+        # Every sweep's commit records its now and the claims it read, whatever it wrote.
+        st = attrs.evolve(st, record=(s.now - self.rnd.shift, pend.read))
         intent = pend.intent
         if intent.kind == "charge" and pend.row is None:
             ok = st.row is None  # INSERT ... ON CONFLICT DO NOTHING
@@ -813,6 +882,8 @@ class _Round:
         if p.hi < st.floor:
             return []
         st = attrs.evolve(st, floor=max(st.floor, p.lo))
+        if p.kind == "N":
+            return [attrs.evolve(st, noted=(*st.noted, (p.of, st.record)))]
         if p.kind == "S":
             return self._snapshot(st, p.of)
         return [self._commit(st, p.of) if p.kind == "C" else self._refund(st, p.of)]
@@ -821,6 +892,8 @@ class _Round:
         p = self.floats[x]
         if x in st.fired or p.hi < st.floor:
             return False
+        if p.kind == "S":
+            return any(j == p.of for j, _ in st.noted)
         if p.kind == "C":
             return any(j == p.of for j, _ in st.pending)
         if p.kind == "R":
@@ -849,10 +922,10 @@ class _Round:
                         todo.append(nxt)
         return seen
 
-    def replay(self, starts: Iterable[LedgerRow | None]) -> tuple[set[St], bool]:
+    def replay(self, starts: Iterable[tuple[LedgerRow | None, Record]]) -> tuple[set[St], bool]:
         """The interleavings that explain the most of the round; whether any is complete."""
         floor = datetime.min.replace(tzinfo=UTC)
-        states = {St(k=0, version=0, row=row, floor=floor) for row in starts}
+        states = {St(k=0, version=0, row=row, record=rec, floor=floor) for row, rec in starts}
         for p in self.chain:
             states = self._gap(states)
             after: set[St] = set()
@@ -891,7 +964,9 @@ def judge(lane: Lane) -> Verdict:
     """
     v = Verdict()
     facts = lane.facts
-    starts: set[LedgerRow | None] = {lane.row}
+    starts: set[tuple[LedgerRow | None, Record]] = {
+        (lane.row, (now, frozenset())) for now in lane.records
+    }
     contested = seen = unseen = False
 
     def note(kind: str, r: int, text: str) -> None:
@@ -957,7 +1032,7 @@ def judge(lane: Lane) -> Verdict:
                         v.stats[f"by_{shown.pop()}"] += 1
         v.stats["refunds"] += len(rnd.refunds)
         facts = stages[-1]
-        starts = {st.row for st in best}
+        starts = {(st.row, st.record) for st in best}
     if lane.boundary is not None:
         nows = [s.now for r in lane.rounds for s in r.sweeps]
         v.stats["turned_due"] += any(n <= lane.boundary for n in nows) and any(
@@ -1084,12 +1159,14 @@ def _in_turn(a: Tick, b: Tick) -> bool:
 
 
 def record_marks(x: Tick, ticks: Sequence[Tick], initial: Tick | None, full: Tick | None) -> Marks:
-    """The least and the most (watermark, full-pass mark) ``x``'s delta may have read.
+    """The least and the most full-pass mark (its ``now`` less the lookback) ``x``'s delta may
+    have read.
 
-    The record holds the ``now`` of the last tick, and of the last full pass,
-    to commit before ``x`` read it: behind the fleet's lock, the one before
-    ``x``; a tick beside the lock may or may not have come between.
-    ``initial`` and ``full`` are the record as the run found it.
+    The record holds the ``now`` of the last full pass to commit before
+    ``x`` read it: behind the fleet's lock, the last before ``x``; a tick
+    beside the lock may or may not have come between. ``initial`` and
+    ``full`` are the record as the run found it. (Its last judging tick's
+    ``now`` and claims, the judge follows through each interleaving.)
     """
     earlier = [t for t in ticks if t.now < x.now]
 
@@ -1107,12 +1184,24 @@ def record_marks(x: Tick, ticks: Sequence[Tick], initial: Tick | None, full: Tic
         assert found, "a delta follows a recorded sweep"
         return found
 
-    judged = last(earlier, initial)
     fulls = last([t for t in earlier if t.kind == "full"], full)
-    return (
-        (min(judged) - LOOKBACK, min(fulls) - LOOKBACK),
-        (max(judged) - LOOKBACK, max(fulls) - LOOKBACK),
-    )
+    return min(fulls) - LOOKBACK, max(fulls) - LOOKBACK
+
+
+def record_candidates(ticks: Sequence[Tick], initial: Tick | None) -> tuple[datetime | None, ...]:
+    """The ``now`` the fleet's record may hold once every one of ``ticks`` committed.
+
+    It is the last to commit's: any tick no other surely committed after
+    (one in turn after it, or begun after it was done). None: no tick yet.
+    """
+    if not ticks:
+        return (None if initial is None else initial.now,)
+    last = {
+        t.now
+        for t in ticks
+        if not any(u is not t and (_in_turn(t, u) or t.done < u.now) for u in ticks)
+    }
+    return tuple(sorted(last))
 
 
 # -- one configuration ------------------------------------------------------------------------
@@ -1197,6 +1286,9 @@ class Coordinator:
 
     async def batch(self, first_trial: int, size: int) -> None:
         lanes = await self._setup(first_trial, size)
+        records = record_candidates(self.ticks, self.initial)
+        for lane in lanes:
+            lane.records = records
         for r in range(ROUNDS):
             if r == 2:
                 await self._heal(lanes)
@@ -1455,8 +1547,8 @@ class Coordinator:
 
 
 def _shifted(marks: Marks, s: timedelta) -> Marks:
-    (w_least, f_least), (w_most, f_most) = marks
-    return (w_least + s, f_least + s), (w_most + s, f_most + s)
+    least, most = marks
+    return least + s, most + s
 
 
 def _todo_row(endpoint: str, todo_id: str, t: Todo) -> tuple[Any, ...]:

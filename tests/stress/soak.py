@@ -23,13 +23,15 @@ Then no faults, every endpoint active, until no sendable todo is pending.
 
 Every instant compared is on the database's clock. A trigger records every
 ledger write (``soak_ledger_audit``), so a charge whose tick died after its
-commit is judged too; ``soak_check`` judges the history against the rule
-and the journals. Nothing concluded depends on the machine's speed: the load
-runs on until every fault class was injected and every kind of claim made,
-settling until the backlog drained, the sweepers until each ticked after
-every fault; each wait is bounded by ``PATIENCE_S``, which only a hang
-reaches, and a wait past plan is said and listed (``waited_s``). The last
-line is exactly::
+commit is judged too, and another every write of the fleet's tick record
+(``soak_tick_audit``: each judging tick's ``now``, in the same order), so
+each tick's claims window and the tick whose claims it counted as read are
+known; ``soak_check`` judges the history against the rule and the journals.
+Nothing concluded depends on the machine's speed: the load runs on until
+every fault class was injected and every kind of claim made, settling until
+the backlog drained, the sweepers until each ticked after every fault; each
+wait is bounded by ``PATIENCE_S``, which only a hang reaches, and a wait past
+plan is said and listed (``waited_s``). The last line is exactly::
 
     soak: ticks=<int> wakes=<int> duplicates=<int> lost_todos=<int> faults=<int>
 """
@@ -72,9 +74,16 @@ from tests.stress.soak_check import (
     LedgerWrite,
     MessageRecord,
     RefundRecord,
+    TickWrite,
     check,
 )
-from tests.stress.soak_worker import FULL_PASS_S, SOAK_DELIVERY, SOAK_POLICY, SWEEPER_APP
+from tests.stress.soak_worker import (
+    FULL_PASS_S,
+    LOOKBACK,
+    SOAK_DELIVERY,
+    SOAK_POLICY,
+    SWEEPER_APP,
+)
 
 T = TypeVar("T")
 SECRET = "whsec_" + base64.b64encode(b"stall-nudge soak key, 32 bytes!!").decode()
@@ -95,11 +104,11 @@ CHAOS = (("500", 0.08), ("hang", 0.05), ("reset", 0.05), ("redirect", 0.04))
 REQUEUE_ODDS = 0.05
 #: Under load, a consumer claims inside a transaction held open this long (seconds, each
 #: side): its claimed_at, the transaction's start, precedes sweeps that run before it
-#: commits. The claim is progress at the first charge after its commit.
+#: commits. The claim is new (progress) to the first judging tick after its commit.
 HOLD_ODDS = 0.10
 HOLD_S = (0.1, 1.0)
-#: Under load, a consumer claims two todos: the next charge reads the later claim, and the
-#: todo the last nudge named departs with the first.
+#: Under load, a consumer claims two todos: the next tick reads both claims, and the todo
+#: the last nudge named departs with the first.
 BATCH_ODDS = 0.10
 #: Every fault class; the soak fails unless each was injected.
 FAULT_CLASSES = (
@@ -147,6 +156,20 @@ CREATE TABLE soak_ledger_audit (
     xid bigint NOT NULL DEFAULT txid_current(),
     xact_start timestamptz NOT NULL DEFAULT now(),
     at timestamptz NOT NULL DEFAULT clock_timestamp());
+-- The fleet's record, written last by every judging tick (its now, as judged_to) and
+-- cleared by migrate: the same sequence orders it among the ledger's writes.
+CREATE TABLE soak_tick_audit (
+    seq bigint PRIMARY KEY DEFAULT nextval('soak_audit_seq'), judged_to timestamptz,
+    claims_read int, xid bigint NOT NULL DEFAULT txid_current(),
+    xact_start timestamptz NOT NULL DEFAULT now(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION soak_audit_ticks() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = public, pg_catalog AS $$
+BEGIN
+    INSERT INTO soak_tick_audit (judged_to, claims_read)
+    VALUES (NEW.judged_to, cardinality(NEW.claims_read_ids));
+    RETURN NULL;
+END $$;
 CREATE FUNCTION soak_audit_ledger() RETURNS trigger LANGUAGE plpgsql
     SET search_path = public, pg_catalog AS $$
 BEGIN
@@ -163,6 +186,17 @@ END $$;
 LEDGER_AUDIT_TRIGGER = """
 CREATE TRIGGER soak_audit_ledger AFTER INSERT OR UPDATE OR DELETE ON stall_nudge.queue_stall_nudges
     FOR EACH ROW EXECUTE FUNCTION soak_audit_ledger();
+"""
+#: Installed at setup and again after ``migrate``, which drops it (a trigger no build of
+#: ours keeps) before it clears the fleet's record.
+TICK_AUDIT_TRIGGER = """
+CREATE TRIGGER soak_audit_ticks AFTER INSERT OR UPDATE ON stall_nudge.ticks
+    FOR EACH ROW EXECUTE FUNCTION soak_audit_ticks();
+"""
+#: After ``migrate``, under the tick lock: the clearing of the record it made unaudited.
+RECORD_CLEARED = """
+INSERT INTO soak_tick_audit (judged_to, claims_read)
+SELECT judged_to, cardinality(claims_read_ids) FROM stall_nudge.ticks WHERE judged_to IS NULL;
 """
 
 
@@ -504,7 +538,7 @@ class Soak:
     async def setup(self) -> None:
         async with self.pool.acquire() as conn:
             await migrate(conn, host_schema=True)
-            await conn.execute(AUDIT_SQL + LEDGER_AUDIT_TRIGGER)
+            await conn.execute(AUDIT_SQL + LEDGER_AUDIT_TRIGGER + TICK_AUDIT_TRIGGER)
             host, at = PostgresHost(conn), await conn.fetchval("SELECT clock_timestamp()")
             async with conn.transaction():
                 for e in self.endpoints:
@@ -639,7 +673,9 @@ class Soak:
         Both run while this soak holds the fleet's tick lock, so the epoch
         boundary is exact: the drop draws a number from the history's sequence,
         every write to the old table a smaller one, every write to the restored
-        one (its audit trigger re-installed) a larger one.
+        one (its audit trigger re-installed) a larger one. ``migrate`` drops
+        the tick record's audit trigger and clears the record: the trigger is
+        re-installed and the clearing recorded before the lock is let go.
         """
         ledger = PostgresLedger(self.pool)
         start, conn = await self.now(), await self._admin()
@@ -652,7 +688,7 @@ class Soak:
             await asyncio.sleep(pause)
             async with ledger.hold_tick():
                 report = await migrate(conn)
-                await conn.execute(LEDGER_AUDIT_TRIGGER)
+                await conn.execute(LEDGER_AUDIT_TRIGGER + TICK_AUDIT_TRIGGER + RECORD_CLEARED)
             self.say(f"fault: ledger restored by migrate ({', '.join(report.repaired)})")
         finally:
             await conn.close()
@@ -913,9 +949,17 @@ class Soak:
             )
             for r in await conn.fetch("SELECT * FROM soak_ledger_audit ORDER BY seq")
         ]
+        record = [
+            TickWrite(
+                seq=r["seq"], xid=r["xid"], xact_start=r["xact_start"], at=r["at"],
+                now=r["judged_to"],
+            )
+            for r in await conn.fetch("SELECT * FROM soak_tick_audit ORDER BY seq")
+        ]  # fmt: skip
         messages = self.answers.messages
         findings = check(
             ledger=history,
+            ticks=record,
             charges=charges,
             refunds=refunds,
             messages=messages,
@@ -923,6 +967,7 @@ class Soak:
             drains=drains,
             ledger_resets=self.ledger_resets,
             policy=SOAK_POLICY,
+            lookback=LOOKBACK,
         )
         liveness, worst_recovery = _liveness(events, self.faults, self.recovery)
         fault_counts = dict(self.fault_counts)
@@ -969,6 +1014,9 @@ class Soak:
             "refunds_applied": findings.refunds,
             "unacknowledged_charges": findings.unacknowledged,
             "ledger_writes": len(history),
+            "recorded_ticks": findings.ticks,
+            "record_clearings": len(record) - findings.ticks,
+            "answered_new_claims": findings.answered,
             "refunds_unknown": sum(1 for r in refunds if r.refunded is None),
             **{f"consumer_{k}": consumers.counts[k] for k in CONSUMER_COUNTS},
             "claims_recorded": sum(1 for w in consumers.writes if w.op == "claim"),

@@ -2,26 +2,34 @@
 
 What is judged is the ledger's own history: every row write, the row before
 and after, with its transaction's id and start and the instant of the write,
-recorded by a trigger. A tick whose connection died after its commit charged
-pairs no sweeper journaled or woke, and the next charge of such a pair is
-legal only after that one. The sweepers' journals (each charge with the
-instant its tick decided at, each refund and its result, each drain) must
-agree with the history: a journaled write the history lacks, or a history
-write no sweep makes, is a ``phantom_write``. ``test_soak_check.py`` plants
+recorded by a trigger; and every write of the fleet's tick record (each
+judging tick's ``now``, recorded by the tick in its own transaction; a
+``migrate`` that clears it), recorded by a trigger in the same order. A tick
+whose connection died after its commit charged pairs no sweeper journaled or
+woke, and the next charge of such a pair is legal only after that one. The
+sweepers' journals (each charge with the instant its tick decided at, each
+refund and its result, each drain) must agree with the history: a journaled
+write the history lacks, or a history write no sweep makes (no tick recorded
+in its transaction), is a ``phantom_write``. ``test_soak_check.py`` plants
 each violation beside a clean twin, so a zero means "looked and found none".
 
-Every ledger write happens behind the fleet's tick lock, so the history's
-order is commit order. Each pair is replayed in it, holding the row the
-ledger must hold, and each write is judged with the core's rule against that
-row and what its tick may have seen of the host. A tick's snapshot lies
-between the instant it decided at (for an unacknowledged charge, its
-transaction's start) and its write; a host statement was surely in it if the
-clock read after its commit (``ub``) precedes ``now``, maybe if the read
-before it (``lb``) precedes the write; one todo's claims and requeues happen
-in turn. So each tick has a least and a most ``latest_claim`` and named-todo
-departure: ``made_progress`` on the least is progress it surely saw, on the
-most progress it may have seen (the rule is monotone in both). That commit
-span is the only latitude; nothing is widened by a tolerance.
+Every ledger write and tick record happens behind the fleet's tick lock, so
+the history's order is commit order, and the tick record before a tick's own
+is the one it read: the last judging tick's ``now`` (its claims window,
+``claims_window``) and the claims that tick read. Each pair is replayed in
+that order, holding the row the ledger must hold, and each write is judged
+with the core's rule against that row and what its tick may have seen of the
+host. A tick's snapshots lie between its ``now`` and its write (the last
+tick's: between its ``now`` and its record); a host statement was surely in
+one if the clock read after its commit (``ub``) precedes the lower end,
+maybe if the read before it (``lb``) precedes the upper; one todo's claims
+and requeues happen in turn. A claim is new to a tick when the tick reads it
+(``claims_read``: left pending, stamped inside its window) and the last
+judging tick did not (``latest_claim``). So each tick has a least and a most
+latest new claim and named-todo departure: ``made_progress`` on the least is
+progress it surely saw, on the most progress it may have seen (the rule is
+monotone in both). That commit span is the only latitude; nothing is widened
+by a tolerance.
 
 - with no row, only nudge 1; a charge that surely saw progress is nudge 1
   (``missed_reset``);
@@ -32,9 +40,13 @@ span is the only latitude; nothing is widened by a tolerance.
 - otherwise the row's count + 1, within the cap, at or after ``next_due_at``
   (a refunded nudge N is retried as N one step later): ``early``,
   ``over_cap``, ``out_of_sequence``;
-- the stamp is ``charge_stamp`` of a latest claim the tick may have read
-  (``bad_stamp``); no two charges of a pair share one; a refund's
-  compare-and-set matches the row the ledger holds (``unmatched_refund``).
+- a charge is stamped, and a reset keeps its progress, at its tick's ``now``
+  (journaled by its sweeper, recorded by the tick, inside its transaction):
+  ``bad_stamp``; no two charges of a pair share a stamp; a refund's
+  compare-and-set matches the row the ledger holds (``unmatched_refund``);
+- a judging tick that surely read a new claim of a pair whose row is live
+  (a claim it read never counts again) wrote that row: a charge, a reset or
+  a drain (``ignored_progress``).
 
 Each charge goes out as at most one message (retries reuse its
 ``webhook-id``): every further one is a duplicate, and a stalled message
@@ -43,19 +55,23 @@ naming no recorded charge is unattributed.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import attrs
 
 from stall_core import (
+    CLAIMS_LOOKBACK,
     LedgerRow,
     Nudge,
     PacingPolicy,
     PairState,
     charge_row,
-    charge_stamp,
+    claims_read,
+    claims_window,
+    latest_claim,
     made_progress,
     next_due_at,
     refunded_row,
@@ -76,8 +92,9 @@ VIOLATIONS = (
     "early",  # nudge count + 1 before its due
     "over_cap",  # a step past the cap
     "out_of_sequence",  # any other number
-    "bad_stamp",  # a stamp charge_stamp gives for no latest claim the tick may have read
+    "bad_stamp",  # a charge (or a reset's progress) stamped other than its tick's now
     "unmatched_refund",  # a refund whose compare-and-set matched a row the ledger did not hold
+    "ignored_progress",  # a tick surely read a new claim of a live row, and wrote nothing to it
     "phantom_write",  # the journals and the ledger's history disagree, or a write no rule makes
 )
 
@@ -91,8 +108,8 @@ class ChargeRecord:
     """One charge, decided by a tick at ``now``.
 
     ``worker`` None: only the ledger's history knows it (its tick failed
-    after the commit); ``now`` is then its transaction's start, no later than
-    the instant the tick decided at.
+    after the commit); ``now`` is then the one its tick recorded (its
+    transaction's start when none did).
     """
 
     worker: int | None
@@ -156,6 +173,24 @@ class LedgerWrite:
 
 
 @attrs.frozen(kw_only=True)
+class TickWrite:
+    """One write of the fleet's tick record the audit trigger recorded, in the history's order.
+
+    ``now`` is the instant the judging tick decided at (the record's
+    ``judged_to``), written last in its transaction ``xid``, at ``at``:
+    every statement of the tick ran before it. None: a ``migrate`` cleared
+    it (the next tick reads its window from its own ``now``; the claims the
+    last tick read are kept).
+    """
+
+    seq: int
+    xid: int
+    xact_start: datetime
+    at: datetime
+    now: datetime | None
+
+
+@attrs.frozen(kw_only=True)
 class MessageRecord:
     """One request the receiver got: a stalled message carries its charge's stamp as sent_at."""
 
@@ -188,11 +223,16 @@ class Findings:
     #: legal writes by the rule that allowed them: first, reset, step, retry (a refunded
     #: number again), kept (a reset keeping progress) and drain
     judged: Mapping[str, int] = attrs.field(factory=dict)
-    #: what showed each reset's progress, where the clocks tell: by_claim (a claim stamped
-    #: after the last nudge), by_departure (only the named todo's), by_kept (a reset's)
+    #: what showed each reset's progress, where the clocks tell: by_claim (surely a new
+    #: claim), by_departure (only the named todo's), by_kept (a reset's)
     progress: Mapping[str, int] = attrs.field(factory=dict)
     #: charges only the ledger's history knows: committed, never acknowledged nor woken
     unacknowledged: int = 0
+    #: judging ticks the record holds (migrate's clearings not counted)
+    ticks: int = 0
+    #: ticks that surely read a new claim of a live row, and wrote it (``ignored_progress``
+    #: looked at these)
+    answered: int = 0
     examples: tuple[str, ...] = ()
 
     @property
@@ -211,6 +251,7 @@ class Findings:
 def check(
     *,
     ledger: Iterable[LedgerWrite],
+    ticks: Iterable[TickWrite],
     charges: Iterable[ChargeRecord],
     messages: Iterable[MessageRecord],
     host: Iterable[HostWrite],
@@ -218,15 +259,18 @@ def check(
     ledger_resets: Sequence[int],
     policy: PacingPolicy,
     refunds: Iterable[RefundRecord] = (),
+    lookback: timedelta = CLAIMS_LOOKBACK,
 ) -> Findings:
     """Run every invariant over one soak's records.
 
     ``ledger_resets`` are the sequence numbers drawn while the ledger table was
     dropped (under the tick lock): every pair starts over there, as after a drain.
+    ``lookback`` is the sweepers' claims window's (``claims_window``).
     """
     tally = _Tally()
+    record = _Record(ticks, lookback)
     charges = list(charges)
-    writes = _from_history(ledger, charges, list(refunds), drains, tally)
+    writes = _from_history(ledger, record, charges, list(refunds), drains, tally)
     by_pair: dict[PairKey, list[HostWrite]] = defaultdict(list)
     for event in host:
         by_pair[event.endpoint_id, event.queue].append(event)
@@ -238,7 +282,8 @@ def check(
     worst = 0
     for key, pair_writes in sorted(pairs.items()):
         seen = _Host(by_pair.get(key, []))
-        worst = max(worst, _replay(key, pair_writes, ledger_resets, seen, policy, tally))
+        worst = max(worst, _replay(key, pair_writes, ledger_resets, seen, record, policy, tally))
+        _ignored(key, pair_writes, ledger_resets, seen, record, tally)
     violations = {kind: tally.counts[kind] for kind in VIOLATIONS}
     charged = [w.charge for w in writes if w.kind == "charge" and w.charge is not None]
     return Findings(
@@ -253,6 +298,8 @@ def check(
         judged=dict(tally.judged),
         progress=dict(tally.progress),
         unacknowledged=sum(1 for c in charged if not c.acknowledged),
+        ticks=len(record.judging),
+        answered=tally.answered,
         examples=tuple(tally.examples[:10]),
     )
 
@@ -264,10 +311,69 @@ class _Tally:
     progress: Counter[str] = attrs.Factory(Counter)
     examples: list[str] = attrs.Factory(list)
     refunds: int = 0
+    answered: int = 0
 
     def flag(self, kind: str, example: str) -> None:
         self.counts[kind] += 1
         self.examples.append(f"{kind}: {example}")
+
+
+@attrs.frozen
+class _Span:
+    """Where a tick's snapshots lie (``lo`` to ``hi``), and its claims window's start."""
+
+    lo: datetime
+    hi: datetime
+    since: datetime
+
+
+class _Record:
+    """The fleet's tick record in commit order: which record each tick read before its own."""
+
+    def __init__(self, ticks: Iterable[TickWrite], lookback: timedelta) -> None:
+        self._all = sorted(ticks, key=lambda t: t.seq)
+        self._seqs = [t.seq for t in self._all]
+        self._lookback = lookback
+        #: the judging ticks (each recorded its now), in commit order
+        self.judging = [t for t in self._all if t.now is not None]
+        self._by_xid = {t.xid: t for t in self.judging}
+        #: per position in the record, the last judging tick before it: whose claims it holds
+        self._source: list[TickWrite | None] = []
+        last: TickWrite | None = None
+        for t in self._all:
+            self._source.append(last)
+            last = t if t.now is not None else last
+        self._source.append(last)
+        self._nows = [t.now for t in self.judging if t.now is not None]
+        self._in_order = all(a <= b for a, b in zip(self._nows, self._nows[1:], strict=False))
+
+    def of(self, xid: int) -> TickWrite | None:
+        """The judging tick whose transaction ``xid`` is, if it recorded itself."""
+        return self._by_xid.get(xid)
+
+    def _read(self, seq: int) -> tuple[datetime | None, TickWrite | None]:
+        """The record as a tick whose own comes at ``seq`` read it: its ``now`` (None: none, or
+        cleared) and the judging tick whose claims it holds."""
+        i = bisect.bisect_left(self._seqs, seq)
+        return (self._all[i - 1].now if i else None), self._source[i]
+
+    def spans(self, now: datetime, hi: datetime, seq: int) -> tuple[_Span, _Span | None]:
+        """A tick that decided at ``now``, its record at ``seq``, its snapshots before ``hi``:
+        its span, and the span of the last judging tick (None: there was none)."""
+        judged_at, last = self._read(seq)
+        span = _Span(now, max(now, hi), claims_window(judged_at, now, self._lookback))
+        if last is None or last.now is None:
+            return span, None
+        before, _ = self._read(last.seq)
+        window = claims_window(before, last.now, self._lookback)
+        return span, _Span(last.now, max(last.now, last.at), window)
+
+    def first_after(self, at: datetime) -> TickWrite | None:
+        """The first judging tick (in commit order) that decided after ``at``."""
+        if self._in_order:
+            i = bisect.bisect_right(self._nows, at)
+            return self.judging[i] if i < len(self.judging) else None
+        return next((t for t in self.judging if t.now is not None and t.now > at), None)
 
 
 @attrs.frozen
@@ -282,6 +388,7 @@ class _Write:
 
 def _from_history(
     ledger: Iterable[LedgerWrite],
+    record: _Record,
     charges: Sequence[ChargeRecord],
     refunds: Sequence[RefundRecord],
     drains: Mapping[PairKey, Sequence[datetime]],
@@ -304,7 +411,7 @@ def _from_history(
             writes.append(_Write(w, "drain"))
         elif new is not None and (old is None or old.last_nudged_at != new.last_nudged_at):
             charge_id = (*w.key, new.nudges, new.last_nudged_at)
-            written[charge_id] = journaled.get(charge_id) or _unacknowledged(w, new)
+            written[charge_id] = journaled.get(charge_id) or _unacknowledged(w, new, record)
             writes.append(_Write(w, "charge", written[charge_id]))
         elif (
             old is not None
@@ -317,7 +424,11 @@ def _from_history(
         elif old is not None and new == attrs.evolve(old, nudges=old.nudges - 1):
             charge_id = (*w.key, old.nudges, old.last_nudged_at)
             refunded.add(charge_id)
-            charge = written.get(charge_id) or journaled.get(charge_id) or _unacknowledged(w, old)
+            charge = (
+                written.get(charge_id)
+                or journaled.get(charge_id)
+                or _unacknowledged(w, old, record)
+            )
             writes.append(_Write(w, "refund", charge))
         else:
             history = f"{show_row(old)} -> {show_row(new)} (#{w.seq})"
@@ -341,10 +452,13 @@ def _from_history(
     return writes
 
 
-def _unacknowledged(write: LedgerWrite, row: LedgerRow) -> ChargeRecord:
-    """A charge only the history knows: it named the todo the history shows."""
+def _unacknowledged(write: LedgerWrite, row: LedgerRow, record: _Record) -> ChargeRecord:
+    """A charge only the history knows: it named the todo the history shows, and its tick
+    decided at the instant it recorded."""
     n = nudge(write.endpoint_id, write.queue, row.nudges, row.last_nudged_at, row.named_todo or "")
-    return ChargeRecord(worker=None, now=write.xact_start, nudge=n)
+    tick = record.of(write.xid)
+    now = write.xact_start if tick is None or tick.now is None else tick.now
+    return ChargeRecord(worker=None, now=now, nudge=n)
 
 
 def _messages(
@@ -388,18 +502,20 @@ def _state(key: PairKey, claim: datetime | None, departed: bool = False) -> Pair
 
 @attrs.frozen
 class _Seen:
-    """The least and the most a tick can have read of a pair's claims and its named todo."""
+    """The least and the most a tick can have found of a pair's new claims and its named todo."""
 
     least_claim: datetime | None
     most_claim: datetime | None
     surely_departed: bool
     maybe_departed: bool
-    #: the stamps of claims the tick may have read, at or after the least latest claim
-    stamps: tuple[datetime, ...]
+
+
+#: One todo as a snapshot shows it, as the core reads todos: (id, state, claimed_at).
+_View = tuple[str, str, datetime | None]
 
 
 class _Host:
-    """One pair's claims and requeues, and what a tick in a window may have read of them."""
+    """One pair's claims and requeues, and what a tick in a span may have read of them."""
 
     def __init__(self, events: Sequence[HostWrite]) -> None:
         self._by_todo: dict[str, list[HostWrite]] = defaultdict(list)
@@ -413,33 +529,60 @@ class _Host:
         maybe = sum(1 for e in events if e.lb is None or e.lb < hi)
         return range(surely, max(surely, maybe) + 1)
 
-    def seen(self, named: str | None, lo: datetime, hi: datetime) -> _Seen:
+    @staticmethod
+    def _view(todo_id: str, events: Sequence[HostWrite], n: int) -> _View:
+        """The todo as a snapshot holding its first ``n`` writes shows it."""
+        if not n:
+            return (todo_id, "pending", None)  # not claimed yet (or not created)
+        e = events[n - 1]
+        return (todo_id, "claimed" if e.op == "claim" else "pending", e.claimed_at)
+
+    def claims(self) -> Iterable[tuple[str, HostWrite]]:
+        """Each claim whose commit the clocks bound, with its todo."""
+        for todo_id, events in self._by_todo.items():
+            yield from ((todo_id, e) for e in events if e.op == "claim" and e.ub is not None)
+
+    def new_claims(self, todo_id: str, tick: _Span, last: _Span | None) -> list[datetime | None]:
+        """One todo's latest new claim to ``tick`` (``latest_claim``), in each world the clocks
+        allow: what its snapshot holds, against what the last judging tick read
+        (``claims_read``; a snapshot of its no later than the tick's)."""
+        events = self._by_todo.get(todo_id, [])
+        here = self._prefixes(events, tick.lo, tick.hi)
+        if last is None:
+            return [latest_claim([self._view(todo_id, events, n)], tick.since, ()) for n in here]
+        there = self._prefixes(events, last.lo, last.hi)
+        worlds = [(m, n) for n in here for m in there if m <= n]
+        return [
+            latest_claim(
+                [self._view(todo_id, events, n)],
+                tick.since,
+                claims_read([self._view(todo_id, events, m)], last.since),
+            )
+            for m, n in worlds or [(m, n) for n in here for m in there]
+        ]
+
+    def seen(self, named: str | None, tick: _Span, last: _Span | None) -> _Seen:
         least: datetime | None = None
         most: datetime | None = None
-        stamps: list[datetime] = []
-        for events in self._by_todo.values():
-            claims = [e for e in events if e.op == "claim"]
-            values = [
-                claims[n - 1].claimed_at if n else None for n in self._prefixes(claims, lo, hi)
-            ]
+        for todo_id in self._by_todo:
+            values = self.new_claims(todo_id, tick, last)
             known = [v for v in values if v is not None]
-            if None not in values:
+            if known and len(known) == len(values):
                 least = min(known) if least is None else max(least, min(known))
             if known:
                 most = max(known) if most is None else max(most, max(known))
-            stamps += known
         departed: set[bool] = {False}
         if named is not None and named in self._by_todo:
             events = self._by_todo[named]
             departed = {
-                n > 0 and events[n - 1].op == "claim" for n in self._prefixes(events, lo, hi)
+                n > 0 and events[n - 1].op == "claim"
+                for n in self._prefixes(events, tick.lo, tick.hi)
             }
         return _Seen(
             least_claim=least,
             most_claim=most,
             surely_departed=all(departed),
             maybe_departed=any(departed),
-            stamps=tuple(sorted(s for s in stamps if least is None or s >= least)),
         )
 
 
@@ -449,6 +592,7 @@ class _Pair:
 
     key: PairKey
     host: _Host
+    record: _Record
     #: the row the ledger holds
     row: LedgerRow | None = None
     #: whether that row was written by a reset (a nudge 1 after progress, or a kept reset)
@@ -462,22 +606,23 @@ class _Pair:
     def start_over(self, row: LedgerRow | None = None, *, by_reset: bool = False) -> None:
         self.row, self.counted, self.by_reset = row, 0, by_reset
 
-    def progress(self, lo: datetime, hi: datetime) -> tuple[_Seen, bool, bool, str]:
-        """What the tick may have seen in [lo, hi]; progress it surely saw, may have seen,
-        and what showed it (where the clocks tell)."""
+    def progress(self, now: datetime, w: LedgerWrite, seq: int) -> tuple[bool, bool, str]:
+        """Progress the tick that decided at ``now`` (its record at ``seq``) and wrote ``w``
+        surely saw, may have seen, and what showed it (where the clocks tell)."""
         row = self.row
-        seen = self.host.seen(row.named_todo if row else None, lo, hi)
+        tick, last = self.record.spans(now, w.at, seq)
+        seen = self.host.seen(row.named_todo if row else None, tick, last)
         surely = made_progress(_state(self.key, seen.least_claim, seen.surely_departed), row)
         maybe = made_progress(_state(self.key, seen.most_claim, seen.maybe_departed), row)
         shown = ""
         if row is not None and surely:
             if row.progressed_at is not None:
                 shown = "by_kept"
-            elif seen.least_claim is not None and seen.least_claim > row.last_nudged_at:
+            elif seen.least_claim is not None:
                 shown = "by_claim"
-            elif seen.most_claim is None or seen.most_claim <= row.last_nudged_at:
+            elif seen.most_claim is None:
                 shown = "by_departure"
-        return seen, surely, maybe, shown
+        return surely, maybe, shown
 
 
 def _replay(
@@ -485,11 +630,12 @@ def _replay(
     writes: Sequence[_Write],
     ledger_resets: Sequence[int],
     host: _Host,
+    record: _Record,
     policy: PacingPolicy,
     tally: _Tally,
 ) -> int:
     """Replay one pair's history; return its most counted charges between resets."""
-    pair = _Pair(key, host)
+    pair = _Pair(key, host, record)
     worst = 0
     drops = sorted(ledger_resets)
     for w in writes:
@@ -506,15 +652,63 @@ def _replay(
                 f"the replay holds {show_row(pair.row)}",
             )
             pair.row = w.write.old  # the replay follows the history
+        tick = record.of(w.write.xid)
+        if tick is None:
+            tally.flag("phantom_write", f"{key}: history #{w.write.seq} written by no tick")
         if w.kind == "drain":
             tally.judged["drain"] += 1
             pair.start_over()
         elif w.kind == "reset":
-            _reset(pair, w.write, tally)
+            _reset(pair, w.write, tick, tally)
         else:
-            _charge(pair, w, policy, tally)
+            _charge(pair, w, tick, policy, tally)
             worst = max(worst, pair.counted)
     return worst
+
+
+def _ignored(
+    key: PairKey,
+    writes: Sequence[_Write],
+    ledger_resets: Sequence[int],
+    host: _Host,
+    record: _Record,
+    tally: _Tally,
+) -> None:
+    """A tick that surely read a new claim of a pair whose row is live wrote that row.
+
+    A claim a tick read is never new again: were such a tick to write
+    nothing, its progress would be lost unseen. Only the first judging tick
+    after a claim's commit can surely read it as new (the next one finds it
+    read); the row it judged is the history's last before its own writes.
+    """
+    timeline = sorted(
+        [(w.write.seq, w.write.xid, w.write.new) for w in writes]
+        + [(seq, None, None) for seq in ledger_resets]
+    )
+    seqs = [seq for seq, _, _ in timeline]
+    looked: set[int] = set()
+    for todo_id, claim in host.claims():
+        assert claim.ub is not None  # host.claims() yields only bounded claims
+        tick = record.first_after(claim.ub)
+        if tick is None or tick.now is None or tick.seq in looked:
+            continue
+        span, last = record.spans(tick.now, tick.at, tick.seq)
+        if None in host.new_claims(todo_id, span, last):
+            continue  # not surely a new claim to that tick
+        looked.add(tick.seq)
+        before = timeline[: bisect.bisect_left(seqs, tick.seq)]
+        prior = [row for _, xid, row in before if xid != tick.xid]
+        row = prior[-1] if prior else None
+        if row is None or row.progressed_at is not None:
+            continue  # no live row: nothing to answer
+        if any(xid == tick.xid for _, xid, _ in before):
+            tally.answered += 1  # the tick wrote the row
+        else:
+            tally.flag(
+                "ignored_progress",
+                f"{key}: the tick at {tick.now.isoformat()} read {todo_id}'s claim at "
+                f"{claim.claimed_at.isoformat()} (new) and left {show_row(row)}",
+            )
 
 
 def _no_progress(pair: _Pair, what: str, tally: _Tally) -> None:
@@ -522,15 +716,21 @@ def _no_progress(pair: _Pair, what: str, tally: _Tally) -> None:
     tally.flag(kind, f"{pair.key}: {what} after {show_row(pair.row)}, which saw no progress")
 
 
-def _reset(pair: _Pair, w: LedgerWrite, tally: _Tally) -> None:
-    """A reset keeps progress for a charge to come: the tick may have seen some."""
+def _reset(pair: _Pair, w: LedgerWrite, tick: TickWrite | None, tally: _Tally) -> None:
+    """A reset keeps progress for a charge to come, at its tick's now: the tick may have seen
+    some."""
     assert w.new is not None  # a row ...
     assert w.new.progressed_at is not None  # ... keeping progress
-    _, _, maybe, shown = pair.progress(w.xact_start, w.at)
+    now = w.xact_start if tick is None or tick.now is None else tick.now
+    _, maybe, shown = pair.progress(now, w, w.seq if tick is None else tick.seq)
     if not maybe:
         _no_progress(pair, f"a reset (#{w.seq})", tally)
-    elif not w.xact_start <= w.new.progressed_at <= w.at:
-        tally.flag("bad_stamp", f"{pair.key}: reset #{w.seq} kept progress outside its tick")
+    elif tick is not None and w.new.progressed_at != tick.now:
+        tally.flag(
+            "bad_stamp",
+            f"{pair.key}: reset #{w.seq} kept progress at {w.new.progressed_at.isoformat()},"
+            f" its tick decided at {now.isoformat()}",
+        )
     else:
         tally.judged["kept"] += 1
         if shown:
@@ -554,7 +754,9 @@ def _refund(pair: _Pair, w: _Write, tally: _Tally) -> None:
     pair.counted -= 1  # the refunded charge (the row's) does not count toward the cap
 
 
-def _charge(pair: _Pair, w: _Write, policy: PacingPolicy, tally: _Tally) -> None:
+def _charge(
+    pair: _Pair, w: _Write, tick: TickWrite | None, policy: PacingPolicy, tally: _Tally
+) -> None:
     """Judge one charge against the row and the progress its tick may have seen."""
     cur = w.charge
     assert cur is not None  # a charge write carries its charge
@@ -563,11 +765,14 @@ def _charge(pair: _Pair, w: _Write, policy: PacingPolicy, tally: _Tally) -> None
         return
     pair.last = cur
     row, number = pair.row, cur.nudge.number
-    # The tick's snapshot: from its now (an unacknowledged charge's transaction start) to its write.
-    seen, surely, maybe, shown = pair.progress(
-        cur.now if cur.acknowledged else w.write.xact_start, w.write.at
-    )
-    _check_stamp(pair.key, cur, w.write, seen, tally)
+    # The instant the tick decided at: the one it recorded (else its sweeper's, or for an
+    # unacknowledged charge its transaction's start); its snapshot lies from there to the write.
+    if tick is not None and tick.now is not None:
+        now, seq = tick.now, tick.seq
+    else:
+        now, seq = (cur.now if cur.acknowledged else w.write.xact_start), w.write.seq
+    surely, maybe, shown = pair.progress(now, w.write, seq)
+    _check_stamp(pair.key, cur, tick, w.write, tally)
     reset = False
     if row is None:
         if number == 1:
@@ -583,10 +788,9 @@ def _charge(pair: _Pair, w: _Write, policy: PacingPolicy, tally: _Tally) -> None
         tally.flag("missed_reset", f"{pair.key}: {_show(cur)} after {show_row(row)}")
     elif number == row.nudges + 1:
         due = next_due_at(row, policy)
-        decided = cur.now if cur.acknowledged else w.write.at
         if due is None:
             tally.flag("over_cap", f"{pair.key}: {_show(cur)} after {show_row(row)}")
-        elif decided < due:
+        elif now < due:
             tally.flag("early", f"{pair.key}: {_show(cur)} before its due {due.isoformat()}")
         else:
             tally.judged["retry" if row.nudges < pair.row_before else "step"] += 1
@@ -608,24 +812,22 @@ def _charge(pair: _Pair, w: _Write, policy: PacingPolicy, tally: _Tally) -> None
 
 
 def _check_stamp(
-    key: PairKey, cur: ChargeRecord, write: LedgerWrite, seen: _Seen, tally: _Tally
+    key: PairKey, cur: ChargeRecord, tick: TickWrite | None, write: LedgerWrite, tally: _Tally
 ) -> None:
-    """A charge stamps ``charge_stamp`` of a latest claim its tick may have read, at its instant.
+    """A charge is stamped with its tick's now: the instant it decided at.
 
-    An unacknowledged charge's instant is unknown, but its tick read it in the
-    writing transaction before the write: between ``xact_start`` and ``at``.
+    That is the ``now`` its sweeper journaled and its tick recorded, read in
+    the writing transaction before the write. With neither (an unacknowledged
+    charge of no recorded tick, itself a phantom) there is nothing to hold it to.
     """
     stamp = cur.nudge.charged_at
-    for claim in (seen.least_claim, *seen.stamps):
-        state = _state(key, claim)
-        if cur.acknowledged:
-            if stamp == charge_stamp(state, cur.now):
-                return
-        elif (write.xact_start <= stamp <= write.at and charge_stamp(state, stamp) == stamp) or (
-            charge_stamp(state, write.xact_start) == stamp
-        ):
-            return
-    tally.flag("bad_stamp", f"{key}: {_show(cur)} decided at {cur.now.isoformat()}")
+    instants = {cur.now} if cur.acknowledged else set()
+    if tick is not None and tick.now is not None:
+        instants.add(tick.now)
+    if not instants or (instants == {stamp} and write.xact_start <= stamp <= write.at):
+        return
+    said = ", ".join(sorted(at.isoformat() for at in instants))
+    tally.flag("bad_stamp", f"{key}: {_show(cur)}, its tick decided at {said}")
 
 
 def _show(charge: ChargeRecord) -> str:

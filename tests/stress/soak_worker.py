@@ -52,9 +52,10 @@ SOAK_DELIVERY = DeliveryPolicy(
 )
 TICK_INTERVAL = 0.25
 FULL_PASS_S = 5.0
-#: How far back a delta reads the host's timestamps, on the soak's compressed scale (the
-#: library's minute would make nearly every busy tick a full pass): still well past the
-#: longest claim transaction here (``soak.HOLD_S`` each side of the claim).
+#: The claims window's lookback (how far before the last judging tick a tick reads claims,
+#: and a delta the host's timestamps), on the soak's compressed scale (the library's minute
+#: would make nearly every busy tick a full pass): still well past the longest claim
+#: transaction here (``soak.HOLD_S`` each side of the claim).
 LOOKBACK = timedelta(seconds=5)
 
 _charged_at: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(

@@ -86,7 +86,7 @@ def test_a_run_finds_no_violation(pg_server: str) -> None:
     ("fault", "count"),
     [
         ("double-hand", "duplicates"),
-        ("rewind", "double_resets"),
+        ("forget-reads", "double_resets"),
         ("skip-refund", "stranded"),
         ("hide-charge", "lost"),
     ],

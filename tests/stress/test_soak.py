@@ -58,6 +58,8 @@ def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
     assert f["tick_kinds"].get("full", 0) > 0, f["tick_kinds"]
     assert f["tick_kinds"].get("delta", 0) > 0, f["tick_kinds"]
     assert f["judged"].get("reset", 0) > 0, f
+    # Ticks surely read new claims of live rows, and each answered them (a write).
+    assert f["answered_new_claims"] > 0, f
     # The record is exact: refunds happened and were replayed, requeued claims were kept.
     assert f["refunds_applied"] > 0
     assert f["consumer_requeues"] > 0

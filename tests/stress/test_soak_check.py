@@ -5,7 +5,9 @@ plants one violation beside its twin (the same record without it): the
 twin is clean and the planted record is flagged as exactly that kind, once.
 Where the checker allows latitude (what a tick may have seen of the host,
 read off the database clock around each host statement), a case sits just
-outside it. A case is a script of one pair's events in commit order.
+outside it. A case is a script of one pair's events in commit order; every
+tick in it records itself (its ``now``) after its writes, as the fleet's
+record does, so the tick before each one is the last judging tick.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from tests.stress.soak_check import (
     LedgerWrite,
     MessageRecord,
     RefundRecord,
+    TickWrite,
     check,
 )
-from tests.stress.soak_worker import SOAK_POLICY
+from tests.stress.soak_worker import LOOKBACK, SOAK_POLICY
 from tests.support import T0
 
 US = timedelta(microseconds=1)
@@ -48,7 +51,8 @@ class C:
     """A tick deciding at ``now`` (the stamp unless told) charged nudge ``number`` at ``stamp``.
 
     ``worker`` None: the tick died after its commit (only the history knows
-    it); ``written`` False: journaled, never written (a phantom).
+    it); ``written`` False: journaled, never written (a phantom);
+    ``recorded`` False: written by a transaction that recorded no tick.
     """
 
     number: int
@@ -58,6 +62,7 @@ class C:
     worker: int | None = 0
     written: bool = True
     written_at: datetime | None = attrs.field(default=None, converter=_maybe_at)
+    recorded: bool = True
 
     @now.default
     def _now(self) -> datetime:
@@ -86,7 +91,27 @@ def _claim(todo: str, at: float, *, lb: float | None = None, ub: float | None = 
 
 @attrs.frozen
 class Reset:
-    """A tick kept the pair's progress for a nudge to come (``reset_row``) at ``at``."""
+    """A tick deciding at ``at`` kept the pair's progress for a nudge to come (``reset_row``),
+    at ``kept`` (``at`` unless told)."""
+
+    at: datetime = attrs.field(converter=_at)
+    kept: datetime = attrs.field(converter=_at)
+
+    @kept.default
+    def _kept(self) -> datetime:
+        return self.at
+
+
+@attrs.frozen
+class Tick:
+    """A tick judged at ``now`` and wrote nothing to the pair."""
+
+    now: datetime = attrs.field(converter=_at)
+
+
+@attrs.frozen
+class Cleared:
+    """``migrate`` cleared the fleet's record (its ``now``; the claims read are kept) at ``at``."""
 
     at: datetime = attrs.field(converter=_at)
 
@@ -106,7 +131,7 @@ class Write:
     new: tuple[int, float]
 
 
-Step = C | Host | Reset | Refund | Write
+Step = C | Host | Reset | Tick | Cleared | Refund | Write
 
 
 def _message(webhook_id: str, charge: C) -> MessageRecord:
@@ -134,10 +159,17 @@ def _check(steps: list[Step], messages: tuple[MessageRecord, ...] = ()) -> Findi
     charges: list[ChargeRecord] = []
     refunds: list[RefundRecord] = []
     ledger: list[LedgerWrite] = []
+    ticks: list[TickWrite] = []
     host: list[HostWrite] = []
 
-    def write(new: LedgerRow | None, start: datetime, at: datetime | None = None) -> None:
+    def tick(now: datetime | None, at: datetime, xid: int | None = None) -> None:
+        """The tick's record, written last in its transaction."""
+        xid = next(xids) if xid is None else xid
+        ticks.append(TickWrite(seq=next(seq), xid=xid, xact_start=now or at, at=at, now=now))
+
+    def write(new: LedgerRow | None, start: datetime, at: datetime | None = None) -> int:
         nonlocal row
+        xid = next(xids)
         ledger.append(
             LedgerWrite(
                 seq=next(seq),
@@ -146,12 +178,13 @@ def _check(steps: list[Step], messages: tuple[MessageRecord, ...] = ()) -> Findi
                 queue=KEY[1],
                 old=row,
                 new=new,
-                xid=next(xids),
+                xid=xid,
                 xact_start=start,
                 at=start if at is None else at,
             )
         )
         row = new
+        return xid
 
     for step in steps:
         if isinstance(step, Host):
@@ -161,10 +194,17 @@ def _check(steps: list[Step], messages: tuple[MessageRecord, ...] = ()) -> Findi
             if step.worker is not None:
                 charges.append(ChargeRecord(worker=step.worker, now=step.now, nudge=step.nudge))
             if step.written:
-                write(charge_row(step.nudge), step.now, step.written_at or step.stamp)
+                at = step.written_at or step.stamp
+                xid = write(charge_row(step.nudge), step.now, at)
+                if step.recorded:
+                    tick(step.now, at, xid)
         elif isinstance(step, Reset):
             assert row is not None  # a reset keeps a row
-            write(reset_row(row, step.at), step.at)
+            tick(step.at, step.at, write(reset_row(row, step.kept), step.at))
+        elif isinstance(step, Tick):
+            tick(step.now, step.now)
+        elif isinstance(step, Cleared):
+            tick(None, step.at)
         elif isinstance(step, Refund):
             c = step.charge
             refunds.append(RefundRecord(worker=c.worker, nudge=c.nudge, refunded=True))
@@ -172,9 +212,11 @@ def _check(steps: list[Step], messages: tuple[MessageRecord, ...] = ()) -> Findi
             write(refunded_row(row, c.nudge), c.stamp)
         else:
             row = _row(*step.old)
-            write(_row(*step.new), _at(step.new[1]))
+            at = _at(step.new[1])
+            tick(at, at, write(_row(*step.new), at))
     return check(
         ledger=ledger,
+        ticks=ticks,
         charges=charges,
         refunds=refunds,
         messages=messages,
@@ -182,6 +224,7 @@ def _check(steps: list[Step], messages: tuple[MessageRecord, ...] = ()) -> Findi
         drains={KEY: []},
         ledger_resets=[],
         policy=SOAK_POLICY,
+        lookback=LOOKBACK,
     )
 
 
@@ -193,6 +236,10 @@ def _flagged(findings: Findings) -> dict[str, int]:
 BACKOFF = [C(1, 0), C(2, 1), C(3, 3), C(4, 7), C(5, 15)]
 REQUEUED: list[Step] = [C(1, 0), _claim("t1", -0.5, lb=-0.5, ub=0.5), C(1, 2)]
 ONCE: list[Step] = [C(1, 0), _claim("t7", 2), C(1, 3)]
+#: A claim stamped ahead of the ledger's clock (5 s), committed before the tick at 1.
+AHEAD: list[Step] = [C(1, 0), _claim("t7", 5, lb=0.5, ub=0.6), C(1, 1)]
+#: The lookback (5 s) before the tick at 0: the claims window of the tick at 1 starts there.
+EDGE = -LOOKBACK.total_seconds()
 #: (kind, what is planted, the clean twin, the planted record)
 CASES: list[tuple[str, str, list[Step], list[Step]]] = [
     (
@@ -221,9 +268,21 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
     ),
     (
         "reset_without_progress",
-        "another todo's claim stamped before the last nudge",
-        [C(1, 0), _claim("t1", 0.9, ub=1.2), C(2, 1), C(1, 1.5, named="t2")],
+        "a claim stamped before the last nudge that its tick read (the twin commits after it)",
         [C(1, 0), _claim("t7", 0.9, ub=1.2), C(2, 1), C(1, 1.5, named="t2")],
+        [_claim("t7", -0.1, ub=-0.05), C(1, 0), C(2, 1), C(1, 1.5, named="t2")],
+    ),
+    (
+        "reset_without_progress",
+        "a claim committed late, stamped before the claims window (the lookback's limit)",
+        [C(1, 0), _claim("t7", EDGE + 0.1, ub=0.5), C(1, 1)],
+        [C(1, 0), _claim("t7", EDGE - 0.1, ub=0.5), C(1, 1)],
+    ),
+    (
+        "reset_without_progress",
+        "a claim before the window of a tick after migrate cleared the record",
+        [C(1, 0), _claim("t7", -4, ub=0.5), C(1, 2)],
+        [C(1, 0), _claim("t7", -4, ub=0.5), Cleared(1), C(1, 2)],
     ),
     (
         "reset_without_progress",
@@ -238,6 +297,12 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
         [*ONCE, C(1, 3.5)],
     ),
     (
+        "double_reset",
+        "a claim stamped ahead of the clock, after the last nudge, used by two resets",
+        [*AHEAD, _claim("t8", 1.2), C(1, 1.5)],
+        [*AHEAD, C(1, 1.5)],
+    ),
+    (
         "missed_reset",
         "a step over a claim the tick surely saw",
         [C(1, 0), _claim("t7", 0.5), C(1, 1)],
@@ -248,15 +313,27 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
     ("out_of_sequence", "nudge 3 after nudge 1", [C(1, 0), C(2, 1)], [C(1, 0), C(3, 3)]),
     (
         "bad_stamp",
-        "a claim's stamp the tick cannot have read",
+        "a charge stamped with a claim later than its tick's now",
+        [C(1, 0), _claim("t7", 3, lb=2.8), C(1, 2.9)],
         [C(1, 0), _claim("t7", 3, lb=2.8), C(1, 3, now=2.9)],
-        [C(1, 0), _claim("t7", 2), C(1, 3, now=2.9)],
     ),
     (
         "bad_stamp",
-        "an unacknowledged charge stamped after its write",
+        "an unacknowledged charge stamped after the now its tick recorded",
+        [C(1, 2.9, worker=None, written_at=3.1)],
         [C(1, 3, now=2.9, worker=None, written_at=3.1)],
-        [C(1, 3.2, now=2.9, worker=None, written_at=3.1)],
+    ),
+    (
+        "bad_stamp",
+        "a reset keeping progress after its tick's now",
+        [C(1, 0), _claim("t7", 0.5), Reset(1)],
+        [C(1, 0), _claim("t7", 0.5), Reset(1, kept=1.05)],
+    ),
+    (
+        "ignored_progress",
+        "a tick that surely read a new claim and left the live row",
+        [C(1, 0), _claim("t7", 0.5), Reset(1)],
+        [C(1, 0), _claim("t7", 0.5), Tick(1)],
     ),
     (
         "unmatched_refund",
@@ -265,6 +342,12 @@ CASES: list[tuple[str, str, list[Step], list[Step]]] = [
         [C(1, 0), Refund(C(1, 0.5))],
     ),
     ("phantom_write", "a journaled charge never written", [C(1, 0)], [C(1, 0, written=False)]),
+    (
+        "phantom_write",
+        "a charge written by a transaction that recorded no tick",
+        [C(1, 0), C(2, 1)],
+        [C(1, 0), C(2, 1, recorded=False)],
+    ),
     (
         "phantom_write",
         "a count that jumps with no new stamp",
@@ -298,6 +381,8 @@ def test_a_planted_violation_is_flagged_and_its_twin_is_not(
 
     assert ({}, 0) == (_flagged(twin), twin.duplicates)
     assert ({kind: 1}, 1) == (_flagged(broken), broken.duplicates)
+    if kind == "ignored_progress":  # the twin's tick answered the claim it read
+        assert (1, 0) == (twin.answered, broken.answered)
 
 
 def test_a_charge_sent_twice_or_a_message_of_no_charge_is_counted() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-import attrs
 import pytest
 
 from stall_core import (
+    CLAIMS_LOOKBACK,
     FULL_PASS_INTERVAL,
     HELD_RETRY_FRACTION,
     NAMES_MAX_BYTES,
@@ -28,7 +28,8 @@ from stall_core import (
     capped,
     charge_order,
     charge_row,
-    charge_stamp,
+    claims_read,
+    claims_window,
     covers,
     decide,
     effective_nudges,
@@ -238,10 +239,40 @@ def test_readable_excludes_the_ends_a_driver_writes_as_infinities(
     assert expected == readable(at)
 
 
-def test_latest_claim_is_the_latest_readable_stamp_of_any_todo() -> None:
-    """latest_claim skips todos never claimed and stamps at an end of the range; none: None."""
-    assert NOW == latest_claim([T0, None, NOW, NOW - US, LAST])
-    assert (None, None) == (latest_claim([None, FIRST]), latest_claim([]))
+def test_claims_read_are_claimed_todos_with_readable_stamps_in_the_window() -> None:
+    """Pending (requeued) todos, unreadable stamps and stamps at or before the window: not read."""
+    todos = [
+        ("a", "done", T0),
+        ("b", "claimed", None),
+        ("c", "pending", NOW + minutes(1)),  # requeued: pending again, not a claim
+        ("d", "claimed", NOW),
+        ("e", "failed", NOW - US),
+        ("f", "done", LAST),
+    ]
+
+    assert {("a", T0), ("d", NOW), ("e", NOW - US)} == claims_read(todos, T0 - US)
+    assert set() == claims_read(todos, NOW)
+    assert NOW == latest_claim(todos, T0 - US, set())
+    assert None is latest_claim(todos, T0 - US, {("a", T0), ("d", NOW), ("e", NOW - US)})
+    assert None is latest_claim([], FIRST, set())
+
+
+@pytest.mark.parametrize(
+    ("judged_at", "window"),
+    [
+        (NOW - minutes(5), NOW - minutes(6)),
+        (None, NOW - minutes(1)),
+        (NOW + minutes(5), NOW - minutes(1)),  # a tick later than now: a clock gone back
+        (FIRST + US, FIRST + US),  # never the first instant: PostgreSQL's -infinity
+    ],
+    ids=["last tick", "no tick yet", "tick ahead", "range's start"],
+)
+def test_claims_window_starts_a_lookback_before_the_last_tick(
+    judged_at: datetime | None, window: datetime
+) -> None:
+    """The window starts CLAIMS_LOOKBACK before the last judging tick, or before now."""
+    assert minutes(1) == CLAIMS_LOOKBACK
+    assert window == claims_window(judged_at, NOW)
 
 
 @pytest.mark.parametrize(
@@ -364,11 +395,15 @@ def test_charge_order_is_spent_then_oldest_work_then_ids_by_code_point() -> None
 # -- progress, read two ways --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("after", [US, minutes(1), timedelta(days=1)], ids=["1us", "1m", "1d"])
-def test_a_claim_stamped_after_the_last_nudge_is_progress(after: timedelta) -> None:
-    """A claim stamped after the row's last nudge is progress: nudge 1 again, at once."""
+@pytest.mark.parametrize(
+    "stamp",
+    [NOW - minutes(20), NOW - minutes(2), NOW + timedelta(days=1)],
+    ids=["before the last nudge", "just before", "ahead"],
+)
+def test_a_new_claim_is_progress_whatever_its_stamp(stamp: datetime) -> None:
+    """A claim the last tick did not read is progress, whatever its stamp against the nudge's."""
     ledger = row(POLICY.cap, NOW - minutes(1))
-    claimed = pair(claimed=ledger.last_nudged_at + after)
+    claimed = pair(claimed=stamp)
 
     assert (True, True, 0) == (
         made_progress(claimed, ledger),
@@ -378,24 +413,27 @@ def test_a_claim_stamped_after_the_last_nudge_is_progress(after: timedelta) -> N
     assert Charge(number=1, todo=todo()) == decide(claimed, ledger, NOW, POLICY)
 
 
-@pytest.mark.parametrize("before", [timedelta(0), US, minutes(10)], ids=["at", "1us", "10m"])
-def test_a_claim_stamped_at_or_before_the_last_nudge_is_not_progress(before: timedelta) -> None:
-    """A claim stamped at or before the last nudge is not progress: the pair keeps backing off."""
-    ledger = row(2, NOW - minutes(1))
-    claimed = pair(claimed=ledger.last_nudged_at - before)
+def test_a_claim_the_last_tick_read_is_not_new() -> None:
+    """latest_claim leaves out what the last tick read (claims_read): counted then, not again."""
+    since = NOW - minutes(2)
+    charging_tick = [("t1", "claimed", NOW - minutes(1))]
+    next_tick = [("t1", "done", NOW - minutes(1)), ("t2", "claimed", NOW - minutes(3))]
 
-    assert (False, 2) == (made_progress(claimed, ledger), effective_nudges(claimed, ledger))
-    assert Wait(due_at=ledger.last_nudged_at + POLICY.backoff[1]) == decide(
-        claimed, ledger, NOW, POLICY
-    )
+    read = claims_read(charging_tick, since)
+
+    assert {("t1", NOW - minutes(1))} == read
+    # t1 completed since: the same claim. t2 was claimed after that tick by a host clock
+    # behind the ledger's, stamped outside the window: not read (the lookback's limit).
+    assert None is latest_claim(next_tick, since, read)
+    assert NOW - minutes(1) == latest_claim(next_tick, since, set())
 
 
 def test_the_named_todo_departed_is_progress_though_no_stamp_says_so() -> None:
     """The named todo no longer pending is progress; still pending, a capped pair stays capped."""
     ledger = row(POLICY.cap, NOW - minutes(1))
     # t1 was claimed by a host whose clock is behind, or deleted, or moved: t2 is the work now.
-    departed = pair(oldest=todo(todo_id="t2"), claimed=NOW - minutes(10), departed=True)
-    stays = pair(claimed=NOW - minutes(10), departed=False)
+    departed = pair(oldest=todo(todo_id="t2"), departed=True)
+    stays = pair(departed=False)
 
     assert Charge(number=1, todo=todo(todo_id="t2")) == decide(departed, ledger, NOW, POLICY)
     assert Capped(nudges=POLICY.cap) == decide(stays, ledger, NOW, POLICY)
@@ -421,24 +459,6 @@ def test_progress_without_a_row_is_not_progress() -> None:
         made_progress(claimed, None),
         starts_over(claimed, None),
         effective_nudges(claimed, None),
-    )
-
-
-@pytest.mark.parametrize(
-    ("claim_after", "progressed"),
-    [(US, True), (timedelta(0), False), (-minutes(1), False)],
-    ids=["1us after", "at", "1m before"],
-)
-def test_an_old_build_row_reads_progress_by_timestamps_alone(
-    claim_after: timedelta, progressed: bool
-) -> None:
-    """An old-build row's progress is a claim stamped after its last nudge; its charge names t1."""
-    legacy = row(POLICY.cap, NOW - minutes(10), named=None)
-    state = pair(claimed=legacy.last_nudged_at + claim_after, departed=has_departed(legacy, set()))
-
-    assert progressed is made_progress(state, legacy)
-    assert ([("ep", 1, "t1", NOW)] if progressed else []) == charges(
-        [state], {legacy.key: legacy}, NOW
     )
 
 
@@ -500,53 +520,26 @@ def test_progress_seen_while_paused_is_answered_by_nudge_one_on_resuming() -> No
     assert [("ep", 1, "t2", later)] == charges([resumed], {kept.key: kept}, later)
 
 
-# -- the charge stamp: a claim ahead of now is consumed once --------------------------------
+# -- the charge is stamped now; a claim counts once, whatever its stamp ----------------------
 
 
-@pytest.mark.parametrize(
-    ("claimed", "stamp"),
-    [(NOW + US, NOW + US), (NOW, NOW), (NOW - minutes(1), NOW), (None, NOW)],
-    ids=["ahead", "at now", "behind", "never claimed"],
-)
-def test_charge_stamp_is_now_or_a_later_claim(claimed: datetime | None, stamp: datetime) -> None:
-    """A charge is stamped now, or with the pair's latest claim if that is later."""
-    assert stamp == charge_stamp(pair(claimed=claimed), NOW)
+def test_plan_tick_stamps_a_charge_now_whatever_the_claims_say() -> None:
+    """A charge is stamped now, even for a pair claimed ahead of now (a host clock ahead)."""
+    [nudge] = plan_tick([pair(claimed=NOW + minutes(10))], {}, NOW, POLICY).charges
+
+    assert row(1, NOW) == charge_row(nudge)
 
 
-def test_a_claim_stamped_ahead_of_now_is_consumed_by_the_charge() -> None:
-    """The same claim ahead of now is not progress after the charge; the backoff runs from it."""
-    ahead = NOW + minutes(10)
-    ledger = row(3, NOW - minutes(30))
-    claimed = pair(claimed=ahead)
+def test_a_claim_stamped_ahead_of_now_is_read_once() -> None:
+    """A claim stamped ten minutes ahead stays in every window till then, but is new only once."""
+    ahead = [("t9", "done", NOW + minutes(10))]
+    first = claims_read(ahead, claims_window(None, NOW))
 
-    [nudge] = plan_tick([claimed], {ledger.key: ledger}, NOW, POLICY).charges
-    answered = charge_row(nudge)
-
-    assert (1, ahead) == (nudge.number, nudge.charged_at)
-    assert False is made_progress(claimed, answered)
-    assert Wait(due_at=ahead + POLICY.backoff[0]) == decide(
-        claimed, answered, NOW + minutes(1), POLICY
-    )
-    # Stamped with now instead, the same claim would be progress again.
-    assert True is made_progress(claimed, attrs.evolve(answered, last_nudged_at=NOW))
-
-
-def test_a_claim_stamped_ahead_of_now_counts_once_across_a_reset() -> None:
-    """A claim ahead of now seen while paused is kept by the reset, then consumed by one charge."""
-    ahead = NOW + minutes(10)
-    ledger = row(2, NOW - minutes(30))
-    paused = pair(active=False, claimed=ahead)
-
-    plan = plan_tick([paused], {ledger.key: ledger}, NOW, POLICY)
-    kept = reset_row(ledger, NOW)
-    resumed = pair(claimed=ahead)
-    [nudge] = plan_tick([resumed], {kept.key: kept}, NOW + minutes(1), POLICY).charges
-    answered = charge_row(nudge)
-    after = plan_tick([resumed], {answered.key: answered}, NOW + minutes(2), POLICY)
-
-    assert ((), (ledger.key,)) == (plan.charges, plan.reset)
-    assert (1, ahead) == (nudge.number, nudge.charged_at)
-    assert ((), ()) == (after.charges, after.reset)
+    assert NOW + minutes(10) == latest_claim(ahead, claims_window(None, NOW), set())
+    for tick in range(1, 12):
+        since = claims_window(NOW + minutes(tick - 1), NOW + minutes(tick))
+        assert None is latest_claim(ahead, since, first)
+        assert first == claims_read(ahead, since)
 
 
 # -- refunds --------------------------------------------------------------------------------
@@ -582,19 +575,6 @@ def test_refunded_row_takes_back_only_its_own_charge(
 ) -> None:
     """Compare-and-set: only the row the nudge's charge wrote comes back one lower."""
     assert refunded == refunded_row(written, nudge)
-
-
-def test_a_late_refund_never_undoes_a_later_charge_pinned_to_the_same_claim() -> None:
-    """Two nudge-1 charges pinned to one claim ahead: the first one's refund spares the next."""
-    ahead = NOW + minutes(30)
-    ledger = row(1, NOW - minutes(5))
-    [first] = plan_tick([pair(claimed=ahead)], {ledger.key: ledger}, NOW, POLICY).charges
-    # Then t1, the todo it named, departs (claimed on a clock behind): progress again.
-    moved_on = pair(oldest=todo(todo_id="t2"), claimed=ahead, departed=True)
-    [second] = plan_tick([moved_on], {ledger.key: charge_row(first)}, NOW + US, POLICY).charges
-
-    assert (first.number, first.charged_at) == (second.number, second.charged_at)
-    assert None is refunded_row(charge_row(second), first)
 
 
 def test_a_refunded_first_nudge_waits_the_first_step_then_is_nudge_one_again() -> None:
@@ -694,11 +674,6 @@ def test_plan_tick_clears_rows_with_no_work_and_orphans_sorted_and_leaves_its_in
     assert (("a", "q"), ("b", "q")) == plan.cleared
     assert [("c", "q")] == [n.key for n in plan.charges]
     assert before == rows
-
-
-def test_plan_tick_stamps_a_first_charge_with_a_claim_later_than_now() -> None:
-    """A pair claimed after now (a host clock ahead) is charged with that claim as its stamp."""
-    assert [("ep", 1, "t1", NOW + US)] == charges([pair(claimed=NOW + US)], {}, NOW)
 
 
 # -- invalid inputs -------------------------------------------------------------------------

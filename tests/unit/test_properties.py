@@ -28,7 +28,6 @@ from stall_core import (
     Reset,
     TodoRef,
     charge_row,
-    charge_stamp,
     decide,
     effective_nudges,
     made_progress,
@@ -137,7 +136,7 @@ def boards(draw: st.DrawFn) -> Board:
 def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(board: Board) -> None:
     """Charges are the first tick_limit Charge decisions in charge order, held_back the rest.
 
-    Each is stamped with ``charge_stamp``: now, or the pair's latest claim if that is later.
+    Each is stamped now.
     """
     pairs, rows, now, policy = board
     decisions = {p.key: (p, decide(p, rows.get(p.key), now, policy)) for p in pairs}
@@ -148,7 +147,7 @@ def test_plan_tick_charges_the_first_charge_decisions_in_d6_order(board: Board) 
                 queue=p.queue,
                 todo=d.todo,
                 number=d.number,
-                charged_at=charge_stamp(p, now),
+                charged_at=now,
             )
             for p, d in decisions.values()
             if isinstance(d, Charge)
@@ -228,8 +227,9 @@ def test_a_charge_consumes_the_progress_it_answers(board: Board, later: timedelt
 
     for nudge in plan_tick(pairs, rows, now, policy).charges:
         written = charge_row(nudge)
-        # The same claims; the named todo is the pair's oldest pending todo, so not departed.
-        seen = attrs.evolve(by_key[nudge.key], named_departed=False)
+        # The claims the charging tick read are not new to the next one; the named todo is
+        # the pair's oldest pending todo, so not departed.
+        seen = attrs.evolve(by_key[nudge.key], latest_claim=None, named_departed=False)
 
         assert False is made_progress(seen, written)
         assert nudge.number == effective_nudges(seen, written)

@@ -137,15 +137,15 @@ def test_each_verdict(
             T0 + timedelta(hours=9),
             (Verdict.DUE, 0, T0 + timedelta(hours=9)),
         ),
-        # A claim stamped before the last nudge counts only if the named todo departed.
+        # With no new claim, the named todo departed is progress; still there, it is not.
         (
-            pair(claimed=T0 + minutes(2), departed=True),
+            pair(departed=True),
             row(2, T0 + minutes(3)),
             T0 + minutes(4),
             (Verdict.DUE, 0, T0 + minutes(4)),
         ),
         (
-            pair(claimed=T0 + minutes(2)),
+            pair(),
             row(2, T0 + minutes(3)),
             T0 + minutes(4),
             (Verdict.BACKING_OFF, 2, T0 + minutes(3) + POLICY.backoff[1]),
@@ -188,7 +188,7 @@ def test_each_verdict(
     ids=[
         "progress",
         "departed",
-        "claim before",
+        "no new claim",
         "refunded",
         "kept",
         "fresh after progress",

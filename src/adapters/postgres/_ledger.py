@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -15,9 +15,11 @@ import attrs
 
 from adapters.postgres.sql import queries
 from stall_core import (
+    CLAIMS_LOOKBACK,
     FULL_PASS_INTERVAL,
     QUARANTINE_QUEUE,
     ChargeOutcome,
+    Claim,
     Clock,
     LedgerError,
     LedgerRow,
@@ -29,6 +31,7 @@ from stall_core import (
     TodoRef,
     Unreadable,
     aware,
+    claims_window,
     format_duration,
     format_seconds,
     full_pass_due,
@@ -102,12 +105,11 @@ TICK_LOCK_KEY = int.from_bytes(b"stallnud", "big")
 #: A delta reads at most this many changes (or as many as the last full pass judged pairs,
 #: if more); past that a full pass costs less (after an outage, say).
 DELTA_BOUND = 1000
-#: How far before the last judging tick a delta reads the host's timestamps again: a claim
-#: or an arrival committed up to this long after it was stamped is still seen. A host's
-#: claim transactions take milliseconds; the rest is margin for a clock behind the
-#: database. What it costs: each tick reads this much of the board's claims and arrivals
-#: again (one index entry and one ledger probe each).
-LOOKBACK = timedelta(minutes=1)
+#: How far before the last judging tick a delta reads the host's timestamps again (the
+#: claims window's lookback, stall_core.CLAIMS_LOOKBACK): a claim or an arrival committed
+#: up to this long after it was stamped is still seen. What it costs: each tick reads this
+#: much of the board's claims and arrivals again (one index entry and one probe each).
+LOOKBACK = CLAIMS_LOOKBACK
 
 
 class PostgresLedger:
@@ -198,20 +200,28 @@ class PostgresLedger:
             parameters = charge_due_parameters(now, policy)
             loop = asyncio.get_running_loop()
             started = loop.time()
-            changed = await self._changed(conn, lock, now, parameters)
+            since = claims_window(lock["judged_to"], now, self._lookback)
+            last_read = (lock["claims_read_ids"] or [], lock["claims_read_at"] or [])
+            changed = await self._changed(conn, lock, now, parameters, since, last_read)
             rows = []
             if changed is None:
                 kind = "full"
-                rows = await conn.fetch(_SQL["judge"], *parameters, None, None)
-            elif changed[0]:
-                kind = "delta"
-                await conn.execute(_SQL["plan_once"])
-                rows = await conn.fetch(_SQL["judge"], *parameters, *changed)
+                rows = await conn.fetch(_SQL["judge"], *parameters, None, None, since, *last_read)
+                read = _claims(rows)
             else:
                 kind = "delta"
+                pairs, read = changed
+                if pairs[0]:
+                    await conn.execute(_SQL["plan_once"])
+                    rows = await conn.fetch(_SQL["judge"], *parameters, *pairs, since, *last_read)
+                    # Claims committed since find_changed count only in the pairs judged
+                    # here; elsewhere they stay new for the next tick.
+                    judged = set(zip(*pairs, strict=True))
+                    read |= _claims(r for r in rows if (r["endpoint_id"], r["queue"]) in judged)
             took_ms = (loop.time() - started) * 1000
             outcome = charge_outcome(rows, now, kind)
             interval_ms = None if every is None else every / timedelta(milliseconds=1)
+            read_ids, read_at = zip(*read, strict=True) if read else ((), ())
             await conn.execute(
                 _SQL["record_tick"],
                 now,
@@ -219,6 +229,8 @@ class PostgresLedger:
                 kind,
                 outcome.judged,
                 took_ms,
+                list(read_ids),
+                list(read_at),
             )
         self._started = True
         took = format_duration(timedelta(milliseconds=took_ms))
@@ -231,11 +243,15 @@ class PostgresLedger:
         record: asyncpg.Record,
         now: datetime,
         parameters: tuple[object, ...],
-    ) -> tuple[list[str], list[str]] | None:
-        """The pairs whose decision can have changed (endpoint ids, queues), or None: a full pass.
+        since: datetime,
+        last_read: tuple[list[str], list[datetime]],
+    ) -> tuple[tuple[list[str], list[str]], set[Claim]] | None:
+        """The pairs whose decision can have changed (endpoint ids, queues) and the claims read.
 
-        A full pass finds and judges every pair in one statement (``judge``
-        given no pairs), so every pair is found in the snapshot that judges it.
+        None: a full pass. It finds and judges every pair in one statement
+        (``judge`` given no pairs), so every pair is found in the snapshot
+        that judges it. ``since`` is the claims window, ``last_read`` the
+        claims the last tick read (ids, stamps).
         """
         judged_to: datetime | None = record["judged_to"]
         full_pass_at: datetime | None = record["full_pass_at"]
@@ -251,9 +267,10 @@ class PostgresLedger:
         found = await conn.fetchrow(
             _SQL["find_changed"],
             *parameters,
-            judged_to - self._lookback,
+            since,
             full_pass_at - self._lookback,
             bound,
+            *last_read,
         )
         assert found is not None  # an aggregate's one row
         if found["overflow"]:
@@ -263,7 +280,8 @@ class PostgresLedger:
                 bound,
             )
             return None
-        return found["endpoint_ids"], found["queues"]
+        read = set(zip(found["read_ids"], found["read_at"], strict=True))
+        return (found["endpoint_ids"], found["queues"]), read
 
     async def refund(self, nudge: Nudge) -> bool:
         what = f"refunding {nudge.endpoint_id}/{nudge.queue}"
@@ -358,11 +376,20 @@ class PostgresLedger:
         """
         async with self._connection("reading the queue status") as conn:
             await _guest(conn)
-            rows = await conn.fetch(_SQL["pair_status"], QUARANTINE_QUEUE)
             now = (
                 await conn.fetchval(_SQL["now"])
                 if self._clock is None
                 else aware("clock()", self._clock())
+            )
+            record = await conn.fetchrow(_SQL["fleet_record"])
+            assert record is not None  # one row, even before the first sweep
+            since = claims_window(record["judged_to"], now, self._lookback)
+            rows = await conn.fetch(
+                _SQL["pair_status"],
+                QUARANTINE_QUEUE,
+                since,
+                record["claims_read_ids"] or [],
+                record["claims_read_at"] or [],
             )
         return now, [
             pair_status(
@@ -411,6 +438,11 @@ def _ledger_row(r: asyncpg.Record) -> LedgerRow:
         named_todo=r["named_todo"],
         progressed_at=r["progressed_at"],
     )
+
+
+def _claims(rows: Iterable[asyncpg.Record]) -> set[Claim]:
+    """The claims (todo id, stamp) among a judge's result rows."""
+    return {(r["todo_id"], r["created_at"]) for r in rows if r["kind"] == "read"}
 
 
 def charge_outcome(rows: list[asyncpg.Record], now: datetime, kind: str) -> ChargeOutcome:

@@ -128,6 +128,8 @@ class HostIndex:
     why: str
     columns: str
     where: str
+    #: Columns carried in each entry, not keyed: what an index-only read returns.
+    include: str = ""
     #: The leading plain columns a host's own index must have to serve; empty: only ours.
     fits_columns: tuple[str, ...] = ()
     #: The predicates (as the catalog prints them; '' for none) such an index may have.
@@ -137,7 +139,9 @@ class HostIndex:
         """Its CREATE INDEX CONCURRENTLY, on the host's table in ``host_schema``."""
         return (
             f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} "
-            f"ON {quote_ident(host_schema)}.{self.table} ({self.columns}) WHERE {self.where}"
+            f"ON {quote_ident(host_schema)}.{self.table} ({self.columns})"
+            + (f" INCLUDE ({self.include})" if self.include else "")
+            + f" WHERE {self.where}"
         )
 
 
@@ -150,31 +154,22 @@ HOST_INDEXES: tuple[HostIndex, ...] = (
     HostIndex(
         name="stall_nudge_pending",
         table="todos",
-        why="pending todos in pair order, oldest first: the full pass steps from pair to "
-        "pair on it, and a pair's work is one descent",
-        columns="endpoint_id, queue, created_at",
+        why="pending todos in pair order, oldest first, ties by id in code point order, "
+        "with their delivery: the full pass steps from pair to pair on it and reads each "
+        "pair's work from the entry it lands on, index-only; a host claiming the next todo "
+        "of a queue can use it instead of its own",
+        columns='endpoint_id, queue, created_at, (id::text) COLLATE "C"',
+        include="id, delivery_id",
         where=f"state = 'pending' AND {NAMES_FIT}",
-        fits_columns=("endpoint_id", "queue", "created_at"),
-        fits_predicates=("(state = 'pending'::text)",),
     ),
     HostIndex(
-        name="stall_nudge_arrivals",
+        name="stall_nudge_activity",
         table="todos",
-        why="pending todos by creation: the delta finds the work that crossed the "
-        "threshold since its watermark with one range scan",
-        columns="created_at",
-        where="state = 'pending'",
-        fits_columns=("created_at",),
-        fits_predicates=("(state = 'pending'::text)",),
-    ),
-    HostIndex(
-        name="stall_nudge_claim_times",
-        table="todos",
-        why="todos by claim time: the delta finds the claims stamped since its watermark",
-        columns="claimed_at",
-        where="claimed_at IS NOT NULL",
-        fits_columns=("claimed_at",),
-        fits_predicates=("", "(claimed_at IS NOT NULL)"),
+        why="todos by their latest stamp, claimed_at or else created_at: the claims a "
+        "tick reads and the delta's arrivals are one range scan each, and a todo's life "
+        "(created, claimed, done) is one entry at a time",
+        columns="(coalesce(claimed_at, created_at))",
+        where="claimed_at IS NOT NULL OR state = 'pending'",
     ),
     HostIndex(
         name="stall_nudge_requeued",
@@ -184,15 +179,6 @@ HOST_INDEXES: tuple[HostIndex, ...] = (
         where="state = 'pending' AND claimed_at IS NOT NULL",
         fits_columns=("claimed_at",),
         fits_predicates=("((state = 'pending'::text) AND (claimed_at IS NOT NULL))",),
-    ),
-    HostIndex(
-        name="stall_nudge_claimed",
-        table="todos",
-        why="claimed todos by pair and claim time: a pair's latest claim is one descent",
-        columns="endpoint_id, queue, claimed_at",
-        where=f"claimed_at IS NOT NULL AND {NAMES_FIT}",
-        fits_columns=("endpoint_id", "queue", "claimed_at"),
-        fits_predicates=("", "(claimed_at IS NOT NULL)"),
     ),
     HostIndex(
         name="stall_nudge_unverified",

@@ -26,17 +26,20 @@ SELECT count(*) FROM stall_nudge.queue_stall_nudges;
 -- name: fleet_record
 -- The fleet's record of its ticks, for status.
 SELECT t.swept_at, t.interval_ms, t.last_kind, t.last_judged, t.full_pass_at, t.full_pass_ms,
-       t.full_pass_pairs
+       t.full_pass_pairs, t.judged_to, t.claims_read_ids, t.claims_read_at
   FROM (SELECT 1) one
   LEFT JOIN stall_nudge.ticks t ON true;
 
 -- name: pair_status
 -- "Is my queue drained?": every pair with a pending todo, a ledger row or a held entry, with the facts its verdict needs (stall_core.pair_status turns them into the verdict).
--- $1 the quarantine queue. One pass over the pending todos (status is an operator's
--- command, not the tick) counts each pair's todos past the sender gate and held by it
--- (stall_core.passes_gate) and finds its work (stall_core.work_of); then per pair one
--- descent each for its latest claim, its receiver, its endpoint and its hooks' health, and
--- its first todo holding an instant the sweep does not read (stall_core.readable).
+-- $1 the quarantine queue, $2 the claims window (stall_core.claims_window), $3 and $4 the
+-- claims the last tick read (todo ids, stamps). One pass over
+-- the pending todos (status is an operator's command, not the tick) counts each pair's
+-- todos past the sender gate and held by it (stall_core.passes_gate) and finds its work
+-- (stall_core.work_of); one range scan finds each pair's latest new claim
+-- (stall_core.latest_claim); then per pair one descent each for its receiver, its endpoint
+-- and its hooks' health, and its first todo holding an instant the sweep does not read
+-- (stall_core.readable).
 WITH pending AS (
     SELECT t.endpoint_id, t.queue,
            count(*) FILTER (WHERE g.passes) AS sendable,
@@ -73,10 +76,19 @@ found AS (
      WHERE NOT EXISTS (SELECT 1 FROM pending p
                         WHERE p.endpoint_id::text = o.endpoint_id AND p.queue = o.queue)
 ),
+recent AS (
+    SELECT c.endpoint_id::text AS endpoint_id, c.queue, max(c.claimed_at) AS latest
+      FROM host_todos c
+     WHERE coalesce(c.claimed_at, c.created_at) > $2
+       AND c.claimed_at < '9999-12-31 23:59:59.999999+00' AND c.state <> 'pending'
+       AND (c.id::text, c.claimed_at) NOT IN (SELECT * FROM unnest($3::text[], $4::timestamptz[]))
+     GROUP BY c.endpoint_id, c.queue
+),
 unreadable AS (
     -- Each pair's first todo (by id) holding an instant the sweep does not read: a pending
     -- todo's created_at (not work), else any todo's claimed_at (not progress), as PostgreSQL
-    -- prints it. Range scans at the ends of the arrivals and claim-times indexes.
+    -- prints it: a pass over the pending todos (as above), and range scans at the two ends
+    -- of the activity index.
     SELECT DISTINCT ON (u.endpoint_id, u.queue) u.endpoint_id, u.queue, u.id, u.column_name, u.value
       FROM (SELECT x.endpoint_id::text AS endpoint_id, x.queue, x.id::text AS id,
                    'created_at' AS column_name, coalesce(x.created_at::text, 'NULL') AS value
@@ -87,8 +99,10 @@ unreadable AS (
             UNION ALL
             SELECT x.endpoint_id::text, x.queue, x.id::text, 'claimed_at', x.claimed_at::text
               FROM host_todos x
-             WHERE x.claimed_at <= '0001-01-01 00:00:00+00'
-                OR x.claimed_at >= '9999-12-31 23:59:59.999999+00') u
+             WHERE (coalesce(x.claimed_at, x.created_at) <= '0001-01-01 00:00:00+00'
+                    OR coalesce(x.claimed_at, x.created_at) >= '9999-12-31 23:59:59.999999+00')
+               AND (x.claimed_at <= '0001-01-01 00:00:00+00'
+                    OR x.claimed_at >= '9999-12-31 23:59:59.999999+00')) u
      ORDER BY u.endpoint_id, u.queue, u.column_name <> 'created_at', u.id COLLATE "C"
 )
 SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_at,
@@ -98,13 +112,7 @@ SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_
        EXISTS (SELECT 1 FROM host_endpoints e WHERE e.id = f.key AND e.state = 'active')
        AS endpoint_active,
        coalesce(h.receivers, 0) > 0 AS has_receiver,
-       (SELECT t.claimed_at FROM host_todos t
-         WHERE t.endpoint_id = f.key AND t.queue = f.queue AND t.claimed_at IS NOT NULL
-           AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
-           AND t.claimed_at > '0001-01-01 00:00:00+00'
-           AND t.claimed_at < '9999-12-31 23:59:59.999999+00'
-         ORDER BY t.claimed_at DESC
-         LIMIT 1) AS latest_claim,
+       c.latest AS latest_claim,
        r.named_todo IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM host_todos n
                         WHERE n.id = (json_populate_record(
@@ -116,6 +124,7 @@ SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_
        u.id AS unreadable_todo, u.column_name AS unreadable_column, u.value AS unreadable_value
   FROM found f
   LEFT JOIN queue_stall_nudges r ON r.endpoint_id = f.endpoint_id AND r.queue = f.queue
+  LEFT JOIN recent c ON c.endpoint_id = f.endpoint_id AND c.queue = f.queue
   LEFT JOIN LATERAL (
         -- The covering hooks (stall_core.covers): how many are enabled (receivers), the most
         -- consecutive failures of one of those, and how many are disabled.

@@ -14,7 +14,8 @@
 -- Make this transaction a guest's, take the fleet's tick lock (or learn another instance holds it), and read the time and when the fleet last ticked.
 -- $1 the lock's key, $2 statement and lock timeout (ms, as text). Every setting is local to
 -- the transaction; JIT is off (compiling a statement of a few index probes costs far more
--- than running it). The lock is transaction-level, so it works behind a transaction-pooling
+-- than running it); work_mem is 64 MB, so a full pass's hashes and sorts of every pair stay
+-- in memory. The lock is transaction-level, so it works behind a transaction-pooling
 -- PgBouncer. Names are qualified: the caller's search_path holds while this is parsed. The
 -- record read here predates the lock: enough for an instance that did not get it.
 SELECT l.got, pg_catalog.clock_timestamp() AS now, t.swept_at
@@ -22,6 +23,7 @@ SELECT l.got, pg_catalog.clock_timestamp() AS now, t.swept_at
                pg_catalog.set_config('statement_timeout', $2, true),
                pg_catalog.set_config('lock_timeout', $2, true),
                pg_catalog.set_config('jit', 'off', true),
+               pg_catalog.set_config('work_mem', '64MB', true),
                pg_catalog.pg_try_advisory_xact_lock($1) AS got
         OFFSET 0) l
   LEFT JOIN stall_nudge.ticks t ON true;
@@ -32,22 +34,33 @@ SELECT l.got, pg_catalog.clock_timestamp() AS now, t.swept_at
 -- tick's "now" is never earlier than that commit, and the fleet never sweeps twice within
 -- an interval. host_schema is NULL until migrate recorded it.
 SELECT clock_timestamp() AS now, t.swept_at, t.judged_to, t.full_pass_at, t.full_pass_pairs,
-       s.host_schema
+       t.claims_read_ids, t.claims_read_at, s.host_schema
   FROM (SELECT 1) one
   LEFT JOIN ticks t ON true
   LEFT JOIN settings s ON true;
 
 -- name: find_changed
--- The delta: the pairs whose decision can have changed since the last judging tick, as two arrays, and whether a read of the host's rows stopped at its bound.
--- $7 that tick's now less the lookback (it covers transactions still open then), $8 the
--- last full pass's, less the lookback, $9 the bound on each read of the host's rows (a
--- change set that large is cheaper judged by a full pass). What no timestamp shows (a
--- delete, a change of endpoint, hook or verification, a row written with an old stamp)
--- waits for the full pass. Sent before judge, planned for its own values.
-WITH claimed AS (
-    -- Readable claims stamped since the watermark (stall_core.readable).
-    SELECT c.endpoint_id, c.queue, c.claimed_at FROM host_todos c
-     WHERE c.claimed_at > $7 AND c.claimed_at < '9999-12-31 23:59:59.999999+00'
+-- The delta: the pairs whose decision can have changed since the last judging tick, as two arrays, whether a read of the host's rows stopped at its bound, and the claims it read.
+-- $7 the claims window (stall_core.claims_window: that tick's now less the lookback, which
+-- covers transactions still open then), $8 the last full pass's now less the lookback, $9
+-- the bound on each read of the host's rows (a change set that large is cheaper judged by a
+-- full pass), $10 and $11 the claims the last tick read (todo ids, stamps). What no
+-- timestamp shows (a delete, a change of endpoint, hook or verification, a row written with
+-- an old stamp) waits for the full pass. Sent before judge, planned for its own values.
+WITH reads AS MATERIALIZED (
+    -- The claims a tick reads (stall_core.claims_read): one range scan of the activity index.
+    SELECT c.endpoint_id::text AS endpoint_id, c.queue, c.id::text AS id, c.claimed_at
+      FROM host_todos c
+     WHERE coalesce(c.claimed_at, c.created_at) > $7 AND c.claimed_at < '9999-12-31 23:59:59.999999+00'
+       AND c.state <> 'pending'
+),
+claimed AS (
+    -- The new ones (stall_core.latest_claim: not read by the last tick) that are progress for
+    -- a ledger row (stall_core.made_progress).
+    SELECT w.endpoint_id, w.queue FROM reads w
+      JOIN queue_stall_nudges r ON r.endpoint_id = w.endpoint_id AND r.queue = w.queue
+     WHERE r.progressed_at IS NULL
+       AND (w.id, w.claimed_at) NOT IN (SELECT * FROM unnest($10::text[], $11::timestamptz[]))
      LIMIT $9
 ),
 requeued AS (
@@ -59,18 +72,17 @@ requeued AS (
      LIMIT $9
 ),
 arrived AS (
-    -- Pending todos that crossed the threshold since the watermark (stall_core.is_candidate).
+    -- Pending todos never claimed that crossed the threshold since the watermark
+    -- (stall_core.is_candidate): a range of the activity index, whose key is their
+    -- created_at. One requeued crosses it as a requeue (above), or waits for a full pass.
     SELECT a.endpoint_id, a.queue FROM host_todos a
-     WHERE a.state = 'pending' AND a.queue <> $6
-       AND a.created_at >= $7::timestamptz - $2::bigint * interval '1 microsecond'
-       AND a.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'
+     WHERE a.state = 'pending' AND a.queue <> $6 AND a.claimed_at IS NULL
+       AND coalesce(a.claimed_at, a.created_at) >= $7::timestamptz - $2::bigint * interval '1 microsecond'
+       AND coalesce(a.claimed_at, a.created_at) < $1::timestamptz - $2::bigint * interval '1 microsecond'
      LIMIT $9
 ),
 changed AS (
-    -- A claim after a row's last nudge (stall_core.made_progress).
-    SELECT c.endpoint_id::text AS endpoint_id, c.queue FROM claimed c
-      JOIN queue_stall_nudges r ON r.endpoint_id = c.endpoint_id::text AND r.queue = c.queue
-     WHERE r.progressed_at IS NULL AND c.claimed_at > r.last_nudged_at
+    SELECT c.endpoint_id, c.queue FROM claimed c
     UNION
     SELECT q.endpoint_id::text, q.queue FROM requeued q
     UNION
@@ -121,7 +133,9 @@ changed AS (
 SELECT coalesce(array_agg(c.endpoint_id), '{}') AS endpoint_ids,
        coalesce(array_agg(c.queue), '{}') AS queues,
        (SELECT count(*) FROM claimed) >= $9 OR (SELECT count(*) FROM requeued) >= $9
-       OR (SELECT count(*) FROM arrived) >= $9 AS overflow
+       OR (SELECT count(*) FROM arrived) >= $9 AS overflow,
+       (SELECT coalesce(array_agg(w.id), '{}') FROM reads w) AS read_ids,
+       (SELECT coalesce(array_agg(w.claimed_at), '{}') FROM reads w) AS read_at
   FROM changed c;
 
 -- name: plan_once
@@ -131,19 +145,20 @@ SELECT coalesce(array_agg(c.endpoint_id), '{}') AS endpoint_ids,
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: judge
--- Judge pairs by the core's rules on the host's current rows: charge, clear, reset and hold back; return what was done.
+-- Judge pairs by the core's rules: charge, clear, reset, hold back.
 -- Of the pairs due it charges the best tick_limit and holds the others for the next tick; it
 -- clears the rows of pairs left with no work and resets rows whose progress no charge answers.
 -- $7 and $8 name the pairs a delta found (endpoint ids, queues); NULL for a full pass, which
 -- finds here, in the same snapshot, every pair with a pending todo, a ledger row or a held
--- entry. Each write is compare-and-set on the row as this snapshot read it.
+-- entry. $9 the claims window (stall_core.claims_window), $10 and $11 the claims the last
+-- tick read (todo ids, stamps). Each write is compare-and-set on the row as this snapshot
+-- read it.
 WITH RECURSIVE pairs AS (
     -- The full pass's pairs with pending todos: a skip scan of the pending index, each step
-    -- one descent to the next pair. Only pairs whose names fit an index entry
+    -- one index-only descent to the next pair. Only pairs whose names fit an index entry
     -- (stall_core.names_fit): the others are never work.
     (SELECT t.endpoint_id, t.queue FROM host_todos t WHERE $7::text[] IS NULL AND t.state = 'pending'
-        AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
-      ORDER BY t.endpoint_id, t.queue LIMIT 1)
+        AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000 ORDER BY t.endpoint_id, t.queue LIMIT 1)
     UNION ALL
     SELECT n.endpoint_id, n.queue FROM pairs p
      CROSS JOIN LATERAL (SELECT t.endpoint_id, t.queue FROM host_todos t WHERE t.state = 'pending'
@@ -157,23 +172,23 @@ found AS (
     UNION ALL
     SELECT o.endpoint_id, o.queue,
            (json_populate_record(NULL::host_endpoints, json_build_object('id', o.endpoint_id))).id
-      FROM (SELECT r.endpoint_id, r.queue FROM queue_stall_nudges r WHERE $7::text[] IS NULL
-            UNION SELECT h.endpoint_id, h.queue FROM held h WHERE $7::text[] IS NULL
+      FROM (SELECT r.endpoint_id, r.queue FROM queue_stall_nudges r WHERE $7 IS NULL
+            UNION SELECT h.endpoint_id, h.queue FROM held h WHERE $7 IS NULL
             UNION SELECT g.* FROM unnest($7::text[], $8::text[]) g (endpoint_id, queue)) o
-     WHERE NOT EXISTS (SELECT 1 FROM pairs p WHERE p.endpoint_id::text = o.endpoint_id AND p.queue = o.queue)
+     WHERE NOT EXISTS (SELECT 1 FROM pairs p WHERE (p.endpoint_id::text, p.queue) = (o.endpoint_id, o.queue))
 ),
 judged AS MATERIALIZED (
     -- Each pair with its work and its ledger row, either possibly absent. The work
     -- (stall_core.work_of) is the oldest pending todo whose names fit, created at a readable
     -- instant (stall_core.readable), past the sender gate (stall_core.passes_gate: no
-    -- delivery, or one there and not among the unverified; two index-only probes), none in
-    -- the quarantine queue; ties by id in code point order.
-    SELECT f.endpoint_id, f.queue, f.key, w.id AS todo_id, w.created_at, w.title,
+    -- delivery, or one there and not among the unverified), none in the quarantine queue;
+    -- ties by id in code point order: one index-only descent.
+    SELECT f.endpoint_id, f.queue, f.key, w.id::text AS todo_id, w.id AS todo_key, w.created_at,
            w.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond' AS stalled,
            r.ctid AS row_ctid, r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at
       FROM found f
       LEFT JOIN LATERAL (
-            SELECT t.id::text AS id, t.created_at, t.title FROM host_todos t
+            SELECT t.id, t.created_at FROM host_todos t
              WHERE t.endpoint_id = f.key AND t.queue = f.queue AND t.state = 'pending' AND f.queue <> $6
                AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
                AND t.created_at > '0001-01-01+00' AND t.created_at < '9999-12-31 23:59:59.999999+00'
@@ -182,33 +197,37 @@ judged AS MATERIALIZED (
                         AND NOT EXISTS (SELECT 1 FROM host_deliveries u
                                          WHERE u.id = t.delivery_id AND NOT u.verified)))
              ORDER BY t.created_at, t.id::text COLLATE "C" LIMIT 1) w ON true
-      LEFT JOIN queue_stall_nudges r ON r.endpoint_id = f.endpoint_id AND r.queue = f.queue
+      LEFT JOIN queue_stall_nudges r ON (r.endpoint_id, r.queue) = (f.endpoint_id, f.queue)
+),
+reads AS MATERIALIZED (
+    -- The claims this tick reads (stall_core.claims_read): one range scan of the activity
+    -- index (a claimed todo's key is its claimed_at).
+    SELECT c.endpoint_id, c.queue, c.id::text AS id, c.claimed_at FROM host_todos c
+     WHERE coalesce(c.claimed_at, c.created_at) > $9 AND c.claimed_at < '9999-12-31 23:59:59.999999+00' AND c.state <> 'pending'
+),
+recent AS (
+    -- Each pair's latest new claim, one the last tick did not read (stall_core.latest_claim).
+    SELECT w.endpoint_id, w.queue, max(w.claimed_at) AS latest FROM reads w
+     WHERE (w.id, w.claimed_at) NOT IN (SELECT * FROM unnest($10::text[], $11::timestamptz[]))
+     GROUP BY w.endpoint_id, w.queue
 ),
 assessed AS MATERIALIZED (
-    -- Each pair with work: its latest readable claim (stall_core.latest_claim; read for a
-    -- row, or for work past the threshold: a charge's stamp), whether it progressed
-    -- (stall_core.made_progress: kept by a reset, a claim after the last nudge, or the named
-    -- todo no longer pending in the pair) and its count since progress
-    -- (stall_core.effective_nudges).
-    SELECT j.*, c.latest, p.progressed,
+    -- Each pair with work: whether it progressed (stall_core.made_progress: kept by a reset,
+    -- a new claim, or the named todo no longer pending in the pair) and its count since
+    -- progress (stall_core.effective_nudges).
+    SELECT j.*, p.progressed,
            CASE WHEN j.row_ctid IS NULL OR p.progressed THEN 0 ELSE j.nudges END AS spent
       FROM judged j
-      LEFT JOIN LATERAL (
-            SELECT t.claimed_at AS latest FROM host_todos t
-             WHERE (j.row_ctid IS NOT NULL OR j.stalled)
-               AND t.endpoint_id = j.key AND t.queue = j.queue AND t.claimed_at IS NOT NULL
-               AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
-               AND t.claimed_at > '0001-01-01+00' AND t.claimed_at < '9999-12-31 23:59:59.999999+00'
-             ORDER BY t.claimed_at DESC LIMIT 1) c ON true
+      LEFT JOIN recent c ON (c.endpoint_id, c.queue) = (j.key, j.queue)
      CROSS JOIN LATERAL (
             SELECT j.row_ctid IS NOT NULL
-                   AND (j.progressed_at IS NOT NULL OR c.latest > j.last_nudged_at
+                   AND (j.progressed_at IS NOT NULL
+                        OR c.latest IS NOT NULL
                         OR (j.named_todo <> j.todo_id AND NOT EXISTS (
-                                SELECT 1 FROM host_todos n
-                                 WHERE n.id = (json_populate_record(
+                                SELECT 1 FROM host_todos n WHERE n.id = (json_populate_record(
                                           NULL::host_todos, json_build_object('id', j.named_todo))).id
-                                   AND n.state = 'pending' AND n.endpoint_id = j.key
-                                   AND n.queue = j.queue))) AS progressed) p
+                                   AND n.state = 'pending' AND (n.endpoint_id, n.queue) = (j.key, j.queue))))
+                   AS progressed) p
      WHERE j.todo_id IS NOT NULL
 ),
 ranked AS (
@@ -221,18 +240,17 @@ ranked AS (
       FROM assessed a
      WHERE a.stalled AND (a.row_ctid IS NULL OR a.progressed OR (a.nudges < $4
                 AND a.last_nudged_at <= $1::timestamptz - interval '1 microsecond'
-                    * ($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3::bigint[]))]))
+                    * ($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3))]))
        AND EXISTS (SELECT 1 FROM host_endpoints e WHERE e.id = a.key AND e.state = 'active')
        AND EXISTS (SELECT 1 FROM host_notify_hooks h WHERE h.endpoint_id = a.key AND h.enabled
                       AND (h.queues IS NULL OR a.queue = ANY (h.queues)))
 ),
 charged AS (
     -- The best tick_limit (stall_core.plan_tick): nudge spent + 1, naming the work, stamped
-    -- now or the pair's latest claim if later (stall_core.charge_stamp). A row is advanced
-    -- only while it is the very version this snapshot read.
+    -- now (stall_core.charge_row). A row is advanced only while it is the very version this
+    -- snapshot read.
     INSERT INTO queue_stall_nudges AS n (endpoint_id, queue, nudges, last_nudged_at, named_todo)
-    SELECT r.endpoint_id, r.queue, r.spent + 1, GREATEST($1::timestamptz, r.latest), r.todo_id
-      FROM ranked r WHERE r.rank <= $5
+    SELECT r.endpoint_id, r.queue, r.spent + 1, $1, r.todo_id FROM ranked r WHERE r.rank <= $5
     ON CONFLICT (endpoint_id, queue) DO UPDATE
        SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at,
            named_todo = EXCLUDED.named_todo, progressed_at = NULL
@@ -253,7 +271,7 @@ reset AS (
       FROM assessed a
      WHERE n.ctid = a.row_ctid AND a.progressed AND a.progressed_at IS NULL
        AND (n.nudges, n.last_nudged_at) = (a.nudges, a.last_nudged_at)
-       AND a.row_ctid NOT IN (SELECT r.row_ctid FROM ranked r WHERE r.rank <= $5 AND r.row_ctid IS NOT NULL)
+       AND NOT EXISTS (SELECT 1 FROM ranked r WHERE r.row_ctid = a.row_ctid AND r.rank <= $5)
 ),
 held_back AS (
     -- Due pairs the tick limit held back wait for the next tick. An entry already as it
@@ -268,26 +286,30 @@ held_back AS (
 released AS (
     -- Every other pair judged leaves held: it was charged, or is no longer due.
     DELETE FROM held h USING found f
-     WHERE h.endpoint_id = f.endpoint_id AND h.queue = f.queue
-       AND (f.endpoint_id, f.queue) NOT IN (SELECT r.endpoint_id, r.queue FROM ranked r WHERE r.rank > $5)
+     WHERE (h.endpoint_id, h.queue) = (f.endpoint_id, f.queue)
+       AND NOT EXISTS (SELECT 1 FROM ranked r WHERE (r.endpoint_id, r.queue) = (f.endpoint_id, f.queue) AND r.rank > $5)
 )
 SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at, r.todo_id, r.created_at,
-       r.title, r.rank
-  FROM charged c JOIN ranked r ON r.endpoint_id = c.endpoint_id AND r.queue = c.queue
+       (SELECT t.title FROM host_todos t WHERE t.id = r.todo_key), r.rank
+  FROM charged c JOIN ranked r ON (r.endpoint_id, r.queue) = (c.endpoint_id, c.queue)
 UNION ALL
 SELECT 'clear', x.endpoint_id, x.queue, NULL, NULL, NULL, NULL, NULL, NULL FROM cleared x
 UNION ALL
 SELECT 'judged', NULL, NULL, (SELECT count(*) FROM judged)::int, NULL, NULL, NULL, NULL, NULL
+UNION ALL
+-- The claims read (todo id, stamp), with their pairs.
+SELECT 'read', w.endpoint_id::text, w.queue, NULL, NULL, w.id, w.claimed_at, NULL, NULL FROM reads w
 ORDER BY 1, 9;
 
 -- name: record_tick
--- The fleet's record of this tick: when it swept (database time) and at what interval, what it judged, and for a full pass when, how long and how many pairs.
+-- The fleet's record of this tick: when it swept (database time) and at what interval, what it judged and the claims it read, and for a full pass when, how long and how many pairs.
 -- $1 now, $2 the sweeping instance's interval (ms; NULL: keep the last), $3 the tick's kind
--- (delta or full), $4 pairs judged, $5 how long it took (ms; kept for a full pass).
--- judged_to is where the next delta reads from (less its lookback).
-INSERT INTO ticks AS s (swept_at, interval_ms, judged_to, last_kind, last_judged,
-                        full_pass_at, full_pass_ms, full_pass_pairs)
-VALUES ($1, $2, $1, $3, $4, CASE WHEN $3 = 'full' THEN $1::timestamptz END,
+-- (delta or full), $4 pairs judged, $5 how long it took (ms; kept for a full pass), $6 and
+-- $7 the claims it read (todo ids, stamps). judged_to is where the next delta reads from
+-- (less its lookback).
+INSERT INTO ticks AS s (swept_at, interval_ms, judged_to, last_kind, last_judged, claims_read_ids,
+                        claims_read_at, full_pass_at, full_pass_ms, full_pass_pairs)
+VALUES ($1, $2, $1, $3, $4, $6, $7, CASE WHEN $3 = 'full' THEN $1::timestamptz END,
         CASE WHEN $3 = 'full' THEN $5::float8 END, CASE WHEN $3 = 'full' THEN $4::int END)
 ON CONFLICT (singleton) DO UPDATE
    SET swept_at = EXCLUDED.swept_at,
@@ -295,6 +317,8 @@ ON CONFLICT (singleton) DO UPDATE
        judged_to = EXCLUDED.judged_to,
        last_kind = EXCLUDED.last_kind,
        last_judged = EXCLUDED.last_judged,
+       claims_read_ids = EXCLUDED.claims_read_ids,
+       claims_read_at = EXCLUDED.claims_read_at,
        full_pass_at = coalesce(EXCLUDED.full_pass_at, s.full_pass_at),
        full_pass_ms = coalesce(EXCLUDED.full_pass_ms, s.full_pass_ms),
        full_pass_pairs = coalesce(EXCLUDED.full_pass_pairs, s.full_pass_pairs);

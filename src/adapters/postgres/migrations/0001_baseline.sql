@@ -49,8 +49,9 @@ CREATE TABLE IF NOT EXISTS stall_nudge.settings (
 
 -- name: table_ticks
 -- The fleet's record (one row, database time): when it last swept and at what interval,
--- what its last tick judged and up to when (the next delta's watermark), and when its last
--- full pass ran, how long it took and how many pairs it judged.
+-- what its last tick judged and up to when (the next delta's watermark), the claims it read
+-- (todo ids and stamps, side by side: a claim not among them is new to the next tick), and
+-- when its last full pass ran, how long it took and how many pairs it judged.
 CREATE TABLE IF NOT EXISTS stall_nudge.ticks (
     singleton       boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     swept_at        timestamptz NOT NULL,
@@ -58,6 +59,8 @@ CREATE TABLE IF NOT EXISTS stall_nudge.ticks (
     judged_to       timestamptz NULL,
     last_kind       text NULL,
     last_judged     int NULL,
+    claims_read_ids text[] NULL,
+    claims_read_at  timestamptz[] NULL,
     full_pass_at    timestamptz NULL,
     full_pass_ms    double precision NULL,
     full_pass_pairs int NULL
