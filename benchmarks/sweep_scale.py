@@ -30,15 +30,42 @@ tick (``FULL_PASS_INTERVAL``) and the rest are deltas:
 * naive: the same decision written the obvious way, read-only: one DISTINCT
   ON over every pending gate-passing todo, joined to the ledger.
 
+Two more boards, asked for by flag:
+
+* ``--ties``: after each board, the same board again with every pair's
+  pending todos created in batches of 50 sharing one created_at, so each
+  pair's oldest work is a tie of up to 50 (the full pass breaks it by id).
+  Only the steady part runs on it. ``full_pass_tied_ms`` (and
+  ``full_pass_tied_100k_ms``) is its median full pass; ``tied_ratio`` (and
+  ``tied_ratio_100k``) that over the untied ``full_pass_ms``, when steady ran.
+* ``--done-todos N``: N more done todos of history on every board, in random
+  pairs, claimed 1 to 30 days ago (before every cap: steady stays steady),
+  loaded before migrate builds our indexes. For each index of ours on todos
+  (``HOST_INDEXES``, read at run time; one the host's own index serves is
+  not built, so not counted) ``<name>_bytes`` (``<name>_100k_bytes``) is its
+  ``pg_relation_size``, and ``index_bytes_per_done_todo`` (``..._100k``) is
+  (their total - the total without the N) / N. The "without" total costs no
+  second board: each index is built again, in a transaction rolled back,
+  from its own ``pg_get_indexdef`` with its predicate narrowed to leave the
+  N rows out -- the index migrate would have built on the board without
+  them (built the same way, from the same other rows).
+
+The load average is printed at the start and the end; ``load_1m`` is the
+mean of the two 1-minute readings.
+
 The last line is ``sweep_scale: tick_ms= tick_100k_ms= churn_tick_ms=
 churn_tick_100k_ms= storm_tick_ms= storm_first_tick_ms= full_pass_ms=
-full_pass_100k_ms= naive_ms= speedup_vs_naive= delta_ticks= ticks=
-lookback_s=`` (a part not run is left out).
+full_pass_100k_ms= full_pass_tied_ms= full_pass_tied_100k_ms= tied_ratio=
+tied_ratio_100k= naive_ms= speedup_vs_naive= delta_ticks= ticks= lookback_s=
+done_todos= <name>_bytes= ... index_bytes_per_done_todo= ... load_1m=`` (a
+part or board not run is left out; ``delta_ticks`` and ``ticks`` count the
+untied boards' ticks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import statistics
 import sys
@@ -55,6 +82,7 @@ import attrs
 
 from adapters.postgres import (
     DELTA_BOUND,
+    HOST_INDEXES,
     LOOKBACK,
     PostgresLedger,
     charge_due_parameters,
@@ -88,6 +116,15 @@ HOST_INDEX = (
 _EP = "md5('ep-' || ((i % {pairs}) / {queues}))::uuid"
 _QUEUE = "'q-' || lpad(((i % {pairs}) % {queues})::text, 3, '0')"
 _CREATED = "$1::timestamptz - interval '2 days' + (i::bigint * 7919 % 86400) * interval '1 second'"
+#: Tied: todo i is the (i / pairs)th of its pair, and each run of TIE_BATCH of them in a
+#: pair shares one created_at (a different second for each pair and batch).
+_CREATED_TIED = (
+    "$1::timestamptz - interval '2 days' + (((i % {pairs})::bigint * 7919"
+    " + (i / {pairs} / {ties})::bigint * 15485863) % 86400) * interval '1 second'"
+)
+TIE_BATCH = 50
+#: The title that marks the --done-todos history, so an index can be built without it.
+HISTORY_TITLE = "history"
 LOAD = (
     "INSERT INTO endpoints (id, state) SELECT md5('ep-' || e)::uuid, 'active'"
     " FROM generate_series(0, {endpoints} - 1) e",
@@ -97,10 +134,10 @@ LOAD = (
     " SELECT gen_random_uuid(), id, 'http://127.0.0.1:9/old', 'whsec_' || repeat('B', 32),"
     " ARRAY['q-000'], false FROM endpoints",
     f"INSERT INTO deliveries (id, endpoint_id, verified, received_at)"
-    f" SELECT md5('d-' || i)::uuid, {_EP}, true, {_CREATED} FROM generate_series(0, $2 - 1) i",
+    f" SELECT md5('d-' || i)::uuid, {_EP}, true, {{created}} FROM generate_series(0, $2 - 1) i",
     f"INSERT INTO todos (id, endpoint_id, queue, delivery_id, state, title, created_at)"
     f" SELECT md5('t-' || i)::uuid, {_EP}, {_QUEUE}, md5('d-' || i)::uuid, 'pending',"
-    f" 'work ' || i, {_CREATED} FROM generate_series(0, $2 - 1) i",
+    f" 'work ' || i, {{created}} FROM generate_series(0, $2 - 1) i",
     # History: done todos (10% of the pending count), claimed long ago.
     f"INSERT INTO todos (id, endpoint_id, queue, state, title, created_at, claimed_at)"
     f" SELECT md5('done-' || i)::uuid, {_EP}, {_QUEUE}, 'done', 'old', {_CREATED} - interval"
@@ -113,6 +150,15 @@ LOAD = (
     f" SELECT md5('open-' || i)::uuid, {_EP}, {_QUEUE}, md5('open-' || i)::uuid, 'pending',"
     f" '<sender text>', $1::timestamptz - interval '3 days'"
     f" FROM generate_series(0, {{pairs}} - 1, 100) i",
+)
+#: --done-todos: $2 done todos in random pairs (i is the pair), claimed 1 to 30 days ago.
+HISTORY = (
+    f"INSERT INTO todos (id, endpoint_id, queue, state, title, created_at, claimed_at)"
+    f" SELECT md5('hist-' || g)::uuid, {_EP}, {_QUEUE}, 'done', '{HISTORY_TITLE}',"
+    f" claimed - random() * interval '1 hour', claimed"
+    f" FROM (SELECT g, floor(random() * {{pairs}})::int AS i,"
+    f" $1::timestamptz - interval '1 day' - random() * interval '29 days' AS claimed"
+    f" FROM generate_series(0, $2 - 1) g) h"
 )
 #: Every pair capped an hour ago, naming its oldest gate-passing todo.
 CAP_ALL = """
@@ -138,11 +184,12 @@ judged AS (
            r.endpoint_id IS NOT NULL
            AND (r.progressed_at IS NOT NULL
                 OR r.named_todo IS DISTINCT FROM o.todo_id
+                -- a claim in the last minute: the activity index's range, its predicate
                 OR EXISTS (SELECT 1 FROM todos k WHERE k.endpoint_id = o.endpoint_id
-                              AND k.queue = o.queue AND k.claimed_at > r.last_nudged_at
-                              -- the claimed index's predicate, so the probe can use it
-                              AND octet_length(k.endpoint_id::text) + octet_length(k.queue)
-                                  <= 2000))
+                              AND k.queue = o.queue AND k.state <> 'pending'
+                              AND coalesce(k.claimed_at, k.created_at)
+                                  > $1::timestamptz - interval '1 minute'
+                              AND (k.claimed_at IS NOT NULL OR k.state = 'pending')))
            AS progressed
       FROM oldest o
       JOIN endpoints e ON e.id = o.endpoint_id AND e.state = 'active'
@@ -166,13 +213,27 @@ class Board:
     endpoints: int
     queues: int
     todos: int
+    #: Pending todos created TIE_BATCH at a time with one created_at; 0: no ties.
+    ties: int = 0
+    #: Done todos of history loaded on top (--done-todos).
+    history: int = 0
 
     @property
     def pairs(self) -> int:
         return self.endpoints * self.queues
 
+    @property
+    def suffix(self) -> str:
+        """How its figures are named: ``_tied`` for ties, ``_100k`` for the wide board."""
+        return ("_tied" if self.ties else "") + ("" if self.pairs <= 10_000 else "_100k")
+
     def sql(self, template: str) -> str:
-        return template.format(endpoints=self.endpoints, queues=self.queues, pairs=self.pairs)
+        created = (_CREATED_TIED if self.ties else _CREATED).format(
+            pairs=self.pairs, ties=self.ties
+        )
+        return template.format(
+            endpoints=self.endpoints, queues=self.queues, pairs=self.pairs, created=created
+        )
 
 
 @attrs.define
@@ -231,6 +292,9 @@ async def migrate_board(conn: asyncpg.Connection, board: Board) -> None:
             sql = board.sql(sql)
             arguments = (NOW, board.todos) if "$2" in sql else (NOW,) if "$1" in sql else ()
             await conn.execute(sql, *arguments)
+        if board.history:
+            await conn.execute("SELECT setseed(0.35)")  # the same history every run
+            await conn.execute(board.sql(HISTORY), NOW, board.history)
     if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", SWEEPER):
         # Another run on the server may create it first.
         with contextlib.suppress(asyncpg.DuplicateObjectError, asyncpg.UniqueViolationError):
@@ -238,6 +302,48 @@ async def migrate_board(conn: asyncpg.Connection, board: Board) -> None:
     await migrate(conn, grant=SWEEPER)
     await conn.execute(CAP_ALL, POLICY.cap, NOW)
     await conn.execute("VACUUM (ANALYZE)")
+
+
+async def todo_index_sizes(conn: asyncpg.Connection) -> tuple[dict[str, int], dict[str, int]]:
+    """Our indexes on todos, by name: their sizes, and their sizes built without the history.
+
+    Each index is built again from its own definition, its predicate narrowed to
+    leave out the --done-todos rows, in a transaction rolled back: the board is
+    left as it was.
+    """
+    ours = [index.name for index in HOST_INDEXES if index.table == "todos"]
+    rows = await conn.fetch(
+        "SELECT c.relname AS name, pg_relation_size(c.oid) AS size,"
+        " pg_get_indexdef(c.oid) AS definition, x.indpred IS NOT NULL AS partial"
+        " FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid"
+        " JOIN pg_class t ON t.oid = x.indrelid"
+        " WHERE t.relname = 'todos' AND t.relkind = 'r' AND c.relname = ANY ($1::text[])",
+        ours,
+    )
+    found = {row["name"]: row for row in rows}
+    names = [name for name in ours if name in found]
+    sizes = {name: int(found[name]["size"]) for name in names}
+    without: dict[str, int] = {}
+    leave_out = f"title IS DISTINCT FROM '{HISTORY_TITLE}'"
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        for number, name in enumerate(names):
+            definition: str = found[name]["definition"]
+            if found[name]["partial"]:
+                head, _, predicate = definition.rpartition(" WHERE ")
+                definition = f"{head} WHERE ({predicate}) AND {leave_out}"
+            else:
+                definition = f"{definition} WHERE {leave_out}"
+            copy = f"stall_bench_without_{number}"
+            renamed = definition.replace(f" INDEX {name} ON ", f" INDEX {copy} ON ", 1)
+            if renamed == definition:
+                raise RuntimeError(f"cannot rename the index in {definition!r}")
+            await conn.execute(renamed)
+            without[name] = await conn.fetchval("SELECT pg_relation_size($1::regclass)", copy)
+    finally:
+        await tx.rollback()
+    return sizes, without
 
 
 async def ticking(
@@ -287,15 +393,19 @@ def churning(host: asyncpg.Pool, board: Board, rng: random.Random) -> Any:
 async def explain(pool: Any, kind: str, now: datetime) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of a full pass, or of a delta's finding, rolled back."""
     sql = ledger_statements()["judge" if kind == "full" else "find_changed"]
+    since = now - LOOKBACK
     extra = (
-        (None, None) if kind == "full" else (now - LOOKBACK, now - FULL_PASS_INTERVAL, DELTA_BOUND)
+        (None, None, since, [], [])
+        if kind == "full"
+        else (since, now - FULL_PASS_INTERVAL, DELTA_BOUND, [], [])
     )
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
-            await conn.execute(
-                "SELECT set_config('search_path', 'pg_catalog, stall_nudge, pg_temp', true)"
+            await conn.execute(  # as tick_lock sets them
+                "SELECT set_config('search_path', 'pg_catalog, stall_nudge, pg_temp', true),"
+                " set_config('work_mem', '64MB', true), set_config('jit', 'off', true)"
             )
             rows = await conn.fetch(
                 "EXPLAIN (ANALYZE, BUFFERS) " + sql, *charge_due_parameters(now, POLICY), *extra
@@ -308,11 +418,30 @@ async def explain(pool: Any, kind: str, now: datetime) -> str:
 async def run_board(
     dsn: str, board: Board, parts: tuple[str, ...], show_plan: bool
 ) -> dict[str, float]:
-    """Every part on one board; the figures by name (suffix _100k for the wide board)."""
-    suffix = "" if board.pairs <= 10_000 else "_100k"
+    """Every part on one board; the figures by name (suffixed as ``board.suffix``)."""
+    suffix = board.suffix
     figures: dict[str, float] = {}
-    print(f"board: {board.pairs:,} pairs, {board.todos:,} pending todos", flush=True)
+    print(
+        f"board: {board.pairs:,} pairs, {board.todos:,} pending todos"
+        + (f" created {board.ties} at a time" if board.ties else "")
+        + (f", {board.history:,} more done todos" if board.history else "")
+        + f"; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     async with board_database(dsn, board) as (host, sweeper):
+        if board.history and not board.ties:
+            async with host.acquire() as conn:
+                sizes, without = await todo_index_sizes(conn)
+            for name, size in sizes.items():
+                figures[f"{name}{suffix}_bytes"] = size
+                print(
+                    f"  {name}: {size / 2**20:.1f} MiB, {without[name] / 2**20:.1f} MiB "
+                    f"without the {board.history:,} done todos",
+                    flush=True,
+                )
+            per_todo = (sum(sizes.values()) - sum(without.values())) / board.history
+            figures[f"index_bytes_per_done_todo{suffix}"] = per_todo
+            print(f"  our todo indexes: {per_todo:.1f} bytes a done todo", flush=True)
         clock = FakeClock(NOW)
         ledger = PostgresLedger(sweeper, clock=clock)
         if "steady" in parts:
@@ -369,7 +498,17 @@ async def run_board(
     return figures
 
 
-async def run(dsn: str, *, todos: int, parts: tuple[str, ...], show_plan: bool) -> None:
+async def run(
+    dsn: str,
+    *,
+    todos: int,
+    parts: tuple[str, ...],
+    show_plan: bool,
+    ties: bool = False,
+    done_todos: int = 0,
+) -> None:
+    load_start = os.getloadavg()
+    print("load average at the start: " + " ".join(f"{x:.2f}" for x in load_start), flush=True)
     conn = await asyncpg.connect(dsn)
     try:
         version = await conn.fetchval("SHOW server_version")
@@ -380,25 +519,46 @@ async def run(dsn: str, *, todos: int, parts: tuple[str, ...], show_plan: bool) 
     print(f"PostgreSQL {version}; fsync {fsync}, synchronous_commit {commit}")
     figures: dict[str, float] = {}
     for endpoints, queues in BOARDS:
-        for name, value in (
-            await run_board(dsn, Board(endpoints, queues, todos), parts, show_plan)
-        ).items():
+        board = Board(endpoints, queues, todos, history=done_todos)
+        for name, value in (await run_board(dsn, board, parts, show_plan)).items():
             figures[name] = (
                 figures.get(name, 0) + value if name in ("ticks", "delta_ticks") else value
             )
+        if ties:
+            # Only its full passes are wanted: the steady part, its figure alone kept.
+            tied = attrs.evolve(board, ties=TIE_BATCH)
+            figures.update(
+                (name, value)
+                for name, value in (await run_board(dsn, tied, ("steady",), show_plan)).items()
+                if name.startswith("full_pass_tied")
+            )
     if "tick_ms" in figures and "naive_ms" in figures:
         figures["speedup_vs_naive"] = figures["naive_ms"] / figures["tick_ms"]
+    for wide in ("", "_100k"):
+        if f"full_pass_tied{wide}_ms" in figures and f"full_pass{wide}_ms" in figures:
+            figures[f"tied_ratio{wide}"] = (
+                figures[f"full_pass_tied{wide}_ms"] / figures[f"full_pass{wide}_ms"]
+            )
     figures["lookback_s"] = LOOKBACK.total_seconds()
+    if done_todos:
+        figures["done_todos"] = done_todos
+    load_end = os.getloadavg()
+    print("load average at the end: " + " ".join(f"{x:.2f}" for x in load_end), flush=True)
+    figures["load_1m"] = (load_start[0] + load_end[0]) / 2
     order = (
         "tick_ms", "tick_100k_ms", "churn_tick_ms", "churn_tick_100k_ms", "storm_tick_ms",
-        "storm_first_tick_ms", "full_pass_ms", "full_pass_100k_ms", "naive_ms",
-        "speedup_vs_naive", "delta_ticks", "ticks", "lookback_s",
+        "storm_first_tick_ms", "full_pass_ms", "full_pass_100k_ms", "full_pass_tied_ms",
+        "full_pass_tied_100k_ms", "tied_ratio", "tied_ratio_100k", "naive_ms",
+        "speedup_vs_naive", "delta_ticks", "ticks", "lookback_s", "done_todos",
+        *(k for k in figures if k.endswith("_bytes")),
+        "index_bytes_per_done_todo", "index_bytes_per_done_todo_100k", "load_1m",
     )  # fmt: skip
+    counts = ("delta_ticks", "ticks", "done_todos")
     print(
         "sweep_scale: "
         + " ".join(
             f"{k}={figures[k]:.2f}"
-            if isinstance(figures[k], float) and k not in ("delta_ticks", "ticks")
+            if isinstance(figures[k], float) and k not in counts and not k.endswith("_bytes")
             else f"{k}={int(figures[k])}"
             for k in order
             if k in figures
@@ -417,12 +577,36 @@ def main() -> None:
         help=f"which parts to run, comma-separated (default {','.join(PARTS)})",
     )
     parser.add_argument("--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS)")
+    parser.add_argument(
+        "--ties",
+        action="store_true",
+        help=f"also time full passes on each board with todos created {TIE_BATCH} at a time",
+    )
+    parser.add_argument(
+        "--done-todos",
+        type=int,
+        default=0,
+        metavar="N",
+        help="load N more done todos of history and report our todo indexes' sizes",
+    )
     args = parser.parse_args()
+    if args.done_todos < 0:
+        parser.error("--done-todos must be 0 or more")
     parts = tuple(p for p in args.parts.split(",") if p)
     unknown = set(parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}: choose from {', '.join(PARTS)}")
-    run_on_server(args, lambda dsn: run(dsn, todos=args.todos, parts=parts, show_plan=args.explain))
+    run_on_server(
+        args,
+        lambda dsn: run(
+            dsn,
+            todos=args.todos,
+            parts=parts,
+            show_plan=args.explain,
+            ties=args.ties,
+            done_todos=args.done_todos,
+        ),
+    )
 
 
 if __name__ == "__main__":
