@@ -212,7 +212,6 @@ class PostgresLedger:
                 kind = "delta"
                 pairs, read = changed
                 if pairs[0]:
-                    await conn.execute(_SQL["plan_once"])
                     rows = await conn.fetch(_SQL["judge"], *parameters, *pairs, since, *last_read)
                     # Claims committed since find_changed count only in the pairs judged
                     # here; elsewhere they stay new for the next tick.

@@ -138,21 +138,16 @@ SELECT coalesce(array_agg(c.endpoint_id), '{}') AS endpoint_ids,
        (SELECT coalesce(array_agg(w.claimed_at), '{}') FROM reads w) AS read_at
   FROM changed c;
 
--- name: plan_once
--- From here on in this transaction, plan each statement once per connection, whatever its values.
--- A delta's judge plan does not depend on them (every read of a host table is one descent
--- for one pair), and planning it costs more than running it on a few pairs.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
-
 -- name: judge
 -- Judge pairs by the core's rules: charge, clear, reset, hold back.
 -- Of the pairs due it charges the best tick_limit and holds the others for the next tick; it
 -- clears the rows of pairs left with no work and resets rows whose progress no charge answers.
 -- $7 and $8 name the pairs a delta found (endpoint ids, queues); NULL for a full pass, which
 -- finds here, in the same snapshot, every pair with a pending todo, a ledger row or a held
--- entry. $9 the claims window (stall_core.claims_window), $10 and $11 the claims the last
--- tick read (todo ids, stamps). Each write is compare-and-set on the row as this snapshot
--- read it.
+-- entry; each is planned for its values (a delta's few pairs are probed one by one, a full
+-- pass's every pair is joined). $9 the claims window (stall_core.claims_window), $10 and
+-- $11 the claims the last tick read (todo ids, stamps). Each write is compare-and-set on
+-- the row as this snapshot read it.
 WITH RECURSIVE pairs AS (
     -- The full pass's pairs with pending todos: a skip scan of the pending index, each step
     -- one index-only descent to the next pair. Only pairs whose names fit an index entry
