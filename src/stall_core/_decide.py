@@ -299,10 +299,10 @@ def claims_window(
 
     Every claim committed since that tick is stamped after this (within the
     lookback); every claim stamped before it was read by an earlier tick, in
-    the pair it was made in. With no earlier tick (or one later than ``now``: a clock
-    gone back) the window starts a lookback before ``now``. It never starts before the
-    range's first instant but one, so it is an instant to PostgreSQL too (a driver writes
-    the first as -infinity).
+    the pair it was made in. With no earlier tick (or one later than ``now``:
+    a clock gone back) the window starts a lookback before ``now``. It never
+    starts before the range's second instant, so PostgreSQL reads it as an
+    instant too (a driver writes the first as -infinity).
     """
     aware("now", now)
     base = now if judged_at is None or judged_at > now else judged_at
