@@ -63,8 +63,6 @@ class SimPair:
     row_nudges: int | None = None
     #: The row's ``last_nudged_at``.
     charged_us: int | None = None
-    #: The pair's last claim when its row was charged, which that tick read (-1: none).
-    seen_us: int = -1
     #: The first tick at or after the row's ``next_due_at``; None without a row or once capped.
     due_tick: int | None = None
 

@@ -106,20 +106,20 @@ class DueTicks:
 
 
 # mirrors stall_core.made_progress
-def has_unconsumed_claim(last_claim_us: int, seen_us: int | None) -> bool:
+def has_unconsumed_claim(last_claim_us: int, charged_us: int | None) -> bool:
     """``stall_core.made_progress``: a ledger row, and a new claim since its charge.
 
-    ``seen_us`` is the pair's last claim when the row was charged, which
-    that tick read (-1: none; None without a row). A run's claims are
-    stamped when they happen and never lost, so a claim later than that one
-    is new (``stall_core.latest_claim``); a claim at a charge's own instant
-    came before that sweep, so its tick read it. The core's other ways to
-    progress decide nothing else in a run: a consumer claims its oldest
-    todos, so the todo a nudge named departs only by a claim; and the
-    progress a reset keeps (``reset_row``) the run keeps in the claim's
-    stamp, which no todo of a run ever loses.
+    ``charged_us`` is the row's ``last_nudged_at`` (None without a row). A
+    run's claims are stamped when they happen and never lost, and a claim at
+    a tick's instant comes before that tick's sweep: so a claim later than
+    the charge is one the charging tick did not read, a new one
+    (``stall_core.latest_claim``), and one at or before it was read. The
+    core's other ways to progress decide nothing else in a run: a consumer
+    claims its oldest todos, so the todo a nudge named departs only by a
+    claim; and the progress a reset keeps (``reset_row``) the run keeps in
+    the claim's stamp, which no todo of a run ever loses.
     """
-    return seen_us is not None and last_claim_us > seen_us
+    return charged_us is not None and last_claim_us > charged_us
 
 
 # mirrors stall_core.effective_nudges

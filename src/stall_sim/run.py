@@ -425,7 +425,7 @@ class _Run:
             if stalled > tick:
                 tick = stalled
         # else (mirrors stall_core.decide): a row without work is a Clear next sweep.
-        progressed = has_unconsumed_claim(pair.last_claim_us, _seen(pair))
+        progressed = has_unconsumed_claim(pair.last_claim_us, charged_us)
         if sendable and charged_us is not None and not progressed:
             if pair.due_tick is None:
                 pair.agenda_tick = NOT_SCHEDULED  # capped: only progress makes it due again
@@ -452,7 +452,7 @@ class _Run:
                 continue  # rescheduled since it was listed
             pair.agenda_tick = NOT_SCHEDULED
             if pair.sendable:
-                progressed = has_unconsumed_claim(pair.last_claim_us, _seen(pair))
+                progressed = has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
                 spent = nudges_spent(pair.row_nudges, progressed)
                 self.due.add(pair, spent, self.created_us[pair.sendable[0]])
             else:  # mirrors stall_core.decide: no work left, a Clear deletes the row
@@ -471,8 +471,8 @@ class _Run:
     def _charge(self, tick: int, chosen: list[tuple[int, SimPair]]) -> list[Nudge]:
         """Charge the chosen pairs and deliver their nudges; the Nudges when recorded or checked.
 
-        A charge is nudge ``spent + 1`` since progress, stamped ``now``,
-        keeping the pair's last claim as the one it saw (``charge_row``).
+        A charge is nudge ``spent + 1`` since progress, stamped ``now``
+        (``charge_row``).
         """
         tally, due_ticks = self.tally, self.due_ticks
         assert due_ticks is not None
@@ -485,7 +485,6 @@ class _Run:
                 nudges.append(self._nudge(pair, number, now))
             pair.row_nudges = number
             pair.charged_us = now  # mirrors stall_core.charge_row
-            pair.seen_us = pair.last_claim_us
             pair.due_tick = due_ticks.first_due_tick(number, now)
             tally.nudges += 1
             if self._wake(pair, now):
@@ -537,7 +536,7 @@ class _Run:
                     endpoint_active=endpoint_active("active"),
                     has_receiver=pair.has_receiver,
                     latest_claim=timeline.instant(pair.last_claim_us)
-                    if has_unconsumed_claim(pair.last_claim_us, _seen(pair))
+                    if has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
                     else None,
                 )
             )
@@ -566,7 +565,7 @@ class _Run:
             age = end_us - self.created_us[pair.pending[0]]
             oldest = age if oldest is None else max(oldest, age)
             if pacing and pair.charged_us is not None and pair.sendable:
-                progressed = has_unconsumed_claim(pair.last_claim_us, _seen(pair))
+                progressed = has_unconsumed_claim(pair.last_claim_us, pair.charged_us)
                 if capped(nudges_spent(pair.row_nudges, progressed), pacing):
                     capped_pairs += 1
         return SimResult(
@@ -605,8 +604,3 @@ class _Run:
             if self.record
             else (),
         )
-
-
-def _seen(pair: SimPair) -> int | None:
-    """The claim the pair's row's charge read, for ``has_unconsumed_claim`` (None: no row)."""
-    return None if pair.charged_us is None else pair.seen_us

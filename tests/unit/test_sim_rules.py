@@ -150,24 +150,24 @@ def test_due_ticks_are_the_first_ticks_decide_charges(
 @given(
     has_row=st.booleans(),
     nudges=st.integers(0, 7),
-    seen_us=st.integers(-1, 10**9),
+    charged_us=st.integers(0, 10**9),
     last_claim_us=st.integers(-1, 10**9),
 )
 def test_progress_and_nudges_spent_agree_with_the_core(
-    has_row: bool, nudges: int, seen_us: int, last_claim_us: int
+    has_row: bool, nudges: int, charged_us: int, last_claim_us: int
 ) -> None:
     """The run's progress test and spent count match made_progress and effective_nudges.
 
     The run's claims are never lost and stamped when they happen: one later
-    than the claim the row's charge read (none: -1) is new, and the run
-    hands plan_tick it as the pair's latest new claim.
+    than the row's charge is new, and the run hands plan_tick it as the
+    pair's latest new claim.
     """
     row = LedgerRow(endpoint_id="e", queue="q", nudges=nudges, last_nudged_at=START)
-    progressed = has_unconsumed_claim(last_claim_us, seen_us if has_row else None)
-    new = START + last_claim_us * US if last_claim_us > seen_us else None
+    progressed = has_unconsumed_claim(last_claim_us, charged_us if has_row else None)
+    new = START + last_claim_us * US if last_claim_us > charged_us else None
     pair = pair_state(0, new)
 
-    assert (last_claim_us > seen_us and has_row) == progressed
+    assert (last_claim_us > charged_us and has_row) == progressed
     assert progressed == made_progress(pair, row if has_row else None)
     assert effective_nudges(pair, row if has_row else None) == nudges_spent(
         nudges if has_row else None, progressed
