@@ -744,52 +744,35 @@ class LedgerContract:
         self, driver: BoardDriver
     ) -> None:
         """Claimed in lane-l (read there), completed and moved to capped lane-m: no nudge there."""
-        claimed = await _two_capped_pairs(driver)
-        wake = RecordingWake()
-        await driver.claim(claimed, owner="consumer", at=CAPPED + timedelta(seconds=5))
-        first = await sweep(driver, CAPPED + timedelta(seconds=15), wake)
+        claimed = await _two_capped_pairs_one_claimed(driver)
+        first = await _charges(driver, range(15, 16, 15))
         await driver.complete(claimed)
         await driver.move_todo(claimed, "lane-m")
 
-        later = []
-        for second in range(30, 10 * 60, 15):
-            report = await sweep(driver, CAPPED + timedelta(seconds=second), wake)
-            later += [(n.queue, n.number) for n in report.charged]
+        later = await _charges(driver, range(30, 10 * 60, 15))
 
-        assert [("lane-l", 1)] == [(n.queue, n.number) for n in first.charged]
-        assert [("lane-l", 2)] == later
+        assert ([("lane-l", 1)], [("lane-l", 2)]) == (first, later)
         assert POLICY.cap == (await driver.ledger_rows())["ep-1", "lane-m"].nudges
 
     async def test_a_todo_claimed_and_moved_between_two_ticks_counts_where_it_is_read(
         self, driver: BoardDriver
     ) -> None:
         """The limit: no tick read the claim in lane-l, so it counts in lane-m, where it is read."""
-        claimed = await _two_capped_pairs(driver)
-        wake = RecordingWake()
-        await driver.claim(claimed, owner="consumer", at=CAPPED + timedelta(seconds=5))
+        claimed = await _two_capped_pairs_one_claimed(driver)
         await driver.complete(claimed)
         await driver.move_todo(claimed, "lane-m")
 
-        report = await sweep(driver, CAPPED + timedelta(seconds=15), wake)
-
-        assert [("lane-m", 1)] == [(n.queue, n.number) for n in report.charged]
+        assert [("lane-m", 1)] == await _charges(driver, range(15, 16, 15))
 
     async def test_a_claimed_todo_requeued_into_another_pair_is_work_there_not_a_claim(
         self, driver: BoardDriver
     ) -> None:
         """Claimed, requeued and moved to capped lane-m before any tick: pending there, no claim."""
-        claimed = await _two_capped_pairs(driver)
-        wake = RecordingWake()
-        await driver.claim(claimed, owner="consumer", at=CAPPED + timedelta(seconds=5))
+        claimed = await _two_capped_pairs_one_claimed(driver)
         await driver.requeue(claimed)
         await driver.move_todo(claimed, "lane-m")
 
-        charged = []
-        for second in range(15, 10 * 60, 15):
-            report = await sweep(driver, CAPPED + timedelta(seconds=second), wake)
-            charged += [(n.queue, n.number) for n in report.charged]
-
-        assert [] == charged
+        assert [] == await _charges(driver, range(15, 10 * 60, 15))
         assert POLICY.cap == (await driver.ledger_rows())["ep-1", "lane-m"].nudges
 
     # -- the reported case, on hosts that read progress differently ---------------------
@@ -817,14 +800,15 @@ class LedgerContract:
         await _ends_drained(driver, late_claim=True)
 
 
-#: When _two_capped_pairs leaves both pairs capped (nudge 5 came at T0 + 455 min).
+#: When _two_capped_pairs_one_claimed leaves both pairs capped (nudge 5 came at T0 + 455 min).
 CAPPED = T0 + minutes(460)
 
 
-async def _two_capped_pairs(driver: BoardDriver) -> str:
+async def _two_capped_pairs_one_claimed(driver: BoardDriver) -> str:
     """ep-1's lane-l (two todos) and lane-m (one), both nudged to the cap by CAPPED.
 
-    Returns lane-l's todo its nudges did not name: claiming it is progress in lane-l.
+    Then lane-l's todo its nudges did not name is claimed, 5 s after CAPPED (progress in
+    lane-l); returns its id.
     """
     ids = await stalled_queue(driver, todos=2)
     await driver.add_delivery("dlv-ep-1-lane-m", endpoint_id="ep-1", verified=True, received_at=T0)
@@ -839,11 +823,19 @@ async def _two_capped_pairs(driver: BoardDriver) -> str:
     for minute in (10, 15, 35, 95, 455):
         await sweep(driver, T0 + minutes(minute), wake)
     rows = await driver.ledger_rows()
-    assert (POLICY.cap, POLICY.cap) == (
-        rows["ep-1", "lane-l"].nudges,
-        rows["ep-1", "lane-m"].nudges,
-    )
+    assert [POLICY.cap, POLICY.cap] == [rows["ep-1", q].nudges for q in ("lane-l", "lane-m")]
+    await driver.claim(ids[1], owner="consumer", at=CAPPED + timedelta(seconds=5))
     return ids[1]
+
+
+async def _charges(driver: BoardDriver, seconds: range) -> list[tuple[str, int]]:
+    """Tick at CAPPED plus each of ``seconds``; every charge as (queue, nudge number)."""
+    wake = RecordingWake()
+    charged = []
+    for second in seconds:
+        report = await sweep(driver, CAPPED + timedelta(seconds=second), wake)
+        charged += [(n.queue, n.number) for n in report.charged]
+    return charged
 
 
 async def _not_progress(
