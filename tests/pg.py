@@ -31,6 +31,7 @@ from adapters.postgres import PostgresLedger, host_schema_sql, migrate
 from stall_core import LedgerPort, LedgerRow, PairKey
 from stall_testing import (
     FakeClock,
+    Operated,
     PostgresDriver,
     create_database,
     drop_database,
@@ -233,6 +234,11 @@ class SiteDriver(PostgresDriver):
 
     @property
     def ledger(self) -> LedgerPort:
+        return self.sweeping
+
+    @property
+    def operated(self) -> Operated:
+        """The operator's verbs as the sweeping role: it holds every grant they need."""
         return self.sweeping
 
     def hold_tick(self) -> AbstractAsyncContextManager[None]:

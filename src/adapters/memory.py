@@ -18,18 +18,26 @@ import attrs
 
 from stall_core import (
     CLAIMS_LOOKBACK,
+    Charge,
     ChargeOutcome,
     Claim,
     Clock,
+    DeliveryOutcome,
+    HistoryEntry,
+    HistoryPort,
     HookDirectory,
     HookHealth,
     HookTarget,
     LedgerPort,
     LedgerRow,
+    NoSuchPair,
     Nudge,
+    NudgeNowResult,
+    OperatorPort,
     PacingPolicy,
     PairKey,
     PairState,
+    Silence,
     TodoRef,
     aware,
     charge_row,
@@ -40,10 +48,12 @@ from stall_core import (
     has_receiver,
     is_receiver,
     latest_claim,
+    nudge_now,
     passes_gate,
     plan_tick,
     refunded_row,
     reset_row,
+    silenced_until,
     swept_recently,
     work_of,
 )
@@ -60,6 +70,9 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+#: The most history entries (and, apart, ended silences) one tick prunes, as on Postgres.
+PRUNE_BATCH = 100
 
 ENDPOINT_STATES = frozenset({"active", "paused", "disabled"})
 
@@ -141,9 +154,19 @@ class MemoryBoard:
     (``stall_core.made_progress``).
     """
 
-    def __init__(self, *, clock: Clock, lookback: timedelta = CLAIMS_LOOKBACK) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        lookback: timedelta = CLAIMS_LOOKBACK,
+        history_retention: timedelta = timedelta(days=7),
+    ) -> None:
         self._clock = clock
         self._lookback = lookback
+        self._history_retention = history_retention
+        self._silences: dict[tuple[str, str | None], Silence] = {}
+        #: The history, oldest first (the Postgres ledger's ``history`` table).
+        self._history: list[HistoryEntry] = []
         self._tick_held = False
         self._endpoints: dict[str, Endpoint] = {}
         self._deliveries: dict[str, Delivery] = {}
@@ -173,6 +196,11 @@ class MemoryBoard:
     @property
     def ledger(self) -> Mapping[PairKey, LedgerRow]:
         return MappingProxyType(self._ledger)
+
+    @property
+    def history_entries(self) -> tuple[HistoryEntry, ...]:
+        """The whole history, oldest first."""
+        return tuple(self._history)
 
     @property
     def rings(self) -> tuple[Ring, ...]:
@@ -457,6 +485,7 @@ class MemoryBoard:
             has_receiver=has_receiver(hooks, endpoint_id, queue),
             latest_claim=latest_claim(_claims(todos), since, read),
             named_departed=has_departed(ledger.get(key), pending),
+            silenced_until=silenced_until(self._silences.values(), endpoint_id, queue, self._now()),
         )
 
     async def charge_due(
@@ -478,6 +507,17 @@ class MemoryBoard:
             self._ledger[key] = reset_row(self._ledger[key], now)
         for nudge in plan.charges:
             self._ledger[nudge.key] = charge_row(nudge)
+            self._history.append(
+                HistoryEntry(
+                    at=now,
+                    endpoint_id=nudge.endpoint_id,
+                    queue=nudge.queue,
+                    event="charged",
+                    nudge=nudge.number,
+                    todo_id=nudge.todo.id,
+                )
+            )
+        self._prune(now)
         return ChargeOutcome(
             now=now,
             charged=plan.charges,
@@ -494,6 +534,170 @@ class MemoryBoard:
             return False
         self._ledger[nudge.key] = row
         return True
+
+    # -- what a person on call does (stall_core.OperatorPort) -----------------
+
+    def _now(self) -> datetime:
+        return aware("clock()", self._clock())
+
+    def _prune(self, now: datetime) -> None:
+        """Drop at most ``PRUNE_BATCH`` history entries, and ended silences, past the retention."""
+        cutoff = now - self._history_retention
+        old = [i for i, e in enumerate(self._history) if e.at < cutoff][:PRUNE_BATCH]
+        for i in reversed(old):
+            del self._history[i]
+        ended = [k for k, v in self._silences.items() if v.ends_at < cutoff][:PRUNE_BATCH]
+        for key in ended:
+            del self._silences[key]
+
+    def _exists(self, endpoint_id: str, queue: str | None) -> None:
+        if endpoint_id not in self._endpoints:
+            raise NoSuchPair(f"no endpoint {endpoint_id!r}")
+        if queue is None or (endpoint_id, queue) in self._ledger:
+            return
+        if not any(t.endpoint_id == endpoint_id and t.queue == queue for t in self._todos.values()):
+            raise NoSuchPair(
+                f"endpoint {endpoint_id!r} has no queue {queue!r}: no todo, no ledger row"
+            )
+
+    def _act(
+        self,
+        now: datetime,
+        key: tuple[str, str | None],
+        event: str,
+        *,
+        by: str,
+        detail: str,
+        until: datetime | None = None,
+    ) -> None:
+        self._history.append(
+            HistoryEntry(
+                at=now,
+                endpoint_id=key[0],
+                queue=key[1],
+                event=event,
+                by=by,
+                detail=detail,
+                until=until,
+            )
+        )
+
+    async def silence(
+        self, endpoint_id: str, queue: str | None, *, lasting: timedelta, by: str, reason: str
+    ) -> Silence:
+        """Silence the pair (or every queue of the endpoint), replacing its silence."""
+        if not lasting > timedelta(0):
+            raise ValueError(f"a silence must last a positive time, got {lasting!r}")
+        self._exists(endpoint_id, queue)
+        now = self._now()
+        silence = Silence(
+            endpoint_id=endpoint_id,
+            queue=queue,
+            starts_at=now,
+            ends_at=now + lasting,
+            by=by,
+            reason=reason,
+        )
+        self._silences[(endpoint_id, queue)] = silence
+        self._act(
+            now, (endpoint_id, queue), "silenced", by=by, detail=reason, until=silence.ends_at
+        )
+        return silence
+
+    async def unsilence(
+        self, endpoint_id: str, queue: str | None, *, by: str, reason: str
+    ) -> Silence | None:
+        """End the silence of exactly this pair (or endpoint) now; None when none holds."""
+        self._exists(endpoint_id, queue)
+        now = self._now()
+        silence = self._silences.get((endpoint_id, queue))
+        if silence is None or not now < silence.ends_at:
+            return None
+        silence = attrs.evolve(silence, ends_at=now)
+        self._silences[(endpoint_id, queue)] = silence
+        self._act(now, (endpoint_id, queue), "unsilenced", by=by, detail=reason)
+        return silence
+
+    async def reset(
+        self, endpoint_id: str, queue: str, *, by: str, reason: str
+    ) -> LedgerRow | None:
+        """Start the pair over (``reset_row``): its next nudge is nudge 1, due at once."""
+        self._exists(endpoint_id, queue)
+        now = self._now()
+        row = self._ledger.get((endpoint_id, queue))
+        if row is None:
+            return None
+        row = self._ledger[row.key] = reset_row(row, now)
+        self._act(now, (endpoint_id, queue), "reset", by=by, detail=reason)
+        return row
+
+    async def nudge_now(
+        self, endpoint_id: str, queue: str, *, policy: PacingPolicy, by: str, reason: str
+    ) -> NudgeNowResult:
+        """Reset the pair if ``nudge_now`` allows, and tick at once: atomic on one loop."""
+        self._exists(endpoint_id, queue)
+        if self._tick_held:
+            raise BoardError("the tick is held")
+        now = self._now()
+        key = (endpoint_id, queue)
+        row = self._ledger.get(key)
+        states = [p for p in self.pair_states() if p.key == key]
+        pair = (
+            states[0]
+            if states
+            else PairState(
+                endpoint_id=endpoint_id,
+                queue=queue,
+                oldest=None,
+                endpoint_active=False,
+                has_receiver=False,
+            )
+        )
+        decision = nudge_now(pair, row, now, policy)
+        if isinstance(decision, Charge) and row is not None:
+            self._ledger[key] = reset_row(row, now)
+        self._act(now, key, "nudged", by=by, detail=reason)
+        outcome = await self.charge_due(policy=policy)
+        charged = next((n for n in outcome.charged if n.key == key), None)
+        return NudgeNowResult(outcome=outcome, decision=decision, charged=charged, row=row)
+
+    async def silences(self) -> tuple[datetime, tuple[Silence, ...]]:
+        """Every silence not ended yet, by endpoint and queue."""
+        now = self._now()
+        live = (s for s in self._silences.values() if now < s.ends_at)
+        return now, tuple(
+            sorted(live, key=lambda s: (s.endpoint_id, s.queue or "", s.queue is not None))
+        )
+
+    async def history(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        queue: str | None = None,
+        since: timedelta | None = None,
+        limit: int = 1000,
+    ) -> tuple[HistoryEntry, ...]:
+        """The history newest first, of one endpoint (and queue), within ``since``."""
+        now = self._now()
+        found = [
+            e
+            for e in reversed(self._history)
+            if (since is None or e.at >= now - since)
+            and (endpoint_id is None or e.endpoint_id == endpoint_id)
+            and (queue is None or e.queue in (queue, None))
+        ]
+        return tuple(found[:limit])
+
+    async def record_outcome(self, outcome: DeliveryOutcome) -> None:
+        """Book the outcome on the charge's history entry, once."""
+        n = outcome.nudge
+        for i, e in enumerate(self._history):
+            charge = (e.at, e.endpoint_id, e.queue, e.nudge, e.event, e.outcome)
+            if charge == (n.charged_at, n.endpoint_id, n.queue, n.number, "charged", None):
+                self._history[i] = attrs.evolve(
+                    e, outcome=outcome.outcome, detail=outcome.detail, settled_at=self._now()
+                )
+                return
 
     @contextmanager
     def hold_tick(self) -> Iterator[None]:
@@ -576,6 +780,8 @@ class MemoryHooks:
         return HookHealth(consecutive_failures=hook.consecutive_failures, enabled=hook.enabled)
 
 
-def _conforms(board: MemoryBoard, hooks: MemoryHooks) -> tuple[LedgerPort, HookDirectory]:
+def _conforms(
+    board: MemoryBoard, hooks: MemoryHooks
+) -> tuple[LedgerPort, HookDirectory, OperatorPort, HistoryPort]:
     """mypy checks here that the memory adapters satisfy the core's ports."""
-    return board, hooks
+    return board, hooks, board, board

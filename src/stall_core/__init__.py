@@ -53,9 +53,42 @@ from ._decide import (
     work_of,
 )
 from ._durations import format_duration, format_seconds, parse_duration
+from ._failing import FAILING_LOG_EVERY_S, FailingTicks, Recovered, StillFailing
+from ._operate import (
+    ACTIONS,
+    NUDGE_NOW_GAP,
+    OUTCOMES,
+    DeliveryOutcome,
+    HistoryEntry,
+    NoSuchPair,
+    Silence,
+    nudge_now,
+    silenced_until,
+    silences_pair,
+)
 from ._policy import PacingPolicy
-from ._ports import HookDirectory, LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
-from ._status import PairStatus, Unreadable, Verdict, pair_status
+from ._ports import (
+    ExplainedReceipt,
+    HistoryPort,
+    HookDirectory,
+    LedgerError,
+    LedgerPort,
+    NudgeNowResult,
+    OperatorPort,
+    WakeError,
+    WakePort,
+    WakeReceipt,
+)
+from ._status import (
+    NEXT_STEPS,
+    PairStatus,
+    Receiver,
+    Unreadable,
+    Verdict,
+    next_step,
+    pair_status,
+    receiver_health,
+)
 from ._sweeper import Clock, Sweeper, TickFailure, TickReport
 from ._text import printable, printable_text
 from ._values import (
@@ -75,10 +108,15 @@ from ._values import (
 )
 
 __all__ = [
+    "ACTIONS",
     "CLAIMS_LOOKBACK",
+    "FAILING_LOG_EVERY_S",
     "FULL_PASS_INTERVAL",
     "HELD_RETRY_FRACTION",
     "NAMES_MAX_BYTES",
+    "NEXT_STEPS",
+    "NUDGE_NOW_GAP",
+    "OUTCOMES",
     "QUARANTINE_QUEUE",
     "TICK_KINDS",
     "Capped",
@@ -88,6 +126,11 @@ __all__ = [
     "Clear",
     "Clock",
     "Decision",
+    "DeliveryOutcome",
+    "ExplainedReceipt",
+    "FailingTicks",
+    "HistoryEntry",
+    "HistoryPort",
     "HookDirectory",
     "HookHealth",
     "HookTarget",
@@ -96,12 +139,19 @@ __all__ = [
     "LedgerError",
     "LedgerPort",
     "LedgerRow",
+    "NoSuchPair",
     "Nudge",
+    "NudgeNowResult",
+    "OperatorPort",
     "PacingPolicy",
     "PairKey",
     "PairState",
     "PairStatus",
+    "Receiver",
+    "Recovered",
     "Reset",
+    "Silence",
+    "StillFailing",
     "Sweeper",
     "TickFailure",
     "TickPlan",
@@ -136,7 +186,9 @@ __all__ = [
     "made_progress",
     "names_fit",
     "next_due_at",
+    "next_step",
     "next_sweep_in",
+    "nudge_now",
     "pair_status",
     "parse_duration",
     "passes_gate",
@@ -146,8 +198,11 @@ __all__ = [
     "printable",
     "printable_text",
     "readable",
+    "receiver_health",
     "refunded_row",
     "reset_row",
+    "silenced_until",
+    "silences_pair",
     "starts_over",
     "swept_recently",
     "work_of",

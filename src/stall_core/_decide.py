@@ -27,6 +27,9 @@ covers           the hook is the endpoint's; its queue filter is NULL or holds t
 is_receiver      an enabled hook that covers the pair (``has_receiver``: one hook is)
 is_candidate     work older than the threshold (strictly), an active endpoint, a
                  receiver
+silenced         a candidate an operator's silence covers (``silences_pair``) is
+                 neither charged nor counted against the tick limit: ``Idle``, or
+                 ``Reset`` with progress; its ledger row and count stay
 latest_claim     the pair's latest new claim: a todo that left pending with a readable
                  claim stamp, stamped inside the claims window (``claims_window``: from
                  a lookback before the last tick), that the last tick did not read
@@ -120,6 +123,7 @@ class IdleReason(enum.Enum):
     ENDPOINT_INACTIVE = "endpoint-inactive"
     NO_RECEIVER = "no-receiver"
     FRESH = "fresh"  # its oldest gate-passing todo is within the threshold
+    SILENCED = "silenced"  # a candidate an operator's silence covers (``silences_pair``)
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +185,8 @@ def _candidacy(pair: PairState, now: datetime, policy: PacingPolicy) -> TodoRef 
         return IdleReason.NO_RECEIVER
     if not work.created_at < now - policy.threshold:
         return IdleReason.FRESH
+    if pair.silenced_until is not None and now < pair.silenced_until:
+        return IdleReason.SILENCED
     return work
 
 

@@ -4,17 +4,44 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+import attrs
+
+from ._decide import Charge, Idle, Wait
+from ._operate import DeliveryOutcome, HistoryEntry, Silence
 from ._policy import PacingPolicy
-from ._values import ChargeOutcome, HookHealth, HookTarget, Nudge
+from ._values import ChargeOutcome, HookHealth, HookTarget, LedgerRow, Nudge
 
-__all__ = ["HookDirectory", "LedgerError", "LedgerPort", "WakeError", "WakePort", "WakeReceipt"]
+__all__ = [
+    "ExplainedReceipt",
+    "HistoryPort",
+    "HookDirectory",
+    "LedgerError",
+    "LedgerPort",
+    "NudgeNowResult",
+    "OperatorPort",
+    "WakeError",
+    "WakePort",
+    "WakeReceipt",
+]
 
 #: Resolves once a wake's fate is known: True when at least one receiver
 #: answered 2xx, False when none did (every attempt failed or the transport
 #: gave up on it). It never raises.
 WakeReceipt = Awaitable[bool]
+
+
+@runtime_checkable
+class ExplainedReceipt(Protocol):
+    """A receipt that also says why, once resolved: the dispatcher's do.
+
+    ``detail`` is the last failure's text (None when delivered), and
+    ``hook_disabled`` is True when that failure disabled a hook.
+    """
+
+    detail: str | None
+    hook_disabled: bool
 
 
 class LedgerError(Exception):
@@ -103,4 +130,75 @@ class HookDirectory(Protocol):
         ``disabled_reason = reason``; an already disabled hook keeps its
         original reason and time. Returns None when the hook no longer exists.
         """
+        ...
+
+
+class HistoryPort(Protocol):
+    """Where each charge's outcome is kept; the ledger's history (``stall_core.HistoryEntry``)."""
+
+    async def record_outcome(self, outcome: DeliveryOutcome) -> None:
+        """Book the outcome on the charge's history entry, once: a second booking is ignored."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class NudgeNowResult:
+    """What an operator's nudge now did: the tick it ran, and the pair's fate in it.
+
+    ``decision`` is ``stall_core.nudge_now``'s (``Charge``: the pair was
+    reset and the tick judged it), ``charged`` the pair's nudge if the tick
+    charged it (None: held back by the tick limit, or it changed meanwhile).
+    """
+
+    outcome: ChargeOutcome
+    decision: Charge | Idle | Wait
+    charged: Nudge | None
+    row: LedgerRow | None
+
+
+class OperatorPort(Protocol):
+    """What a person on call does to the ledger, each recorded with who, when and why.
+
+    Each verb raises ``stall_core.NoSuchPair`` for an endpoint the host does
+    not have, or a queue with no todo and no ledger row; ``LedgerError``
+    when the ledger cannot be reached. Instants are the ledger's clock.
+    """
+
+    async def silence(
+        self, endpoint_id: str, queue: str | None, *, lasting: timedelta, by: str, reason: str
+    ) -> Silence:
+        """Silence the pair (or every queue of the endpoint) for ``lasting``, replacing one."""
+        ...
+
+    async def unsilence(
+        self, endpoint_id: str, queue: str | None, *, by: str, reason: str
+    ) -> Silence | None:
+        """End the silence on exactly this pair (or endpoint) now; None when none holds."""
+        ...
+
+    async def reset(
+        self, endpoint_id: str, queue: str, *, by: str, reason: str
+    ) -> LedgerRow | None:
+        """Start the pair over (``reset_row``): its next nudge is nudge 1, due at once."""
+        ...
+
+    async def nudge_now(
+        self, endpoint_id: str, queue: str, *, policy: PacingPolicy, by: str, reason: str
+    ) -> NudgeNowResult:
+        """Under the tick lock, reset the pair if ``nudge_now`` allows and run a tick with it."""
+        ...
+
+    async def silences(self) -> tuple[datetime, tuple[Silence, ...]]:
+        """The ledger's now and every silence not ended yet, by endpoint and queue."""
+        ...
+
+    async def history(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        queue: str | None = None,
+        since: timedelta | None = None,
+        limit: int = 1000,
+    ) -> tuple[HistoryEntry, ...]:
+        """The history, newest first, of one endpoint (and queue), within ``since``."""
         ...

@@ -24,9 +24,19 @@ from ._decide import (
     next_due_at,
 )
 from ._policy import PacingPolicy
+from ._text import printable
 from ._values import LedgerRow, PairState
 
-__all__ = ["PairStatus", "Unreadable", "Verdict", "pair_status"]
+__all__ = [
+    "NEXT_STEPS",
+    "PairStatus",
+    "Receiver",
+    "Unreadable",
+    "Verdict",
+    "next_step",
+    "pair_status",
+    "receiver_health",
+]
 
 
 class Verdict(enum.Enum):
@@ -43,6 +53,15 @@ class Verdict(enum.Enum):
     NAMES_TOO_LONG = "names-too-long"  # pending todos, names past NAMES_MAX_BYTES: never work
     DRAINED = "drained"  # no pending work; a leftover row is cleared next tick
     UNREADABLE = "unreadable"  # sendable todos, all created at instants the sweep cannot read
+
+
+class Receiver(enum.Enum):
+    """The health of a pair's receivers (its enabled covering hooks), as status words it."""
+
+    NONE = "none"  # no enabled hook covers the pair: nothing to wake
+    OK = "ok"  # no failure booked, none in the pair's history
+    FAILING = "failing"  # a covering hook's last deliveries failed, every attempt
+    RECOVERED = "recovered"  # failures in the pair's history, but its hooks answer again
 
 
 @attrs.frozen(kw_only=True)
@@ -84,6 +103,13 @@ class PairStatus:
     named_todo: str | None = None
     #: A host value of the pair the sweep cannot read (None: every one is readable).
     unreadable: Unreadable | None = None
+    #: Whether an enabled hook covers the pair (``has_receiver``), whatever its verdict.
+    has_receiver: bool = True
+    #: The host's name for the endpoint (None: the host keeps none).
+    endpoint_name: str | None = None
+    #: When a nudge of the pair last reached no receiver, from its history (None: never,
+    #: within the history's retention).
+    last_failure_at: datetime | None = None
 
 
 def pair_status(
@@ -97,6 +123,8 @@ def pair_status(
     hook_failures: int = 0,
     hooks_disabled: int = 0,
     unreadable: Unreadable | None = None,
+    endpoint_name: str | None = None,
+    last_failure_at: datetime | None = None,
 ) -> PairStatus:
     """The verdict the sweep's own ``decide`` gives this pair at ``now``.
 
@@ -142,6 +170,9 @@ def pair_status(
         hooks_disabled=hooks_disabled,
         named_todo=None if row is None else row.named_todo,
         unreadable=unreadable,
+        has_receiver=pair.has_receiver,
+        endpoint_name=endpoint_name,
+        last_failure_at=last_failure_at,
     )
 
 
@@ -158,3 +189,62 @@ def _no_work(
     if held_by_gate:
         return Verdict.HELD_BY_GATE
     return Verdict.DRAINED
+
+
+def receiver_health(status: PairStatus) -> Receiver:
+    """How the pair's receivers fare, from the hook directory and the pair's history.
+
+    A success resets a hook's failures in a row, so failures in the pair's
+    history with none booked now mean a receiver answered since: recovered,
+    not failing, whichever delivery it answered.
+    """
+    if not status.has_receiver or status.verdict is Verdict.NO_RECEIVER:
+        return Receiver.NONE
+    if status.hook_failures:
+        return Receiver.FAILING
+    if status.last_failure_at is not None:
+        return Receiver.RECOVERED
+    return Receiver.OK
+
+
+#: What a person does about each verdict that asks for one, in one line. ``{endpoint}``,
+#: ``{queue}`` and ``{nudges}`` are filled in by ``next_step``; the other verdicts need
+#: nothing, or only time.
+NEXT_STEPS: dict[Verdict, str] = {
+    Verdict.CAPPED: "{nudges} nudges woke no consumer of {queue}: fix the consumer, then "
+    "`stall-nudge reset {endpoint} {queue}`",
+    Verdict.NO_RECEIVER: "no enabled hook covers {queue}: enable one, or this queue is "
+    "drained by pull only",
+    Verdict.ENDPOINT_INACTIVE: "endpoint {endpoint} is paused or disabled: resume it, or "
+    "this queue is drained by pull only",
+    Verdict.HELD_BY_GATE: "{queue} holds only todos of unverified deliveries: verify them, "
+    "or this queue is drained by pull only",
+    Verdict.UNREADABLE: "the sweep cannot read when {queue}'s todos were created: fix the "
+    "value on the host",
+    Verdict.NAMES_TOO_LONG: "{endpoint} and {queue} are too long together to be nudged: "
+    "use a shorter queue name",
+}
+#: The verdicts of a pair the sweep nudges, or has: a failing receiver is why it is not drained.
+_NUDGED = frozenset({Verdict.DUE, Verdict.BACKING_OFF, Verdict.FRESH, Verdict.CAPPED})
+#: What a person does when a covering hook fails every attempt: a verdict of its own would
+#: hide the sweep's decision, so it is a step beside it.
+FAILING_STEP = "{endpoint}'s hook fails every attempt: check its URL and the receiver's logs"
+
+
+def next_step(status: PairStatus) -> str | None:
+    """The one line that tells a person what to do about the pair; None when nothing to do.
+
+    A failing receiver of a pair the sweep nudges comes first: it is why a
+    due or backing-off pair is not drained. Names are escaped and cut
+    (``printable``).
+    """
+    failing = receiver_health(status) is Receiver.FAILING
+    template = FAILING_STEP if failing and status.verdict in _NUDGED else None
+    template = template or NEXT_STEPS.get(status.verdict)
+    if template is None:
+        return None
+    return template.format(
+        endpoint=printable(status.endpoint_id),
+        queue=printable(status.queue),
+        nudges=status.effective_nudges or 0,
+    )

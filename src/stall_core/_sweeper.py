@@ -7,13 +7,16 @@ decision. The event loop's monotonic timer measures tick duration only.
 
 A charged nudge is handed to the wake port, whose receipt later tells
 whether any receiver answered. One that reached nobody is refunded in the
-ledger (compare-and-set), so it does not count toward the cap.
+ledger (compare-and-set), so it does not count toward the cap. Each
+nudge's outcome (``DeliveryOutcome``: delivered, refused, gave up, hook
+disabled) is booked in the history port and handed to ``on_delivery``.
 
 Logging: each woken nudge is a record at info; each tick's summary is a
 record at info when the tick charged, cleared or refused something, else
-at debug (an idle sidecar is quiet). A failed tick in ``run`` is logged
-here, once, in one line (a traceback only for what is not a ledger
-failure, a bug); ``on_error`` receives it to record or count, not to log
+at debug (an idle sidecar is quiet). A run of failed ticks in ``run`` is
+logged here (``FailingTicks``): one line as it starts (a traceback only
+for what is not a ledger failure, a bug), one a minute with a count, one
+"recovered"; ``on_error`` receives each to record or count, not to log
 again. Records carry their facts as fields (``extra=``): ``tick``, and for
 a nudge ``endpoint``, ``queue``, ``nudge`` and ``todo``. Names a sender chose
 are escaped and cut (``printable``) in messages and fields alike, and an
@@ -33,10 +36,20 @@ from typing import Any
 import attrs
 
 from ._decide import next_sweep_in
+from ._failing import FailingTicks, log_failed, log_recovered
+from ._operate import DeliveryOutcome
 from ._policy import PacingPolicy
-from ._ports import LedgerError, LedgerPort, WakeError, WakePort, WakeReceipt
+from ._ports import (
+    ExplainedReceipt,
+    HistoryPort,
+    LedgerError,
+    LedgerPort,
+    WakeError,
+    WakePort,
+    WakeReceipt,
+)
 from ._text import printable, printable_text
-from ._values import Nudge, PairKey, positive_seconds
+from ._values import ChargeOutcome, Nudge, PairKey, positive_seconds
 
 __all__ = ["Clock", "Sweeper", "TickFailure", "TickReport"]
 
@@ -114,9 +127,13 @@ class Sweeper:
         ledger: LedgerPort,
         wake: WakePort,
         policy: PacingPolicy | None = None,
+        history: HistoryPort | None = None,
+        on_delivery: Callable[[DeliveryOutcome], None] | None = None,
     ) -> None:
         self._ledger = ledger
         self._wake = wake
+        self._history = history
+        self._on_delivery = on_delivery
         self._policy = policy if policy is not None else PacingPolicy()
         self._ticks = 0
         self._receipts: set[asyncio.Task[None]] = set()
@@ -144,9 +161,21 @@ class Sweeper:
         counted and refunded at once.
         """
         self._ticks += 1
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = asyncio.get_running_loop().time()
         outcome = await self._ledger.charge_due(policy=self._policy, every=every)
+        return await self._deliver(outcome, started)
+
+    async def deliver(self, outcome: ChargeOutcome) -> TickReport:
+        """Hand a tick the ledger committed elsewhere (an operator's nudge now) to the wake port.
+
+        The same delivery as ``tick``'s: each charge woken, refused ones
+        refunded, receipts followed, outcomes booked and reported.
+        """
+        self._ticks += 1
+        return await self._deliver(outcome, asyncio.get_running_loop().time())
+
+    async def _deliver(self, outcome: ChargeOutcome, started: float) -> TickReport:
+        loop = asyncio.get_running_loop()
         queued = refused = 0
         for nudge in outcome.charged:
             try:
@@ -165,7 +194,9 @@ class Sweeper:
                     exc_info=not isinstance(exc, WakeError),
                     extra=_fields(self._ticks, nudge),
                 )
-                await self._refund(nudge)
+                detail = printable_text(str(exc)) or type(exc).__name__
+                refunded = await self._refund(nudge)
+                await self._booked(nudge, "refused", detail, refunded)
             else:
                 queued += 1
                 log.info(
@@ -253,10 +284,48 @@ class Sweeper:
             reached = False
         if reached:
             self.delivered += 1
-        else:
-            await self._refund(nudge)
+            await self._booked(nudge, "delivered", None, False)
+            return
+        detail, disabled = "no receiver answered", False
+        if isinstance(receipt, ExplainedReceipt):
+            detail = receipt.detail or detail
+            disabled = receipt.hook_disabled
+        refunded = await self._refund(nudge)
+        await self._booked(nudge, "hook-disabled" if disabled else "gave-up", detail, refunded)
 
-    async def _refund(self, nudge: Nudge) -> None:
+    async def _booked(self, nudge: Nudge, outcome: str, detail: str | None, refunded: bool) -> None:
+        """Book a nudge's outcome in the history and hand it to ``on_delivery``; neither may fail.
+
+        A failure of either is logged and the sweep goes on: the history
+        entry then stays without its outcome, which ``history`` shows.
+        """
+        delivery = DeliveryOutcome(nudge=nudge, outcome=outcome, detail=detail, refunded=refunded)
+        if self._history is not None:
+            try:
+                await self._history.record_outcome(delivery)
+            except Exception as exc:
+                log.warning(
+                    "booking the outcome of %s/%s nudge %d failed: %s",
+                    printable(nudge.endpoint_id),
+                    printable(nudge.queue),
+                    nudge.number,
+                    printable_text(str(exc)),
+                    exc_info=not isinstance(exc, LedgerError),
+                    extra=_fields(self._ticks, nudge),
+                )
+        if self._on_delivery is not None:
+            try:
+                self._on_delivery(delivery)
+            except Exception:
+                log.exception(
+                    "on_delivery failed for %s/%s nudge %d; the sweep goes on",
+                    printable(nudge.endpoint_id),
+                    printable(nudge.queue),
+                    nudge.number,
+                    extra=_fields(self._ticks, nudge),
+                )
+
+    async def _refund(self, nudge: Nudge) -> bool:
         """Refund a nudge that reached nobody; a failed refund only costs one pacing step."""
         try:
             refunded = await self._ledger.refund(nudge)
@@ -271,7 +340,7 @@ class Sweeper:
                 extra=_fields(self._ticks, nudge),
             )
             self.unrefunded += 1
-            return
+            return False
         if refunded:
             self.refunded += 1
             log.info(
@@ -281,6 +350,7 @@ class Sweeper:
                 nudge.number,
                 extra=_fields(self._ticks, nudge),
             )
+        return refunded
 
     async def run(
         self,
@@ -293,8 +363,8 @@ class Sweeper:
         """Tick every ``interval`` until ``stop`` is set; return the ticks run.
 
         Each tick goes to ``on_report``, or, when it failed, to ``on_error``
-        as a ``TickFailure``. A failing tick is logged here with its number
-        (``on_error`` need not log it again) and the loop goes on: the queue
+        as a ``TickFailure``. A failing tick is logged here, throttled
+        (``FailingTicks``; ``on_error`` need not log it again) and the loop goes on: the queue
         is still claimable by pull, and the next tick tries again.
         """
         seconds = positive_seconds(
@@ -302,6 +372,7 @@ class Sweeper:
         )
         every = timedelta(seconds=seconds)
         loop = asyncio.get_running_loop()
+        failing = FailingTicks()  # a run of failures: a line as it starts, a minute, ends
         ran = 0
         while not stop.is_set():
             started = loop.time()
@@ -311,18 +382,14 @@ class Sweeper:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.error(
-                    "tick %d: sweep failed, the loop continues: %s",
-                    self._ticks,
-                    printable_text(str(exc)),
-                    exc_info=not isinstance(exc, LedgerError),
-                    extra={"tick": self._ticks},
-                )
+                log_failed(failing.failed(loop.time()), self._ticks, exc)
                 result = TickFailure(
                     tick=self._ticks,
                     error=str(exc).strip() or type(exc).__name__,
                     duration_s=loop.time() - started,
                 )
+            else:
+                log_recovered(failing.succeeded(loop.time()), self._ticks)
             self._hand_over(result, on_report, on_error)
             ran += 1
             with contextlib.suppress(TimeoutError):

@@ -86,7 +86,8 @@ class PairState:
     last tick did not read (``stall_core.latest_claim``; None: none).
     ``named_departed`` says the todo its ledger row names is no longer
     pending in this pair: claimed, finished, deleted or moved (False without
-    a row or a named todo).
+    a row or a named todo). ``silenced_until`` is when the silences covering
+    the pair now end (``stall_core.silenced_until``; None: none covers it).
     """
 
     endpoint_id: str
@@ -96,6 +97,7 @@ class PairState:
     has_receiver: bool
     latest_claim: datetime | None = attrs.field(default=None, validator=_aware_or_none)
     named_departed: bool = False
+    silenced_until: datetime | None = attrs.field(default=None, validator=_aware_or_none)
 
     @property
     def key(self) -> PairKey:

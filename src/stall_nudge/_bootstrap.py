@@ -10,7 +10,7 @@ and starts the dispatcher, a command uses only the parts it needs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -18,8 +18,14 @@ import asyncpg
 import attrs
 
 from adapters.http import HookDispatcher
-from adapters.postgres import LOOKBACK, BoundedPool, PostgresHooks, PostgresLedger
-from stall_core import FULL_PASS_INTERVAL, Clock, PacingPolicy, Sweeper
+from adapters.postgres import (
+    HISTORY_RETENTION,
+    LOOKBACK,
+    BoundedPool,
+    PostgresHooks,
+    PostgresLedger,
+)
+from stall_core import FULL_PASS_INTERVAL, Clock, DeliveryOutcome, PacingPolicy, Sweeper
 
 from ._connect import connect
 from ._tally import Tally
@@ -71,6 +77,8 @@ async def bootstrap(
     full_pass_interval: timedelta = FULL_PASS_INTERVAL,
     refuse_private: bool = False,
     queue_size: int = QUEUE_SIZE,
+    history_retention: timedelta = HISTORY_RETENTION,
+    on_delivery: Callable[[DeliveryOutcome], None] | None = None,
 ) -> AsyncIterator[Parts]:
     """The parts on ``database``; a pool opened on a DSN (``max_size`` connections) is closed after.
 
@@ -93,6 +101,7 @@ async def bootstrap(
             timeout=timeout,
             lookback=lookback,
             full_pass_interval=full_pass_interval,
+            history_retention=history_retention,
         )
         yield Parts(
             pool=pool,
@@ -108,6 +117,8 @@ async def bootstrap(
                 ledger=WatchedLedger(ledger, pool=bounded, clock=wire_clock, tally=tally),
                 wake=wake,
                 policy=policy,
+                history=ledger,
+                on_delivery=on_delivery,
             ),
             tally=tally,
             wire_clock=wire_clock,

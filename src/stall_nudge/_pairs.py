@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from stall_core import PacingPolicy, PairStatus, Verdict, printable
+from stall_core import PacingPolicy, PairStatus, Receiver, Verdict, printable, receiver_health
 
 from ._text import age, line, until
 
-__all__ = ["by_urgency", "counts_and_times", "hook_trouble", "needs_person", "unreadable_note"]
+__all__ = [
+    "by_urgency",
+    "counts_and_times",
+    "endpoint_label",
+    "hook_trouble",
+    "hooks_cell",
+    "needs_person",
+    "unreadable_note",
+]
 
 #: After the pairs that need a person or have a failing hook, in this order.
 _VERDICT_ORDER = (
@@ -37,6 +45,33 @@ def counts_and_times(pair: PairStatus, now: datetime) -> tuple[str, ...]:
         "-" if pair.last_nudged_at is None else age(now - pair.last_nudged_at) + " ago",
         until(pair.next_due_at, now),
     )
+
+
+def endpoint_label(pair: PairStatus) -> str:
+    """The endpoint as a person knows it: the host's name with its id, or the id alone.
+
+    Not escaped: each surface escapes the cell.
+    """
+    if pair.endpoint_name is None:
+        return pair.endpoint_id
+    return f"{pair.endpoint_name} ({pair.endpoint_id})"
+
+
+def hooks_cell(pair: PairStatus, now: datetime) -> str:
+    """The health of the pair's receivers (``stall_core.receiver_health``), then disabled hooks.
+
+    ``none``, ``ok``, ``3 failures in a row``, or ``recovered`` with when the
+    pair's last nudge reached no receiver.
+    """
+    health = receiver_health(pair)
+    if health is Receiver.FAILING:
+        word = f"{pair.hook_failures} failure{'s' if pair.hook_failures > 1 else ''} in a row"
+    elif health is Receiver.RECOVERED:
+        assert pair.last_failure_at is not None  # what RECOVERED means
+        word = f"recovered (failed {age(now - pair.last_failure_at)} ago)"
+    else:
+        word = health.value
+    return word + (f", {pair.hooks_disabled} disabled" if pair.hooks_disabled else "")
 
 
 def needs_person(pair: PairStatus, policy: PacingPolicy) -> bool:

@@ -32,12 +32,17 @@ from importlib import metadata
 import asyncpg
 
 from adapters.http import DispatchStats
-from adapters.postgres import LOOKBACK, Installed
+from adapters.postgres import HISTORY_RETENTION, LOOKBACK, Installed
 from stall_core import (
     FULL_PASS_INTERVAL,
     Clock,
+    DeliveryOutcome,
+    HistoryEntry,
+    LedgerRow,
+    NudgeNowResult,
     PacingPolicy,
     PairStatus,
+    Silence,
     TickFailure,
     TickReport,
     TodoRef,
@@ -167,6 +172,67 @@ class Reaper:
     async def status(self) -> tuple[datetime, list[PairStatus]]:
         """Every pair judged as the sweep judges it, on the database's clock (``status``)."""
         return await self._ledger.status(policy=self.policy)
+
+    # -- what a person on call does: each recorded in the history, with who and why --------
+
+    async def silence(
+        self, endpoint_id: str, queue: str | None, *, lasting: timedelta, by: str, reason: str
+    ) -> Silence:
+        """Keep the pair (or every queue of the endpoint) from being charged for ``lasting``.
+
+        A silenced pair is neither charged nor counted against the tick limit,
+        and keeps its ledger row and count. Silencing again replaces the
+        silence. Raises ``stall_core.NoSuchPair`` for a pair the host does not have.
+        """
+        return await self._ledger.silence(endpoint_id, queue, lasting=lasting, by=by, reason=reason)
+
+    async def unsilence(
+        self, endpoint_id: str, queue: str | None, *, by: str, reason: str = ""
+    ) -> Silence | None:
+        """End the silence of exactly this pair (or endpoint) now; None when none holds."""
+        return await self._ledger.unsilence(endpoint_id, queue, by=by, reason=reason)
+
+    async def reset(
+        self, endpoint_id: str, queue: str, *, by: str, reason: str = ""
+    ) -> LedgerRow | None:
+        """Start a capped or backing-off pair over: the next tick charges it as nudge 1.
+
+        Returns the row as reset; None when the pair has no row (its next
+        nudge is a first one already).
+        """
+        return await self._ledger.reset(endpoint_id, queue, by=by, reason=reason)
+
+    async def nudge(
+        self, endpoint_id: str, queue: str, *, by: str, reason: str = ""
+    ) -> tuple[NudgeNowResult, TickReport]:
+        """Charge the pair now if it is a candidate, as a tick would, and hand over its wake.
+
+        The tick runs under the fleet's tick lock, through the same statement,
+        tick limit and delivery as every tick, so two operators and a running
+        fleet wake the pair once (``stall_core.nudge_now`` says why not).
+        ``settle()`` then waits for the delivery's outcome.
+        """
+        result = await self._ledger.nudge_now(
+            endpoint_id, queue, policy=self.policy, by=by, reason=reason
+        )
+        return result, await self._sweeper.deliver(result.outcome)
+
+    async def silences(self) -> tuple[datetime, tuple[Silence, ...]]:
+        """The database's now and every silence not ended yet."""
+        return await self._ledger.silences()
+
+    async def history(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        queue: str | None = None,
+        since: timedelta | None = None,
+        limit: int = 1000,
+    ) -> tuple[HistoryEntry, ...]:
+        """Charges with their outcomes and operator actions, newest first."""
+        return await self._ledger.history(
+            endpoint_id=endpoint_id, queue=queue, since=since, limit=limit
+        )
 
     async def notify(self, *, endpoint_id: str, queue: str, todo: TodoRef, reason: str) -> int:
         """Send a ``todo.ready`` for ``reason`` (``created``, ``requeued``) to the pair's hooks.
@@ -339,6 +405,8 @@ async def open_reaper(
     refuse_private: bool = False,
     lookback: timedelta = LOOKBACK,
     full_pass_interval: timedelta = FULL_PASS_INTERVAL,
+    history_retention: timedelta = HISTORY_RETENTION,
+    on_delivery: Callable[[DeliveryOutcome], None] | None = None,
 ) -> AsyncIterator[Reaper]:
     """The sweep on ``database`` (a DSN, or the host's own asyncpg pool), ready to tick.
 
@@ -366,6 +434,10 @@ async def open_reaper(
       (multi-tenant deployments) also keeps them off loopback, private and
       every other special-purpose range (``adapters.http.RANGES``), checked
       on the address actually connected to.
+    - ``on_delivery`` gets each charged nudge's outcome (delivered, refused,
+      gave up, hook disabled: ``stall_core.DeliveryOutcome``), the way
+      ``run(on_report=...)`` gets each tick; the history keeps the same, for
+      ``history_retention`` (pruned a little every tick).
     - While it is open, a database or network fault that asyncpg's pool or
       the dispatcher would log with a traceback is logged as one line.
 
@@ -383,6 +455,8 @@ async def open_reaper(
             lookback=lookback,
             full_pass_interval=full_pass_interval,
             refuse_private=refuse_private,
+            history_retention=history_retention,
+            on_delivery=on_delivery,
         ) as parts:
             schema = await check_database(parts.pool, timeout)
             if clock is None:

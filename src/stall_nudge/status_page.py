@@ -18,9 +18,26 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from stall_core import PacingPolicy, PairStatus, format_seconds, printable, printable_text
+from stall_core import (
+    PacingPolicy,
+    PairStatus,
+    Receiver,
+    format_seconds,
+    next_step,
+    printable,
+    printable_text,
+    receiver_health,
+)
 
-from ._pairs import by_urgency, counts_and_times, hook_trouble, needs_person, unreadable_note
+from ._pairs import (
+    by_urgency,
+    counts_and_times,
+    endpoint_label,
+    hook_trouble,
+    hooks_cell,
+    needs_person,
+    unreadable_note,
+)
 from ._tally import Health
 
 __all__ = ["CONTENT_SECURITY_POLICY", "ROW_LIMIT", "render_page"]
@@ -33,12 +50,14 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1b1b1b; }
 h1 { font-size: 1.3em; margin: 0 0 .3em; }
 p { margin: .3em 0; }
 table { border-collapse: collapse; margin-top: .8em; }
-th, td { padding: .25em .7em; text-align: left; border-bottom: 1px solid #ddd; }
+th, td { padding: .25em .6em; text-align: left; border-bottom: 1px solid #ddd; }
 th { background: #f2f2f2; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 tr.person td { background: #fde2e1; }
 tr.hooks td { background: #fff3cd; }
-.verdict { font-weight: 600; }
+td.step { min-width: 18em; font-size: .93em; }
+.recovered { color: #176b2c; }
+.verdict { font-weight: 600; white-space: nowrap; }
 .ready { color: #176b2c; } .unready { color: #a31616; }
 code { font: 13px ui-monospace, monospace; }
 """
@@ -57,7 +76,11 @@ _COLUMNS = (
     ("Endpoint", ""),
     ("Queue", ""),
     ("Verdict", "the sweep's own decision for the pair"),
-    ("Hooks", "the notify hooks covering the pair: failures in a row, disabled"),
+    (
+        "Receivers",
+        "the enabled notify hooks covering the pair: none, ok, failures in a row, or "
+        "recovered (answering again since the pair's last failed nudge); then disabled hooks",
+    ),
     (
         "Sendable",
         "pending todos that pass the sender gate (a verified delivery, or none): "
@@ -68,6 +91,7 @@ _COLUMNS = (
     ("Nudges", "nudges since the last progress"),
     ("Last nudge", ""),
     ("Next due", ""),
+    ("Next step", "what a person can do about the pair"),
 )
 
 
@@ -84,32 +108,40 @@ def _head(column: str, hint: str) -> str:
     )
 
 
-def _hooks(pair: PairStatus) -> str:
-    parts = []
-    if pair.hook_failures:
-        parts.append(f"{pair.hook_failures} failures in a row")
-    if pair.hooks_disabled:
-        parts.append(f"{pair.hooks_disabled} disabled")
-    return ", ".join(parts) or "ok"
+def _receivers(pair: PairStatus, now: datetime) -> str:
+    """The receivers cell: a recovered receiver reads as good news, not as trouble."""
+    cell = html.escape(hooks_cell(pair, now), quote=True)
+    if receiver_health(pair) is Receiver.RECOVERED:
+        return f'<span class="recovered">{cell}</span>'
+    return cell
 
 
 def _row(pair: PairStatus, now: datetime, policy: PacingPolicy) -> str:
     kind = "person" if needs_person(pair, policy) else "hooks" if hook_trouble(pair) else ""
     verdict = pair.verdict.value
+    step = next_step(pair)
     cells = (
-        _name(pair.endpoint_id),
+        _name(endpoint_label(pair)),
         _name(pair.queue),
         f'<span class="verdict">{verdict}</span>',
-        _hooks(pair),
+        _receivers(pair, now),
         *counts_and_times(pair, now),
+        "" if step is None else html.escape(step, quote=True),
     )
     numeric = {4, 5, 7}
+    step_at = len(cells) - 1
     tds = "".join(
-        f'<td class="n">{cell}</td>' if i in numeric else f"<td>{cell}</td>"
+        f'<td class="n">{cell}</td>'
+        if i in numeric
+        else f'<td class="step">{cell}</td>'
+        if i == step_at
+        else f"<td>{cell}</td>"
         for i, cell in enumerate(cells)
     )
     return (
-        f'<tr class="{kind}" data-verdict="{verdict}" data-queue="{_name(pair.queue)}">{tds}</tr>'
+        f'<tr class="{kind}" data-verdict="{verdict}" '
+        f'data-receiver="{receiver_health(pair).value}" data-queue="{_name(pair.queue)}">'
+        f"{tds}</tr>"
     )
 
 

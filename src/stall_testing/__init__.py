@@ -40,6 +40,7 @@ from ._driver import (
     BoardDriver,
     HostVerbs,
     MemoryDriver,
+    Operated,
     PostgresDriver,
 )
 from ._host import HOST_SQL, HostError, PostgresHost
@@ -60,6 +61,7 @@ __all__ = [
     "HostError",
     "HostVerbs",
     "MemoryDriver",
+    "Operated",
     "PostgresDriver",
     "PostgresHost",
     "Received",

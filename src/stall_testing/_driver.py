@@ -17,7 +17,14 @@ import asyncpg
 
 from adapters.memory import MemoryBoard, Todo
 from adapters.postgres import LOOKBACK, PostgresLedger
-from stall_core import FULL_PASS_INTERVAL, LedgerPort, LedgerRow, PairKey
+from stall_core import (
+    FULL_PASS_INTERVAL,
+    HistoryPort,
+    LedgerPort,
+    LedgerRow,
+    OperatorPort,
+    PairKey,
+)
 
 from ._clock import FakeClock
 from ._host import PostgresHost
@@ -65,6 +72,10 @@ class HostVerbs(Protocol):
     async def todos(self) -> Mapping[str, Todo]: ...
 
 
+class Operated(LedgerPort, OperatorPort, HistoryPort, Protocol):
+    """A ledger with the operator's verbs and the history: both shipped ledgers are."""
+
+
 class BoardDriver(HostVerbs, Protocol):
     """Host verbs over one backend, plus the ledger under test and its clock.
 
@@ -76,6 +87,10 @@ class BoardDriver(HostVerbs, Protocol):
     def ledger(self) -> LedgerPort: ...
     @property
     def clock(self) -> FakeClock: ...
+    @property
+    def operated(self) -> Operated:
+        """The ledger under test, with the operator's verbs and the history."""
+        ...
 
     def hold_tick(self) -> AbstractAsyncContextManager[None]:
         """Hold the fleet's tick as another instance mid-sweep would."""
@@ -93,6 +108,10 @@ class MemoryDriver:
 
     @property
     def ledger(self) -> LedgerPort:
+        return self.board
+
+    @property
+    def operated(self) -> Operated:
         return self.board
 
     @property
@@ -212,6 +231,10 @@ class PostgresDriver(PostgresHost):
 
     @property
     def ledger(self) -> LedgerPort:
+        return self._ledger
+
+    @property
+    def operated(self) -> Operated:
         return self._ledger
 
     @property

@@ -15,7 +15,18 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from stall_core import FULL_PASS_INTERVAL, Nudge, PacingPolicy, Sweeper, TickReport
+from stall_core import (
+    FULL_PASS_INTERVAL,
+    Charge,
+    Idle,
+    IdleReason,
+    NoSuchPair,
+    Nudge,
+    PacingPolicy,
+    Sweeper,
+    TickReport,
+    Wait,
+)
 
 from ._clock import T0, FakeClock
 from ._driver import BoardDriver
@@ -42,6 +53,15 @@ async def sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickR
     return report
 
 
+async def booked_sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickReport:
+    """``sweep``, with each delivery's outcome booked in the ledger's history."""
+    driver.clock.set(at)
+    sweeper = Sweeper(ledger=driver.ledger, wake=wake, policy=POLICY, history=driver.operated)
+    report = await sweeper.tick()
+    await sweeper.settle()
+    return report
+
+
 async def until_nudged(
     driver: BoardDriver, since: datetime, wake: RecordingWake
 ) -> tuple[timedelta, list[Nudge]]:
@@ -61,9 +81,14 @@ async def until_nudged(
 
 
 async def stalled_queue(
-    driver: BoardDriver, *, endpoint: str = "ep-1", queue: str = "lane-l", todos: int = 1
+    driver: BoardDriver,
+    *,
+    endpoint: str = "ep-1",
+    queue: str = "lane-l",
+    todos: int = 1,
+    at: datetime = T0,
 ) -> list[str]:
-    """An active endpoint with a covering hook and ``todos`` verified todos created at T0."""
+    """An active endpoint with a covering hook and ``todos`` verified todos created at ``at``."""
     await driver.add_endpoint(endpoint)
     await driver.add_hook(f"hook-{endpoint}", endpoint_id=endpoint)
     await driver.add_delivery(
@@ -76,7 +101,7 @@ async def stalled_queue(
             todo_id,
             endpoint_id=endpoint,
             queue=queue,
-            created_at=T0 + timedelta(seconds=i),
+            created_at=at + timedelta(seconds=i),
             delivery_id=f"dlv-{endpoint}-{queue}",
             title=f"verified work {i}",
         )
@@ -86,6 +111,155 @@ async def stalled_queue(
 
 class LedgerContract:
     """The scenarios every ledger must pass. Subclasses provide the ``driver`` fixture."""
+
+    async def test_a_silenced_pair_is_not_charged_and_keeps_its_count(
+        self, driver: BoardDriver
+    ) -> None:
+        """A silenced pair is neither charged nor counted against the tick limit; its row stays."""
+        await stalled_queue(driver, queue="lane-s")
+        for i in range(4):
+            await stalled_queue(driver, endpoint=f"ep-{i + 2}")
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        # The tick limit took four of five: the silenced pair, oldest, was among them.
+        assert ("ep-1", "lane-s") in {n.key for n in wake.sent}
+        driver.clock.set(T0 + minutes(11))
+        await driver.operated.silence(
+            "ep-1", None, lasting=timedelta(hours=2), by="ops", reason="deploy"
+        )
+        held_back = (
+            {n.key for n in wake.sent}
+            ^ {("ep-1", "lane-s")}
+            ^ {(f"ep-{i + 2}", "lane-l") for i in range(4)}
+        )
+        wake.sent.clear()
+
+        await sweep(driver, T0 + minutes(12), wake)
+        await sweep(driver, T0 + minutes(40), wake)
+
+        assert ("ep-1", "lane-s") not in {n.key for n in wake.sent}
+        assert held_back <= {n.key for n in wake.sent}
+        row = (await driver.ledger_rows())["ep-1", "lane-s"]
+        assert (1, T0 + minutes(10)) == (row.nudges, row.last_nudged_at)
+        driver.clock.set(T0 + minutes(41))
+        ended = await driver.operated.unsilence("ep-1", None, by="ops", reason="done")
+        assert ended is not None
+        wake.sent.clear()
+        await sweep(driver, T0 + minutes(42), wake)
+        assert [("ep-1", "lane-s", 2)] == [
+            (n.endpoint_id, n.queue, n.number) for n in wake.sent if n.endpoint_id == "ep-1"
+        ]
+
+    async def test_a_reset_pair_is_charged_at_nudge_1_on_the_next_tick(
+        self, driver: BoardDriver
+    ) -> None:
+        """A reset capped pair starts over: the next tick charges it as nudge 1."""
+        await stalled_queue(driver)
+        wake = RecordingWake()
+        at = T0 + minutes(10)
+        for _ in range(12):
+            await sweep(driver, at, wake)
+            at += timedelta(hours=6)
+        assert 5 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges
+        wake.sent.clear()
+        await sweep(driver, at, wake)  # capped: nothing, and a delta tick on Postgres
+        assert [] == wake.sent
+
+        driver.clock.set(at + minutes(1))
+        row = await driver.operated.reset("ep-1", "lane-l", by="ops", reason="consumer fixed")
+        await sweep(driver, at + minutes(2), wake)
+
+        assert row is not None
+        assert 0 == row.nudges
+        assert [("ep-1", "lane-l", 1)] == [(n.endpoint_id, n.queue, n.number) for n in wake.sent]
+
+    async def test_history_records_every_outcome_and_every_action(
+        self, driver: BoardDriver
+    ) -> None:
+        """Each charge's outcome (delivered, refused, gave up) and each action is in the history."""
+        await stalled_queue(driver, endpoint="ep-ok")
+        await booked_sweep(driver, T0 + minutes(10), RecordingWake())
+        # Each crosses the threshold after the last tick, so a delta finds it too.
+        await stalled_queue(driver, endpoint="ep-refused", at=T0 + minutes(8))
+        await booked_sweep(driver, T0 + minutes(11), RecordingWake(refuse=True))
+        await stalled_queue(driver, endpoint="ep-lost", at=T0 + minutes(9))
+        await booked_sweep(driver, T0 + minutes(12), RecordingWake(reach=False))
+        driver.clock.set(T0 + minutes(13))
+        await driver.operated.silence(
+            "ep-ok", "lane-l", lasting=timedelta(hours=1), by="ann", reason="maintenance"
+        )
+
+        entries = await driver.operated.history()
+        charges = {(e.endpoint_id, e.nudge, e.outcome) for e in entries if e.event == "charged"}
+        actions = [(e.endpoint_id, e.event, e.by, e.detail, e.until) for e in entries]
+
+        assert {
+            ("ep-ok", 1, "delivered"),
+            ("ep-refused", 1, "refused"),
+            ("ep-lost", 1, "gave-up"),
+        } == charges
+        assert ("ep-ok", "silenced", "ann", "maintenance", T0 + minutes(73)) == actions[0]
+        assert 4 == len(entries)
+        only = await driver.operated.history(endpoint_id="ep-lost", since=minutes(5))
+        assert ["ep-lost"] == [e.endpoint_id for e in only]
+
+    async def test_a_nudge_now_charges_a_candidate_once_and_says_why_not(
+        self, driver: BoardDriver
+    ) -> None:
+        """Nudge now charges a backing-off pair at once, once; a fresh or silenced one says why."""
+        await stalled_queue(driver)
+        wake = RecordingWake()
+        await sweep(driver, T0 + minutes(10), wake)
+        await sweep(driver, T0 + minutes(16), wake)  # nudge 2; nudge 3 waits 20 minutes
+        driver.clock.set(T0 + minutes(20))
+
+        first = await driver.operated.nudge_now(
+            "ep-1", "lane-l", policy=POLICY, by="ann", reason="stuck"
+        )
+        second = await driver.operated.nudge_now(
+            "ep-1", "lane-l", policy=POLICY, by="bob", reason="stuck too"
+        )
+
+        assert isinstance(first.decision, Charge)
+        assert first.charged is not None
+        assert 1 == first.charged.number
+        assert Wait(due_at=T0 + minutes(21)) == second.decision
+        assert second.charged is None
+        await driver.create_todo(
+            "new",
+            endpoint_id="ep-1",
+            queue="lane-f",
+            created_at=T0 + minutes(20),
+            delivery_id="dlv-ep-1-lane-l",
+        )
+        fresh = await driver.operated.nudge_now(
+            "ep-1", "lane-f", policy=POLICY, by="ann", reason=""
+        )
+        assert Idle(reason=IdleReason.FRESH) == fresh.decision
+        await driver.operated.silence(
+            "ep-1", "lane-l", lasting=timedelta(hours=1), by="ann", reason="quiet"
+        )
+        driver.clock.set(T0 + minutes(30))
+        silenced = await driver.operated.nudge_now(
+            "ep-1", "lane-l", policy=POLICY, by="ann", reason=""
+        )
+        assert Idle(reason=IdleReason.SILENCED) == silenced.decision
+
+    async def test_an_operator_naming_no_such_pair_is_refused(self, driver: BoardDriver) -> None:
+        """An unknown endpoint, or a queue with no todo and no row, is refused with nothing done."""
+        await stalled_queue(driver)
+
+        refused = []
+        for endpoint, queue in (("ep-9", "lane-l"), ("ep-1", "lane-typo")):
+            try:
+                await driver.operated.reset(endpoint, queue, by="ann", reason="")
+            except NoSuchPair as exc:
+                refused.append(str(exc))
+        assert [
+            "no endpoint 'ep-9'",
+            "endpoint 'ep-1' has no queue 'lane-typo': no todo, no ledger row",
+        ] == refused
+        assert [] == list(await driver.operated.history())
 
     async def test_pending_work_with_no_new_inbound_webhook(self, driver: BoardDriver) -> None:
         """Pending work with no new inbound webhook: one wake names the todo."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import sys
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -22,7 +24,7 @@ from adapters.postgres import SCHEMA_VERSION
 from stall_testing import PostgresHost, Receiver
 from tests import pg
 from tests.cli.conftest import HANG_S, SECRET, cli_process, fill_board, stalled
-from tests.ops.conftest import get, until_status
+from tests.ops.conftest import ago, get, until_status
 
 pytestmark = pytest.mark.postgres
 
@@ -153,3 +155,72 @@ async def test_the_demo_plays_the_reported_case(pg_server: str) -> None:
     assert 0 == result.status, result.out + result.err
     assert "creation wake DROPPED" in result.out
     assert result.out.splitlines()[-1].startswith("verdict: OK: 4 of 4 todos claimed")
+
+
+async def closed_early(*args: str) -> tuple[int, str]:
+    """Run `stall-nudge ARGS` with a stdout pipe whose reader is gone before the first byte
+    (what `| head -1` does once it has its line): exit status and stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "stall_nudge.cli",
+            *args,
+            stdout=write,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    finally:
+        os.close(write)
+    _, err = await asyncio.wait_for(proc.communicate(), HANG_S)
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
+
+
+async def test_a_closed_stdout_ends_each_command_quietly_with_its_usual_exit_status(
+    pg_dsn: str, board: PostgresHost
+) -> None:
+    """`sql`, `status --check` (a pair needs a person: 3) and the `sweep --json` loop, each
+    writing into a pipe nobody reads: no traceback, the status they exit with when read, and the
+    loop stops by itself."""
+    await board.add_endpoint("ep-2")
+    await board.create_todo("n-0", endpoint_id="ep-2", queue="lane-n", created_at=ago(30))
+
+    sql = await closed_early("sql")
+    status = await closed_early("status", "--check", "--dsn", pg_dsn)
+    loop = await closed_early("sweep", "--json", "--interval", "100ms", "--dsn", pg_dsn)
+
+    assert (0, "") == sql
+    assert (3, "") == status
+    assert 0 == loop[0], loop[1]
+    assert "stdout was closed: stopping" in loop[1]
+    assert "Traceback" not in loop[1]
+    assert "BrokenPipe" not in loop[1]
+
+
+async def test_json_logs_are_one_object_a_line_with_stable_keys(
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
+) -> None:
+    """`--log-format json` (after the command, too): every stderr line parses on its own, with
+    ts, level, logger, event and message first, and a nudge's fields as JSON values."""
+    swept = await cli_process(
+        "sweep", "--once", "--log-level", "info", "--log-format", "json", "--dsn", pg_dsn
+    )
+    records = [json.loads(line) for line in swept.err.splitlines()]
+
+    assert 0 == swept.status, swept.err
+    assert records
+    assert all(["ts", "level", "logger", "event", "message"] == list(r)[:5] for r in records)
+    assert all(datetime.fromisoformat(r["ts"]).utcoffset() == timedelta(0) for r in records)
+    [nudged] = [r for r in records if "nudge" in r]
+    assert ("info", "stall_core.sweeper", 1, "ep-1", "lane-l", 1, "l-0") == (
+        nudged["level"],
+        nudged["logger"],
+        nudged["tick"],
+        nudged["endpoint"],
+        nudged["queue"],
+        nudged["nudge"],
+        nudged["todo"],
+    )
+    assert [] == [line for line in swept.err.splitlines() if not line.startswith("{")]

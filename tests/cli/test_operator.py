@@ -105,8 +105,9 @@ async def test_status_check_exits_3_when_a_pair_needs_a_person(
     assert [("capped", True)] == [
         (p["verdict"], p["needs_person"]) for p in json.loads(as_json.out)["pairs"]
     ]
-    _, row, legend, _fleet = text.out.splitlines()
+    _, row, step, legend, _fleet = text.out.splitlines()
     assert ("!", "! needs a person: 1 of 1 pair") == (row[0], legend)
+    assert step.startswith("! ep-c/lane: 5 nudges woke no consumer of lane: fix the consumer")
 
 
 @pytest.fixture(name="role")

@@ -120,7 +120,8 @@ def test_a_pair_is_marked_when_the_sweep_cannot_get_it_claimed_without_a_person(
     [as_json] = json.loads(status_json([pair], NOW, PacingPolicy()))["pairs"]
 
     assert ("!" if needs_person else " ") == row[0]
-    assert (["! needs a person: 1 of 1 pair"] if needs_person else []) == legend
+    counted = [line for line in legend if "needs a person" in line]
+    assert (["! needs a person: 1 of 1 pair"] if needs_person else []) == counted
     assert needs_person is as_json["needs_person"]
 
 
@@ -129,17 +130,87 @@ def test_hook_health_shows_per_pair_in_the_table_and_in_json() -> None:
     failing = stale(Verdict.DUE, hook_failures=3, hooks_disabled=1)
     healthy = attrs.evolve(stale(Verdict.DUE), endpoint_id="ep-2")
 
-    header, *rows, legend = render_table([failing, healthy], NOW, PacingPolicy())
+    header, *rows = render_table([failing, healthy], NOW, PacingPolicy())
     pairs = json.loads(status_json([failing, healthy], NOW, PacingPolicy()))["pairs"]
 
     hooks = header.index("HOOKS")
-    shown = {row[2:].split()[0]: (row[0], row[hooks:].split("  ")[0]) for row in rows}
-    assert {"ep-1": ("!", "3 failures, 1 disabled"), "ep-2": (" ", "-")} == shown
-    assert "! needs a person: 1 of 2 pairs" == legend
-    assert {"ep-1": (3, 1, True), "ep-2": (0, 0, False)} == {
-        p["endpoint_id"]: (p["hook_failures"], p["hooks_disabled"], p["needs_person"])
+    shown = {row[2:].split()[0]: (row[0], row[hooks:].split("  ")[0]) for row in rows[:2]}
+    assert {"ep-1": ("!", "3 failures in a row, 1 disabled"), "ep-2": (" ", "ok")} == shown
+    assert "! needs a person: 1 of 2 pairs" == rows[-1]
+    assert {"ep-1": (3, 1, True, "failing"), "ep-2": (0, 0, False, "ok")} == {
+        p["endpoint_id"]: (
+            p["hook_failures"],
+            p["hooks_disabled"],
+            p["needs_person"],
+            p["receiver"],
+        )
         for p in pairs
     }
+
+
+def hooks_of(pair: PairStatus) -> str:
+    """The HOOKS cell of ``pair``'s line in the table."""
+    header, row, *_ = render_table([pair], NOW, PacingPolicy())
+    return row[header.index("HOOKS") :].split("  ")[0]
+
+
+@pytest.mark.parametrize("verdict", [Verdict.NO_RECEIVER, Verdict.HELD_BY_GATE, Verdict.DRAINED])
+def test_a_pair_no_enabled_hook_covers_shows_none_not_ok(verdict: Verdict) -> None:
+    """Whatever the verdict, no enabled covering hook reads "none", in the table and in JSON."""
+    uncovered = stale(verdict, has_receiver=False, hooks_disabled=1)
+
+    [as_json] = json.loads(status_json([uncovered], NOW, PacingPolicy()))["pairs"]
+
+    assert "none, 1 disabled" == hooks_of(uncovered)
+    assert "none" == as_json["receiver"]
+
+
+def test_a_receiver_that_answers_again_reads_recovered_and_is_not_marked() -> None:
+    """Failures in the pair's history, none in a row now: a receiver answered since. It reads
+    "recovered" with when it failed, and the pair is no one's to fix."""
+    recovered = stale(Verdict.BACKING_OFF, last_failure_at=NOW - timedelta(hours=2, seconds=3))
+
+    _, row, *rest = render_table([recovered], NOW, PacingPolicy())
+    [as_json] = json.loads(status_json([recovered], NOW, PacingPolicy()))["pairs"]
+
+    assert "recovered (failed 2h ago)" == hooks_of(recovered)
+    assert (" ", []) == (row[0], rest)
+    assert ("recovered", "2026-12-03T01:29:57+00:00", False, None) == (
+        as_json["receiver"],
+        as_json["last_failure_at"],
+        as_json["needs_person"],
+        as_json["next_step"],
+    )
+
+
+def test_an_endpoint_the_host_names_shows_its_name_beside_its_id() -> None:
+    """The table shows "name (id)"; JSON keeps the id and gives the name beside it."""
+    named = stale(Verdict.DUE, endpoint_name="billing")
+    unnamed = attrs.evolve(stale(Verdict.DUE), endpoint_id="ep-2")
+
+    _, *rows = render_table([named, unnamed], NOW, PacingPolicy())
+    pairs = json.loads(status_json([named, unnamed], NOW, PacingPolicy()))["pairs"]
+
+    assert ["billing (ep-1)", "ep-2"] == [row[2:].split("  ")[0] for row in rows]
+    assert [("ep-1", "billing"), ("ep-2", None)] == [
+        (p["endpoint_id"], p["endpoint_name"]) for p in pairs
+    ]
+
+
+def test_each_problem_verdict_says_what_to_do_under_the_table_and_in_json() -> None:
+    """One line a pair, after the table, the same text as JSON's next_step."""
+    pairs = [
+        attrs.evolve(stale(Verdict.NO_RECEIVER, has_receiver=False), queue="lane-m"),
+        attrs.evolve(stale(Verdict.DUE), queue="lane-ok"),
+    ]
+
+    lines = render_table(pairs, NOW, PacingPolicy())
+    steps = [p["next_step"] for p in json.loads(status_json(pairs, NOW, PacingPolicy()))["pairs"]]
+
+    step = "no enabled hook covers lane-m: enable one, or this queue is drained by pull only"
+    assert [step, None] == steps
+    assert f"! ep-1/lane-m: {step}" in lines
+    assert [] == [line for line in lines if "lane-ok:" in line]
 
 
 def test_status_json_names_units_and_gives_utc_times() -> None:

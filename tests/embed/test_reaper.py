@@ -118,6 +118,7 @@ async def test_cancelling_the_reaper_returns_promptly_and_leaves_nothing_running
     async def embedder(dsn: str) -> None:
         async with stall_nudge.open_reaper(dsn, timeout=3600, stop_timeout=3600) as reaper:
             await reaper.tick()
+            await reaper.settle()  # the nudge's outcome is booked before the server goes silent
             ticked.set()
             await go.wait()
             await reaper.run(interval=0.01, stop=asyncio.Event())

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import attrs
 import pytest
+from aiohttp import web
 
 import stall_nudge
 from stall_core import PacingPolicy, PairStatus, Verdict
-from stall_nudge.ops_port import serve_ops_port
+from stall_nudge.ops_port import SECURITY_HEADERS, serve_ops_port
 from stall_nudge.status_page import ROW_LIMIT, render_page
 from stall_testing import PostgresHost, Receiver
 
@@ -24,7 +27,7 @@ POLICY = PacingPolicy()
 HOSTILE = '<script>window.pwned = 1</script>"&\x1b[2J\u202e'
 
 
-def pair(queue: str, verdict: Verdict, *, age_min: float = 30, **fields: int) -> PairStatus:
+def pair(queue: str, verdict: Verdict, *, age_min: float = 30, **fields: object) -> PairStatus:
     """A status line on ep-1 whose oldest gated todo is ``age_min`` minutes old."""
     return PairStatus(
         endpoint_id="ep-1",
@@ -84,7 +87,8 @@ def test_a_page_of_huge_names_past_the_row_limit_stays_bounded_cell_by_cell() ->
     assert ROW_LIMIT == len(cells) == len(rows_of(page))
     assert "50 more pairs, less urgent, not shown" in page
     assert {64} == {len(cell) for row in cells for cell in row[:2]}  # the names
-    assert max(len(cell) for row in cells for cell in row) < 128
+    assert max(len(cell) for row in cells for cell in row[:-1]) < 128
+    assert max(len(row[-1]) for row in cells) < 2 * 64 + 100  # the next step: two names at most
     assert max(len(line.encode()) for line in page.splitlines()) < 2048
     assert len(page.encode()) < ROW_LIMIT * 2048
 
@@ -191,6 +195,8 @@ ROWS = """Array.from(document.querySelectorAll('tbody tr')).map(
 #: refresh cannot fall between them.
 LOADED = f"""document.readyState === 'complete' && document.querySelector('tbody tr') && {{
     rows: {ROWS}, pwned: window.pwned !== undefined, scripts: document.scripts.length,
+    steps: Array.from(document.querySelectorAll('tbody tr')).map(
+        r => [r.cells[1].textContent, r.dataset.receiver, r.cells[r.cells.length - 1].textContent]),
     style: getComputedStyle(document.querySelector('th')).backgroundColor}}"""
 
 
@@ -232,3 +238,73 @@ async def test_the_browser_shows_every_verdict_runs_no_hostile_script_and_keeps_
     assert (False, 0) == (first["pwned"], first["scripts"])
     assert "rgb(242, 242, 242)" == first["style"]
     assert True is later
+    steps = {queue: (receiver, step) for queue, receiver, step in first["steps"]}
+    assert (
+        "none",
+        "no enabled hook covers lane-nobody: enable one, or this queue is drained by pull only",
+    ) == steps["lane-nobody"]
+    assert ("ok", "") == steps["lane-due"]
+    assert steps["lane-paused"][1].startswith("endpoint ep-3 is paused or disabled: resume it")
+
+
+async def serve(page: str) -> AsyncIterator[str]:
+    """``page`` on loopback with the ops port's headers; yields its URL."""
+
+    async def answer(_: web.Request) -> web.Response:
+        response = web.Response(text=page, content_type="text/html")
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}/"
+    finally:
+        await runner.cleanup()
+
+
+@needs_browser
+async def test_the_browser_shows_a_recovered_receiver_as_good_news_and_each_next_step() -> None:
+    """A receiver failing now, one that answers again since its pair's failed nudge, and a queue
+    no hook covers, rendered in chromium under the port's policy: the failing one is marked for
+    a person with its step; the recovered one reads "recovered" in green, unmarked, no step."""
+    pairs = [
+        pair("lane-failing", Verdict.BACKING_OFF, hook_failures=2),
+        pair("lane-recovered", Verdict.BACKING_OFF, last_failure_at=NOW - timedelta(hours=2)),
+        pair("lane-m", Verdict.NO_RECEIVER, has_receiver=False),
+    ]
+    page = render_page(NOW, pairs, policy=POLICY, refresh_s=60)
+
+    async with asynccontextmanager(serve)(page) as url, Browser() as browser:
+        await browser.goto(url)
+        shown = await browser.until(CELLS)
+
+    assert {
+        "lane-failing": (
+            "person",
+            "2 failures in a row",
+            "ep-1's hook fails every attempt: check its URL and the receiver's logs",
+        ),
+        "lane-recovered": ("", "recovered (failed 2h ago)", ""),
+        "lane-m": (
+            "person",
+            "none",
+            "no enabled hook covers lane-m: enable one, or this queue is drained by pull only",
+        ),
+    } == {queue: (kind, receivers, step) for queue, kind, receivers, step, _ in shown}
+    assert {"rgb(23, 107, 44)"} == {
+        color for queue, *_, color in shown if queue == "lane-recovered"
+    }
+
+
+#: Each row's queue, class, receivers cell, next step and the receivers cell's text colour.
+CELLS = """document.readyState === 'complete' && document.querySelector('tbody tr') &&
+    Array.from(document.querySelectorAll('tbody tr')).map(r => [
+        r.cells[1].textContent, r.className, r.cells[3].textContent,
+        r.cells[r.cells.length - 1].textContent,
+        getComputedStyle(r.cells[3].firstElementChild || r.cells[3]).color])"""

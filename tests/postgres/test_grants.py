@@ -48,6 +48,11 @@ EXPECTED = {
     *(f"table queue_stall_nudges: {p}" for p in ("SELECT", "INSERT", "UPDATE", "DELETE")),
     *(f"table held: {p}" for p in ("SELECT", "INSERT", "UPDATE", "DELETE")),
     *(f"table ticks: {p}" for p in ("SELECT", "INSERT", "UPDATE")),
+    *(
+        f"table {t}: {p}"
+        for t in ("silences", "history")
+        for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
+    ),
     "table settings: SELECT",
     "table migrations: SELECT",
     "table grants: SELECT",

@@ -26,6 +26,8 @@ READ_BY_TICK = {
     "stall_nudge.held",
     "stall_nudge.ticks",
     "stall_nudge.settings",
+    "stall_nudge.silences",
+    "stall_nudge.history",
 }
 #: What would run code on a host write: the triggers (but the foreign keys' own) and the
 #: rules on the host's tables. The reference host has none, and we add none.

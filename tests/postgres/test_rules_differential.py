@@ -44,6 +44,7 @@ from stall_core import (
     PairKey,
     PairState,
     PairStatus,
+    Silence,
     TodoRef,
     Unreadable,
     Verdict,
@@ -64,6 +65,7 @@ from stall_core import (
     plan_tick,
     readable,
     reset_row,
+    silenced_until,
     work_of,
 )
 from stall_testing import FakeClock
@@ -770,3 +772,67 @@ def _claims_events(rows: Rows, facts: dict[PairKey, Facts]) -> None:
         event("a claim in the window was read by the last tick")
     if any(t.state == "pending" and t.claimed for t in rows.todos):
         event("a pending todo keeps a claim stamp (requeued)")
+
+
+#: Silences a test plants: (endpoint, queue or None for every queue, ends after NOW).
+silences = st.lists(
+    st.tuples(
+        st.sampled_from(ENDPOINTS[:2]),
+        st.sampled_from([None, QUEUES[0], QUEUES[2]]),
+        st.booleans(),
+    ),
+    unique_by=lambda s: s[:2],
+    max_size=3,
+)
+
+
+@settings(max_examples=examples(40), suppress_health_check=REUSED)
+@given(rows=host_rows(), planted=silences)
+async def test_a_silence_holds_in_the_judge_as_silences_pair(
+    writer: asyncpg.Pool,
+    sweeper: asyncpg.Pool,
+    rows: Rows,
+    planted: list[tuple[str, str | None, bool]],
+) -> None:
+    """A full pass leaves out the pairs a silence covers (silences_pair) as plan_tick does."""
+    await write(writer, rows)
+    await writer.execute("DELETE FROM stall_nudge.silences")
+    for endpoint_id, queue, live in planted:
+        ends = NOW + minutes(1) if live else NOW  # a silence ending at NOW no longer holds
+        await writer.execute(
+            "INSERT INTO stall_nudge.silences VALUES ($1, $2, $3, $4, 'ann', 'test')",
+            endpoint_id,
+            queue,
+            T0,
+            ends,
+        )
+    held = [
+        Silence(
+            endpoint_id=e,
+            queue=q,
+            starts_at=T0,
+            ends_at=NOW + minutes(1) if live else NOW,
+            by="ann",
+            reason="test",
+        )
+        for e, q, live in planted
+    ]
+    facts = core_facts(rows)
+    _claims_events(rows, facts)
+    states = [
+        attrs.evolve(
+            f.state, silenced_until=silenced_until(held, f.state.endpoint_id, f.state.queue, NOW)
+        )
+        for f in facts.values()
+    ]
+    plan = plan_tick(states, rows.ledger, NOW, POLICY)
+
+    outcome = await PostgresLedger(sweeper, clock=FakeClock(NOW)).charge_due(policy=POLICY)
+    after = await PostgresLedger(sweeper, clock=FakeClock(NOW)).ledger_rows()
+
+    event(f"silenced {sum(s.silenced_until is not None for s in states)}")
+    assert _keys(plan.charges) == _keys(outcome.charged), (
+        "silences_pair: a silenced pair is neither charged nor counted against the tick limit"
+    )
+    for key in plan.reset:
+        assert reset_row(rows.ledger[key], NOW) == after.get(key), f"{_name(key)}: reset_row"

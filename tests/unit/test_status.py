@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 
 from stall_core import (
+    NEXT_STEPS,
     QUARANTINE_QUEUE,
     LedgerRow,
     PacingPolicy,
     PairState,
     PairStatus,
+    Receiver,
     TodoRef,
     Unreadable,
     Verdict,
+    next_step,
     pair_status,
+    receiver_health,
 )
 from tests.support import T0, minutes
 
@@ -245,3 +250,94 @@ def test_verdicts_read_with_hyphens() -> None:
     assert "held-by-gate" == Verdict.HELD_BY_GATE.value
     assert "names-too-long" == Verdict.NAMES_TOO_LONG.value
     assert all(v.value == v.name.lower().replace("_", "-") for v in Verdict)
+
+
+def test_a_pair_no_enabled_hook_covers_has_no_receiver_whatever_its_verdict() -> None:
+    """Drained or fresh, a pair with no enabled covering hook reads "none", never "ok"."""
+    drained = status(pair(oldest_at=None, receiver=False), None, T0, sendable=0)
+    fresh = status(pair(oldest_at=T0, receiver=False), None, T0 + minutes(1))
+    covered = status(pair(oldest_at=None), None, T0, sendable=0)
+
+    assert (Verdict.DRAINED, Receiver.NONE) == (drained.verdict, receiver_health(drained))
+    assert Receiver.NONE is receiver_health(fresh)
+    assert Receiver.OK is receiver_health(covered)
+
+
+def test_a_receiver_is_failing_then_recovered_once_its_failures_are_reset() -> None:
+    """Failures in a row: failing. None in a row, but a failure in the pair's history: a
+    success reset them since, so the receiver answers again."""
+    failed_at = T0 - minutes(30)
+    failing = pair_status(
+        pair(), None, sendable=1, held_by_gate=0, now=T0, policy=POLICY, hook_failures=2,
+        last_failure_at=failed_at,
+    )  # fmt: skip
+    answered = attrs.evolve(failing, hook_failures=0)
+
+    assert Receiver.FAILING is receiver_health(failing)
+    assert (Receiver.RECOVERED, failed_at) == (receiver_health(answered), answered.last_failure_at)
+
+
+PROBLEMS = {
+    Verdict.CAPPED,
+    Verdict.NO_RECEIVER,
+    Verdict.ENDPOINT_INACTIVE,
+    Verdict.HELD_BY_GATE,
+    Verdict.UNREADABLE,
+    Verdict.NAMES_TOO_LONG,
+}
+
+
+@pytest.mark.parametrize("verdict", list(Verdict), ids=lambda v: v.value)
+def test_each_problem_verdict_has_one_next_step_and_the_others_none(verdict: Verdict) -> None:
+    """A person's verdicts say what to do in one line naming the pair; the sweep's own (due,
+    backing off, fresh, drained, quarantine by design) need nothing."""
+    judged = PairStatus(
+        endpoint_id="ep-1",
+        queue="lane-m",
+        sendable=1,
+        held_by_gate=0,
+        oldest_age=minutes(30),
+        effective_nudges=5,
+        last_nudged_at=None,
+        next_due_at=None,
+        verdict=verdict,
+    )
+
+    step = next_step(judged)
+
+    assert (verdict in PROBLEMS) is (step is not None)
+    assert step is None or ("\n" not in step and ("lane-m" in step or "ep-1" in step))
+    assert set(NEXT_STEPS) == PROBLEMS
+
+
+def test_the_next_step_reads_as_the_issue_asks_and_escapes_names() -> None:
+    """The wording for a queue no hook covers; a name's control characters are escaped."""
+    uncovered = status(pair("lane-m", receiver=False), None, T0 + minutes(30))
+    hostile = status(pair("lane\x1b[2J", receiver=False), None, T0 + minutes(30))
+
+    assert (
+        "no enabled hook covers lane-m: enable one, or this queue is drained by pull only"
+        == next_step(uncovered)
+    )
+    assert "lane\\x1b[2J" in (next_step(hostile) or "")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "failing_step"),
+    [
+        (Verdict.DUE, True),
+        (Verdict.BACKING_OFF, True),
+        (Verdict.CAPPED, True),
+        (Verdict.DRAINED, False),
+        (Verdict.HELD_BY_GATE, False),
+    ],
+)
+def test_a_failing_receiver_is_the_next_step_of_a_pair_the_sweep_nudges(
+    verdict: Verdict, failing_step: bool
+) -> None:
+    """Due, backing off or capped with a hook failing every attempt: fix the receiver first."""
+    judged = attrs.evolve(status(pair(), None, T0 + minutes(30)), verdict=verdict, hook_failures=3)
+
+    step = next_step(judged) or ""
+
+    assert failing_step is step.startswith("ep's hook fails every attempt")

@@ -53,6 +53,8 @@ class Bookings:
         self._hooks = hooks
         self._clock = clock
         self._disable_after = disable_after
+        #: The hooks a booking here disabled: a delivery's outcome says so (``hook-disabled``).
+        self.disabled: set[str] = set()
         self._interval = interval
         self._open = False
         # Unbooked outcomes: hooks with a success after their last failure (an ordered
@@ -114,6 +116,7 @@ class Bookings:
                 and not health.enabled
                 and health.consecutive_failures == self._disable_after
             ):
+                self.disabled.add(failure.hook.id)
                 log.warning(
                     "hook %s disabled after %d consecutive failed deliveries (last: %s)",
                     printable(failure.hook.id),

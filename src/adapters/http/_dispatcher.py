@@ -102,15 +102,27 @@ class DispatchStats:
     unnotified: int = 0  # notify()'s messages that reached no hook
 
 
+class _Explained(asyncio.Future[bool]):
+    """A receipt that says why a message reached nobody (``stall_core.ExplainedReceipt``)."""
+
+    detail: str | None = None
+    hook_disabled: bool = False
+
+
 @attrs.define(eq=False)  # one per message, hashed by identity
 class _Receipt:
     """Whether a message reached any of its hooks; resolved once, by the first answer that tells."""
 
-    future: asyncio.Future[bool]
+    future: _Explained
     unfinished: int
 
-    def finished(self, *, delivered: bool) -> None:
+    def finished(
+        self, *, delivered: bool, detail: str | None = None, disabled: bool = False
+    ) -> None:
         self.unfinished -= 1
+        if not delivered:
+            self.future.detail = detail or self.future.detail
+            self.future.hook_disabled = self.future.hook_disabled or disabled
         if not self.future.done() and (delivered or self.unfinished == 0):
             self.future.set_result(delivered)
 
@@ -133,6 +145,8 @@ class _Job:
     delivery: _Delivery
     attempts_made: int = 0
     timer: asyncio.TimerHandle | None = None
+    #: The last attempt's failure, for the outcome (``gave-up: HTTP 500``).
+    detail: str | None = None
 
 
 @attrs.define(eq=False)
@@ -289,6 +303,7 @@ class HookDispatcher:
             self._idle.set()
         for receipt in self._receipts:
             if not receipt.future.done():
+                receipt.future.detail = "abandoned: the dispatcher closed"
                 receipt.future.set_result(False)  # abandoned: reached nobody
         self._receipts.clear()
         await self._bookings.close(ends)
@@ -414,7 +429,7 @@ class HookDispatcher:
             )
             raise WakeError(f"notify-hook queue full: dropped {label}")
         receipt = _Receipt(
-            future=asyncio.get_running_loop().create_future(), unfinished=len(usable)
+            future=_Explained(loop=asyncio.get_running_loop()), unfinished=len(usable)
         )
         self._receipts.add(receipt)
         receipt.future.add_done_callback(lambda _: self._receipts.discard(receipt))
@@ -484,8 +499,13 @@ class HookDispatcher:
                     self._count(failed=1)
                     await self._bookings.failed(job.delivery.hook, reason)
                     finished, delivered = True, False
+                    job.detail = reason
                 if finished:
-                    job.delivery.receipt.finished(delivered=delivered)
+                    job.delivery.receipt.finished(
+                        delivered=delivered,
+                        detail=job.detail,
+                        disabled=job.delivery.hook.id in self._bookings.disabled,
+                    )
                     self._finish()
         finally:
             lane.workers -= 1
@@ -499,6 +519,7 @@ class HookDispatcher:
         if job.attempts_made > 1:
             self._count(retries=1)
         outcome = await self._post(delivery)
+        job.detail = outcome.detail
         if outcome.status is not None and is_delivered(outcome.status):
             self._count(delivered=1)
             self._bookings.delivered(delivery.hook.id)

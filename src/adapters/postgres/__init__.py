@@ -16,9 +16,11 @@ from ._catalog import (
 )
 from ._errors import DATABASE_ERRORS, describe
 from ._grants import missing_privileges
+from ._history import read_history
 from ._hooks import PostgresHooks
 from ._ledger import (
     DELTA_BOUND,
+    HISTORY_RETENTION,
     LOOKBACK,
     TICK_LOCK_KEY,
     FleetRecord,
@@ -50,6 +52,7 @@ __all__ = [
     "DATABASE_ERRORS",
     "DELTA_BOUND",
     "GUEST_SEARCH_PATH",
+    "HISTORY_RETENTION",
     "HOST_ID_TYPES",
     "HOST_INDEXES",
     "HOST_TABLES",
@@ -87,6 +90,7 @@ __all__ = [
     "missing_privileges",
     "missing_tables",
     "plan",
+    "read_history",
     "recorded_schema",
     "shipped_sql",
     "uninstall",

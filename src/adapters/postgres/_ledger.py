@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -17,26 +17,37 @@ from adapters.postgres.sql import queries
 from stall_core import (
     CLAIMS_LOOKBACK,
     FULL_PASS_INTERVAL,
+    NUDGE_NOW_GAP,
     QUARANTINE_QUEUE,
+    Charge,
     ChargeOutcome,
     Claim,
     Clock,
+    DeliveryOutcome,
+    HistoryEntry,
+    Idle,
     LedgerError,
     LedgerRow,
+    NoSuchPair,
     Nudge,
+    NudgeNowResult,
     PacingPolicy,
     PairKey,
     PairState,
     PairStatus,
+    Silence,
     TodoRef,
     Unreadable,
+    Wait,
     aware,
     claims_window,
     format_duration,
     format_seconds,
     full_pass_due,
+    nudge_now,
     pair_status,
     positive_seconds,
+    silenced_until,
     swept_recently,
 )
 
@@ -45,11 +56,13 @@ from ._pool import NOT_MIGRATED, hand_back
 from ._types import PooledConnection
 
 if TYPE_CHECKING:
-    from stall_core import LedgerPort
+    from stall_core import HistoryPort, LedgerPort, OperatorPort
 
 __all__ = [
     "DELTA_BOUND",
+    "HISTORY_RETENTION",
     "LOOKBACK",
+    "PRUNE_BATCH",
     "TICK_LOCK_KEY",
     "FleetRecord",
     "PostgresLedger",
@@ -110,6 +123,11 @@ DELTA_BOUND = 1000
 #: up to this long after it was stamped is still seen. What it costs: each tick reads this
 #: much of the board's claims and arrivals again (one index entry and one probe each).
 LOOKBACK = CLAIMS_LOOKBACK
+#: How long the history keeps a charge or an action, and an ended silence.
+HISTORY_RETENTION = timedelta(days=7)
+#: The most history rows (and, apart, ended silences) one tick deletes: pruning is bounded
+#: work a tick, and a week's backlog after an outage goes in a few hundred ticks.
+PRUNE_BATCH = 100
 
 
 class PostgresLedger:
@@ -157,6 +175,7 @@ class PostgresLedger:
         full_pass_interval: timedelta = FULL_PASS_INTERVAL,
         lookback: timedelta = LOOKBACK,
         lock_key: int = TICK_LOCK_KEY,
+        history_retention: timedelta = HISTORY_RETENTION,
     ) -> None:
         positive_seconds("timeout", timeout)
         if not full_pass_interval > timedelta(0):
@@ -169,6 +188,9 @@ class PostgresLedger:
         self._full_pass_interval = full_pass_interval
         self._lookback = lookback
         self._lock_key = lock_key
+        if not isinstance(history_retention, timedelta) or not history_retention > timedelta(0):
+            raise ValueError(f"history_retention must be positive, got {history_retention!r}")
+        self._history_retention = history_retention
         #: Whether this instance has judged yet: its first tick is a full pass.
         self._started = False
 
@@ -197,41 +219,74 @@ class PostgresLedger:
                 return ChargeOutcome(now=now, skipped=True, swept_at=lock["swept_at"])
             if lock["host_schema"] is None:
                 raise LedgerError(NOT_MIGRATED)
-            parameters = charge_due_parameters(now, policy)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            since = claims_window(lock["judged_to"], now, self._lookback)
-            last_read = (lock["claims_read_ids"] or [], lock["claims_read_at"] or [])
-            changed = await self._changed(conn, lock, now, parameters, since, last_read)
-            rows = []
-            if changed is None:
-                kind = "full"
-                rows = await conn.fetch(_SQL["judge"], *parameters, None, None, since, *last_read)
-                read = _claims(rows)
-            else:
-                kind = "delta"
-                pairs, read = changed
-                if pairs[0]:
-                    rows = await conn.fetch(_SQL["judge"], *parameters, *pairs, since, *last_read)
-                    # Claims committed since find_changed count only in the pairs judged
-                    # here; elsewhere they stay new for the next tick.
-                    judged = set(zip(*pairs, strict=True))
-                    read |= _claims(r for r in rows if (r["endpoint_id"], r["queue"]) in judged)
-            took_ms = (loop.time() - started) * 1000
-            outcome = charge_outcome(rows, now, kind)
-            interval_ms = None if every is None else every / timedelta(milliseconds=1)
-            read_ids, read_at = zip(*read, strict=True) if read else ((), ())
-            await conn.execute(
-                _SQL["record_tick"],
-                now,
-                interval_ms,
-                kind,
-                outcome.judged,
-                took_ms,
-                list(read_ids),
-                list(read_at),
-            )
+            outcome = await self._tick(conn, lock, now, policy, every)
         self._started = True
+        return outcome
+
+    async def _tick(
+        self,
+        conn: PooledConnection,
+        lock: asyncpg.Record,
+        now: datetime,
+        policy: PacingPolicy,
+        every: timedelta | None,
+        also: PairKey | None = None,
+    ) -> ChargeOutcome:
+        """One tick with the tick lock held: judge, charge, book the charges, prune, record.
+
+        ``also`` is a pair a delta judges whatever its finder found (an
+        operator's nudge now).
+        """
+        parameters = charge_due_parameters(now, policy)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        since = claims_window(lock["judged_to"], now, self._lookback)
+        last_read = (lock["claims_read_ids"] or [], lock["claims_read_at"] or [])
+        changed = None
+        ended = lock["silence_ends"]
+        if ended is None or ended > now:
+            changed = await self._changed(conn, lock, now, parameters, since, last_read)
+        rows = []
+        if changed is None:
+            kind = "full"
+            rows = await conn.fetch(_SQL["judge"], *parameters, None, None, since, *last_read)
+            read = _claims(rows)
+        else:
+            kind = "delta"
+            pairs, read = changed
+            if also is not None and also not in set(zip(*pairs, strict=True)):
+                pairs = ([*pairs[0], also[0]], [*pairs[1], also[1]])
+            if pairs[0]:
+                rows = await conn.fetch(_SQL["judge"], *parameters, *pairs, since, *last_read)
+                # Claims committed since find_changed count only in the pairs judged
+                # here; elsewhere they stay new for the next tick.
+                judged = set(zip(*pairs, strict=True))
+                read |= _claims(r for r in rows if (r["endpoint_id"], r["queue"]) in judged)
+        took_ms = (loop.time() - started) * 1000
+        outcome = charge_outcome(rows, now, kind)
+        if outcome.charged:
+            c = outcome.charged
+            await conn.execute(
+                _SQL["history_charges"],
+                [n.endpoint_id for n in c],
+                [n.queue for n in c],
+                [n.number for n in c],
+                [n.todo.id for n in c],
+                now,
+            )
+        await conn.execute(_SQL["prune"], now - self._history_retention, PRUNE_BATCH)
+        interval_ms = None if every is None else every / timedelta(milliseconds=1)
+        read_ids, read_at = zip(*read, strict=True) if read else ((), ())
+        await conn.execute(
+            _SQL["record_tick"],
+            now,
+            interval_ms,
+            kind,
+            outcome.judged,
+            took_ms,
+            list(read_ids),
+            list(read_at),
+        )
         took = format_duration(timedelta(milliseconds=took_ms))
         _log.debug("tick: %s pass judged %d pair(s) in %s", kind, outcome.judged, took)
         return outcome
@@ -390,6 +445,7 @@ class PostgresLedger:
                 record["claims_read_ids"] or [],
                 record["claims_read_at"] or [],
             )
+            silences = [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
         return now, [
             pair_status(
                 PairState(
@@ -402,6 +458,7 @@ class PostgresLedger:
                     has_receiver=r["has_receiver"],
                     latest_claim=r["latest_claim"],
                     named_departed=bool(r["named_departed"]),
+                    silenced_until=silenced_until(silences, r["endpoint_id"], r["queue"], now),
                 ),
                 None if r["nudges"] is None else _ledger_row(r),
                 sendable=r["sendable"],
@@ -420,6 +477,235 @@ class PostgresLedger:
             )
             for r in rows
         ]
+
+    # -- what a person on call does (stall_core.OperatorPort) -----------------
+
+    async def silence(
+        self, endpoint_id: str, queue: str | None, *, lasting: timedelta, by: str, reason: str
+    ) -> Silence:
+        if not lasting > timedelta(0):
+            raise ValueError(f"a silence must last a positive time, got {lasting!r}")
+        async with self._operating(f"silencing {_pair(endpoint_id, queue)}") as (conn, now):
+            await _exists(conn, endpoint_id, queue)
+            ends = _ends(now, lasting)
+            row = await conn.fetchrow(_SQL["silence"], endpoint_id, queue, now, ends, by, reason)
+            assert row is not None  # an upsert returns its row
+            await _action(conn, now, endpoint_id, queue, "silenced", by, reason, ends)
+        return _silence(row)
+
+    async def unsilence(
+        self, endpoint_id: str, queue: str | None, *, by: str, reason: str
+    ) -> Silence | None:
+        async with self._operating(f"unsilencing {_pair(endpoint_id, queue)}") as (conn, now):
+            await _exists(conn, endpoint_id, queue)
+            row = await conn.fetchrow(_SQL["unsilence"], endpoint_id, queue, now)
+            if row is not None:
+                await _action(conn, now, endpoint_id, queue, "unsilenced", by, reason, None)
+        return None if row is None else _silence(row)
+
+    async def reset(
+        self, endpoint_id: str, queue: str, *, by: str, reason: str
+    ) -> LedgerRow | None:
+        async with self._operating(f"resetting {_pair(endpoint_id, queue)}") as (conn, now):
+            await _exists(conn, endpoint_id, queue)
+            row = await conn.fetchrow(_SQL["reset_pair"], endpoint_id, queue, now)
+            if row is not None:
+                await conn.execute(_SQL["hold_pair"], endpoint_id, queue, now)
+                await _action(conn, now, endpoint_id, queue, "reset", by, reason, None)
+        return None if row is None else _ledger_row(row)
+
+    async def nudge_now(
+        self, endpoint_id: str, queue: str, *, policy: PacingPolicy, by: str, reason: str
+    ) -> NudgeNowResult:
+        what = f"nudging {_pair(endpoint_id, queue)}"
+        async with self._connection(what, transaction=True) as conn:
+            await conn.fetchrow(_SQL["operator_lock"], self._lock_key, self._timeout_ms)
+            record = await conn.fetchrow(_SQL["tick_record"])
+            assert record is not None  # one row, as tick_lock's
+            now = record["now"] if self._clock is None else aware("clock()", self._clock())
+            if record["host_schema"] is None:
+                raise LedgerError(NOT_MIGRATED)
+            await _exists(conn, endpoint_id, queue)
+            pair, row = await self._pair_state(conn, endpoint_id, queue, now, record)
+            decision = nudge_now(pair, row, now, policy)
+            if isinstance(decision, Charge):
+                await conn.execute(_SQL["reset_pair"], endpoint_id, queue, now)
+            said = _said(decision, reason)
+            await _action(conn, now, endpoint_id, queue, "nudged", by, said, None)
+            also = (endpoint_id, queue) if isinstance(decision, Charge) else None
+            outcome = await self._tick(conn, record, now, policy, None, also)
+        self._started = True
+        charged = next((n for n in outcome.charged if n.key == (endpoint_id, queue)), None)
+        return NudgeNowResult(outcome=outcome, decision=decision, charged=charged, row=row)
+
+    async def silences(self) -> tuple[datetime, tuple[Silence, ...]]:
+        async with self._connection("reading the silences") as conn:
+            await _guest(conn)
+            now = await self._now(conn)
+            rows = await conn.fetch(_SQL["silences"], now)
+        return now, tuple(_silence(r) for r in rows)
+
+    async def history(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        queue: str | None = None,
+        since: timedelta | None = None,
+        limit: int = 1000,
+    ) -> tuple[HistoryEntry, ...]:
+        async with self._connection("reading the history") as conn:
+            await _guest(conn)
+            now = await self._now(conn)
+            start = now - since if since is not None else _EPOCH
+            rows = await conn.fetch(_SQL["history"], start, endpoint_id, queue, limit)
+        return tuple(_entry(r) for r in rows)
+
+    async def record_outcome(self, outcome: DeliveryOutcome) -> None:
+        nudge = outcome.nudge
+        async with self._connection(
+            f"booking the outcome of {nudge.endpoint_id}/{nudge.queue}", transaction=True
+        ) as conn:
+            await _guest(conn)
+            await conn.execute(
+                _SQL["record_outcome"],
+                nudge.endpoint_id,
+                nudge.queue,
+                nudge.number,
+                nudge.charged_at,
+                outcome.outcome,
+                outcome.detail,
+                await self._now(conn),
+            )
+
+    @property
+    def _timeout_ms(self) -> str:
+        return str(int(self._timeout * 1000))
+
+    async def _now(self, conn: PooledConnection) -> datetime:
+        """The ledger's clock: the database's, or the injected one."""
+        if self._clock is not None:
+            return aware("clock()", self._clock())
+        now: datetime = await conn.fetchval(_SQL["now"])
+        return now
+
+    @asynccontextmanager
+    async def _operating(self, what: str) -> AsyncIterator[tuple[PooledConnection, datetime]]:
+        """A guest's transaction holding the tick lock: no tick straddles an operator's write."""
+        async with self._connection(what, transaction=True) as conn:
+            await _guest(conn)
+            await conn.execute(_SQL["hold_tick"], self._lock_key)
+            yield conn, await self._now(conn)
+
+    async def _pair_state(
+        self,
+        conn: PooledConnection,
+        endpoint_id: str,
+        queue: str,
+        now: datetime,
+        record: asyncpg.Record,
+    ) -> tuple[PairState, LedgerRow | None]:
+        """One pair as ``status`` reads it (the same statement), in this transaction."""
+        since = claims_window(record["judged_to"], now, self._lookback)
+        rows = await conn.fetch(
+            _SQL["pair_status"],
+            QUARANTINE_QUEUE,
+            since,
+            record["claims_read_ids"] or [],
+            record["claims_read_at"] or [],
+        )
+        silences = [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
+        r = next((r for r in rows if (r["endpoint_id"], r["queue"]) == (endpoint_id, queue)), None)
+        if r is None:
+            pair = PairState(
+                endpoint_id=endpoint_id,
+                queue=queue,
+                oldest=None,
+                endpoint_active=False,
+                has_receiver=False,
+            )
+            return pair, None
+        pair = PairState(
+            endpoint_id=endpoint_id,
+            queue=queue,
+            oldest=None
+            if r["todo_id"] is None
+            else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
+            endpoint_active=r["endpoint_active"],
+            has_receiver=r["has_receiver"],
+            latest_claim=r["latest_claim"],
+            named_departed=bool(r["named_departed"]),
+            silenced_until=silenced_until(silences, endpoint_id, queue, now),
+        )
+        return pair, None if r["nudges"] is None else _ledger_row(r)
+
+
+#: Before any history: the start of a listing with no ``since``.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ends(now: datetime, lasting: timedelta) -> datetime:
+    """When a silence of ``lasting`` from ``now`` ends; refused past the calendar's end."""
+    try:
+        return now + lasting
+    except OverflowError:
+        raise ValueError(f"a silence of {format_duration(lasting)} ends past year 9999") from None
+
+
+def _pair(endpoint_id: str, queue: str | None) -> str:
+    return endpoint_id if queue is None else f"{endpoint_id}/{queue}"
+
+
+def _said(decision: Charge | Idle | Wait, reason: str) -> str:
+    """The history's detail of a nudge now: the operator's reason and what came of it."""
+    match decision:
+        case Idle(reason=why):
+            came = f"not a candidate: {why.value}"
+        case Wait(due_at=due_at):
+            came = f"nudged within {format_duration(NUDGE_NOW_GAP)}, until {due_at.isoformat()}"
+        case _:
+            came = "started over at nudge 1"
+    return f"{reason}; {came}" if reason else came
+
+
+async def _exists(conn: PooledConnection, endpoint_id: str, queue: str | None) -> None:
+    """Raise ``NoSuchPair`` unless the endpoint exists and the queue has a todo or a ledger row."""
+    try:
+        found = await conn.fetchrow(_SQL["pair_exists"], endpoint_id, queue)
+    except (asyncpg.DataError, asyncpg.InvalidTextRepresentationError):
+        found = None  # not even a value of the host's id type
+    if found is None or not found["endpoint"]:
+        raise NoSuchPair(f"no endpoint {endpoint_id!r}")
+    if not found["queue"]:
+        raise NoSuchPair(f"endpoint {endpoint_id!r} has no queue {queue!r}: no todo, no ledger row")
+
+
+async def _action(
+    conn: PooledConnection,
+    now: datetime,
+    endpoint_id: str,
+    queue: str | None,
+    action: str,
+    by: str,
+    reason: str,
+    until: datetime | None,
+) -> None:
+    await conn.execute(_SQL["record_action"], now, endpoint_id, queue, action, by, reason, until)
+
+
+def _entry(r: asyncpg.Record) -> HistoryEntry:
+    fields = dict(r)
+    return HistoryEntry(by=fields.pop("actor"), **fields)
+
+
+def _silence(r: asyncpg.Record) -> Silence:
+    return Silence(
+        endpoint_id=r["endpoint_id"],
+        queue=r["queue"],
+        starts_at=r["starts_at"],
+        ends_at=r["ends_at"],
+        by=r["created_by"],
+        reason=r["reason"],
+    )
 
 
 async def _guest(conn: PooledConnection) -> None:
@@ -484,6 +770,6 @@ def _microseconds(delta: timedelta) -> int:
     return delta // timedelta(microseconds=1)
 
 
-def _conforms(ledger: PostgresLedger) -> LedgerPort:
-    """mypy checks here that PostgresLedger satisfies the core's LedgerPort."""
-    return ledger
+def _conforms(ledger: PostgresLedger) -> tuple[LedgerPort, OperatorPort, HistoryPort]:
+    """mypy checks here that PostgresLedger satisfies the core's ports."""
+    return ledger, ledger, ledger

@@ -55,7 +55,17 @@ OUR_SCHEMA = "stall_nudge"
 LEDGER_TABLE = "queue_stall_nudges"
 #: Every table of ours, qualified.
 OUR_TABLES = tuple(
-    f"{OUR_SCHEMA}.{t}" for t in (LEDGER_TABLE, "migrations", "settings", "ticks", "held", "grants")
+    f"{OUR_SCHEMA}.{t}"
+    for t in (
+        LEDGER_TABLE,
+        "migrations",
+        "settings",
+        "ticks",
+        "held",
+        "grants",
+        "silences",
+        "history",
+    )
 )
 #: The prefix every object of ours outside our schema carries.
 PREFIX = "stall_nudge_"
@@ -280,6 +290,16 @@ SWEEPER_PRIVILEGES: tuple[Privilege, ...] = (
     ),
     Privilege(
         privileges=("SELECT", "INSERT", "UPDATE"), kind="table", target=f"{OUR_SCHEMA}.ticks"
+    ),
+    # Operators' silences and the history: the sweep reads the first, books outcomes in
+    # the second and prunes both; an operator's verbs (the same grants) write them.
+    *(
+        Privilege(
+            privileges=("SELECT", "INSERT", "UPDATE", "DELETE"),
+            kind="table",
+            target=f"{OUR_SCHEMA}.{table}",
+        )
+        for table in ("silences", "history")
     ),
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.settings"),
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.migrations"),

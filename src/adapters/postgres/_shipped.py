@@ -21,6 +21,7 @@ SOURCES = {
     "ledger": "ledger.sql",
     "hooks": "hooks.sql",
     "migrate": "migrate.sql",
+    "history": "history.sql",
 }
 
 

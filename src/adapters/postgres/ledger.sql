@@ -136,3 +136,87 @@ SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_
     ON true
   LEFT JOIN unreadable u ON u.endpoint_id = f.endpoint_id AND u.queue = f.queue
  ORDER BY f.endpoint_id COLLATE "C", f.queue COLLATE "C";
+
+-- name: pair_exists
+-- Whether an operator's endpoint exists, and its queue: a todo in any state, or a ledger row.
+-- $1 endpoint id (text: cast to the host's type here, a malformed one fails), $2 queue (NULL:
+-- the endpoint alone).
+SELECT EXISTS (SELECT FROM host_endpoints e WHERE e.id = (json_populate_record(
+                  NULL::host_endpoints, json_build_object('id', $1::text))).id) AS endpoint,
+       $2::text IS NULL
+       OR EXISTS (SELECT FROM queue_stall_nudges r WHERE (r.endpoint_id, r.queue) = ($1, $2))
+       OR EXISTS (SELECT FROM host_todos t WHERE t.queue = $2 AND t.endpoint_id = (
+                     json_populate_record(NULL::host_todos,
+                                          json_build_object('endpoint_id', $1::text))).endpoint_id)
+          AS queue;
+
+-- name: silence
+-- Silence a pair, or every queue of an endpoint (queue NULL), replacing its silence.
+-- $1 endpoint id, $2 queue or NULL, $3 now, $4 when it ends, $5 by whom, $6 why.
+INSERT INTO silences AS s (endpoint_id, queue, starts_at, ends_at, created_by, reason)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (endpoint_id, queue) DO UPDATE
+   SET starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
+       created_by = EXCLUDED.created_by, reason = EXCLUDED.reason
+RETURNING s.endpoint_id, s.queue, s.starts_at, s.ends_at, s.created_by, s.reason;
+
+-- name: unsilence
+-- End the silence of exactly this pair (or endpoint, queue NULL) now, if one holds.
+-- $1 endpoint id, $2 queue or NULL, $3 now.
+UPDATE silences AS s SET ends_at = $3
+ WHERE s.endpoint_id = $1 AND s.queue IS NOT DISTINCT FROM $2::text AND s.ends_at > $3
+RETURNING s.endpoint_id, s.queue, s.starts_at, s.ends_at, s.created_by, s.reason;
+
+-- name: silences
+-- Every silence not ended at $1, by endpoint and queue (an endpoint's own first).
+SELECT s.endpoint_id, s.queue, s.starts_at, s.ends_at, s.created_by, s.reason
+  FROM silences s
+ WHERE s.ends_at > $1
+ ORDER BY s.endpoint_id COLLATE "C", s.queue COLLATE "C" NULLS FIRST;
+
+-- name: reset_pair
+-- Start a pair over by hand (stall_core.reset_row): count 0, progress kept, so its next nudge is nudge 1, due at once.
+-- $1 endpoint id, $2 queue, $3 now. Run under the tick lock.
+UPDATE queue_stall_nudges AS n
+   SET nudges = 0, progressed_at = coalesce(n.progressed_at, $3)
+ WHERE n.endpoint_id = $1 AND n.queue = $2
+RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at, n.named_todo, n.progressed_at;
+
+-- name: hold_pair
+-- Have the next delta judge a pair an operator reset: a held entry, first in charge order.
+-- $1 endpoint id, $2 queue, $3 now (the entry's age when the pair has no pending todo).
+INSERT INTO held AS h (endpoint_id, queue, spent, created_at)
+SELECT $1, $2, 0, coalesce(min(t.created_at), $3)
+  FROM host_todos t
+ WHERE t.state = 'pending' AND t.queue = $2
+   AND t.created_at > '0001-01-01+00' AND t.created_at < '9999-12-31 23:59:59.999999+00'
+   AND t.endpoint_id = (json_populate_record(NULL::host_todos,
+                                             json_build_object('endpoint_id', $1::text))).endpoint_id
+ON CONFLICT (endpoint_id, queue) DO UPDATE SET spent = 0, created_at = EXCLUDED.created_at;
+
+-- name: record_action
+-- Keep an operator's action in the history: who, when and why.
+-- $1 now, $2 endpoint id, $3 queue or NULL, $4 the action (stall_core.ACTIONS), $5 by whom,
+-- $6 why, $7 when a silence ends (NULL for the others).
+INSERT INTO history (at, endpoint_id, queue, event, actor, detail, until)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: record_outcome
+-- Book a charge's outcome on its history row, once (stall_core.OUTCOMES).
+-- $1 endpoint id, $2 queue, $3 nudge number, $4 its stamp, $5 the outcome, $6 why it was not
+-- delivered, $7 now.
+UPDATE history
+   SET outcome = $5, detail = $6, settled_at = $7
+ WHERE at = $4 AND endpoint_id = $1 AND queue = $2 AND nudge = $3 AND event = 'charged'
+   AND outcome IS NULL;
+
+-- name: history
+-- The history newest first, since $1, of endpoint $2 and queue $3 (NULL: all), at most $4 rows.
+-- An endpoint's own actions (queue NULL) show with each of its queues.
+SELECT h.at, h.endpoint_id, h.queue, h.event, h.nudge, h.todo_id, h.outcome, h.detail, h.actor,
+       h.until, h.settled_at
+  FROM history h
+ WHERE h.at >= $1 AND ($2::text IS NULL OR h.endpoint_id = $2)
+   AND ($3::text IS NULL OR h.queue = $3 OR h.queue IS NULL)
+ ORDER BY h.at DESC, h.endpoint_id COLLATE "C", h.queue COLLATE "C", h.nudge
+ LIMIT $4;

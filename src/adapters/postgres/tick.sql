@@ -32,9 +32,12 @@ SELECT l.got, pg_catalog.clock_timestamp() AS now, t.swept_at
 -- With the tick lock held: the time and the fleet's record, in a snapshot taken after the lock.
 -- The tick before this one committed before the lock was free, so it is seen here: a
 -- tick's "now" is never earlier than that commit, and the fleet never sweeps twice within
--- an interval. host_schema is NULL until migrate recorded it.
+-- an interval. host_schema is NULL until migrate recorded it. silence_ends is the first end
+-- of a silence after the watermark: once it has passed, the tick is a full pass, so every
+-- pair the silence covered is judged again.
 SELECT clock_timestamp() AS now, t.swept_at, t.judged_to, t.full_pass_at, t.full_pass_pairs,
-       t.claims_read_ids, t.claims_read_at, s.host_schema
+       t.claims_read_ids, t.claims_read_at, s.host_schema,
+       (SELECT min(e.ends_at) FROM silences e WHERE e.ends_at > t.judged_to) AS silence_ends
   FROM (SELECT 1) one
   LEFT JOIN ticks t ON true
   LEFT JOIN settings s ON true;
@@ -139,7 +142,7 @@ SELECT coalesce(array_agg(c.endpoint_id), '{}') AS endpoint_ids,
   FROM changed c;
 
 -- name: judge
--- Judge pairs by the core's rules: charge, clear, reset, hold back.
+-- Judge pairs: charge, clear, reset, hold back.
 -- Of the pairs due it charges the best tick_limit and holds the others for the next tick; it
 -- clears the rows of pairs left with no work and resets rows whose progress no charge answers.
 -- $7 and $8 name the pairs a delta found (endpoint ids, queues); NULL for a full pass, which
@@ -170,7 +173,7 @@ found AS (
       FROM (SELECT r.endpoint_id, r.queue FROM queue_stall_nudges r WHERE $7 IS NULL
             UNION SELECT h.endpoint_id, h.queue FROM held h WHERE $7 IS NULL
             UNION SELECT g.* FROM unnest($7::text[], $8::text[]) g (endpoint_id, queue)) o
-     WHERE NOT EXISTS (SELECT 1 FROM pairs p WHERE (p.endpoint_id::text, p.queue) = (o.endpoint_id, o.queue))
+     WHERE NOT EXISTS (SELECT FROM pairs p WHERE (p.endpoint_id::text, p.queue) = (o.endpoint_id, o.queue))
 ),
 judged AS MATERIALIZED (
     -- Each pair with its work and its ledger row, either possibly absent. The work
@@ -179,7 +182,7 @@ judged AS MATERIALIZED (
     -- delivery, or one there and not among the unverified), none in the quarantine queue;
     -- ties by id in code point order: one index-only descent.
     SELECT f.endpoint_id, f.queue, f.key, w.id::text AS todo_id, w.id AS todo_key, w.created_at,
-           w.created_at < $1::timestamptz - $2::bigint * interval '1 microsecond' AS stalled,
+           w.created_at < $1::timestamptz - $2::bigint * interval '1us' AS stalled,
            r.ctid AS row_ctid, r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at
       FROM found f
       LEFT JOIN LATERAL (
@@ -188,11 +191,11 @@ judged AS MATERIALIZED (
                AND octet_length(t.endpoint_id::text) + octet_length(t.queue) <= 2000
                AND t.created_at > '0001-01-01+00' AND t.created_at < '9999-12-31 23:59:59.999999+00'
                AND (t.delivery_id IS NULL
-                    OR (EXISTS (SELECT 1 FROM host_deliveries d WHERE d.id = t.delivery_id)
-                        AND NOT EXISTS (SELECT 1 FROM host_deliveries u
+                    OR (EXISTS (SELECT FROM host_deliveries d WHERE d.id = t.delivery_id)
+                        AND NOT EXISTS (SELECT FROM host_deliveries u
                                          WHERE u.id = t.delivery_id AND NOT u.verified)))
              ORDER BY t.created_at, t.id::text COLLATE "C" LIMIT 1) w ON true
-      LEFT JOIN queue_stall_nudges r ON (r.endpoint_id, r.queue) = (f.endpoint_id, f.queue)
+      LEFT JOIN queue_stall_nudges r USING (endpoint_id, queue)
 ),
 reads AS MATERIALIZED (
     -- The claims this tick reads (stall_core.claims_read): one range scan of the activity
@@ -234,11 +237,12 @@ ranked AS (
                 ORDER BY a.spent, a.created_at, a.endpoint_id COLLATE "C", a.queue COLLATE "C") AS rank
       FROM assessed a
      WHERE a.stalled AND (a.row_ctid IS NULL OR a.progressed OR (a.nudges < $4
-                AND a.last_nudged_at <= $1::timestamptz - interval '1 microsecond'
-                    * ($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3))]))
-       AND EXISTS (SELECT 1 FROM host_endpoints e WHERE e.id = a.key AND e.state = 'active')
-       AND EXISTS (SELECT 1 FROM host_notify_hooks h WHERE h.endpoint_id = a.key AND h.enabled
+                AND a.last_nudged_at <= $1 - interval '1us' * ($3::bigint[])[LEAST(GREATEST(a.nudges, 1), cardinality($3))]))
+       AND EXISTS (SELECT FROM host_endpoints e WHERE e.id = a.key AND e.state = 'active')
+       AND EXISTS (SELECT FROM host_notify_hooks h WHERE h.endpoint_id = a.key AND h.enabled
                       AND (h.queues IS NULL OR a.queue = ANY (h.queues)))
+       -- Not silenced (stall_core.silences_pair): neither charged nor held, its row kept.
+       AND NOT EXISTS (SELECT FROM silences WHERE (endpoint_id, coalesce(queue, a.queue)) = (a.endpoint_id, a.queue) AND ends_at > $1)
 ),
 charged AS (
     -- The best tick_limit (stall_core.plan_tick): nudge spent + 1, naming the work, stamped
@@ -250,8 +254,7 @@ charged AS (
        SET nudges = EXCLUDED.nudges, last_nudged_at = EXCLUDED.last_nudged_at,
            named_todo = EXCLUDED.named_todo, progressed_at = NULL
      WHERE (n.ctid, n.nudges, n.last_nudged_at) = (SELECT r.row_ctid, r.nudges, r.last_nudged_at
-                                                   FROM ranked r
-                                                  WHERE r.endpoint_id = n.endpoint_id AND r.queue = n.queue)
+                                                   FROM ranked r WHERE (r.endpoint_id, r.queue) = (n.endpoint_id, n.queue))
     RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at
 ),
 cleared AS (
@@ -266,14 +269,14 @@ reset AS (
       FROM assessed a
      WHERE n.ctid = a.row_ctid AND a.progressed AND a.progressed_at IS NULL
        AND (n.nudges, n.last_nudged_at) = (a.nudges, a.last_nudged_at)
-       AND NOT EXISTS (SELECT 1 FROM ranked r WHERE r.row_ctid = a.row_ctid AND r.rank <= $5)
+       AND NOT EXISTS (SELECT FROM ranked r WHERE r.row_ctid = a.row_ctid AND r.rank <= $5)
 ),
 held_back AS (
     -- Due pairs the tick limit held back wait for the next tick. An entry already as it
     -- should be is not touched (an upsert would lock it).
     INSERT INTO held AS h (endpoint_id, queue, spent, created_at)
     SELECT r.endpoint_id, r.queue, r.spent, r.created_at FROM ranked r
-     WHERE r.rank > $5 AND NOT EXISTS (SELECT 1 FROM held k
+     WHERE r.rank > $5 AND NOT EXISTS (SELECT FROM held k
                                         WHERE (k.endpoint_id, k.queue, k.spent, k.created_at)
                                               = (r.endpoint_id, r.queue, r.spent, r.created_at))
     ON CONFLICT (endpoint_id, queue) DO UPDATE SET spent = EXCLUDED.spent, created_at = EXCLUDED.created_at
@@ -282,7 +285,7 @@ released AS (
     -- Every other pair judged leaves held: it was charged, or is no longer due.
     DELETE FROM held h USING found f
      WHERE (h.endpoint_id, h.queue) = (f.endpoint_id, f.queue)
-       AND NOT EXISTS (SELECT 1 FROM ranked r WHERE (r.endpoint_id, r.queue) = (f.endpoint_id, f.queue) AND r.rank > $5)
+       AND NOT EXISTS (SELECT FROM ranked r WHERE (r.endpoint_id, r.queue) = (f.endpoint_id, f.queue) AND r.rank > $5)
 )
 SELECT 'charge' AS kind, c.endpoint_id, c.queue, c.nudges, c.last_nudged_at, r.todo_id, r.created_at,
        (SELECT t.title FROM host_todos t WHERE t.id = r.todo_key), r.rank
@@ -334,3 +337,37 @@ UPDATE queue_stall_nudges
  WHERE endpoint_id = $1 AND queue = $2 AND nudges = $3 AND last_nudged_at = $4
    AND named_todo = $5
 RETURNING nudges;
+
+-- name: operator_lock
+-- Make this transaction a guest's and wait for the fleet's tick lock: an operator's nudge now runs a tick, after the one in progress.
+-- $1 the lock's key, $2 statement and lock timeout (ms, as text): the wait is bounded by it.
+SELECT pg_catalog.clock_timestamp() AS now
+  FROM (SELECT pg_catalog.set_config('search_path', 'pg_catalog, stall_nudge, pg_temp', true),
+               pg_catalog.set_config('statement_timeout', $2, true),
+               pg_catalog.set_config('lock_timeout', $2, true),
+               pg_catalog.set_config('jit', 'off', true),
+               pg_catalog.set_config('work_mem', '64MB', true),
+               pg_catalog.pg_advisory_xact_lock($1)
+        OFFSET 0) l;
+
+-- name: history_charges
+-- Book a tick's charges in the history, in the tick's transaction: one row per charge.
+-- $1 endpoint ids, $2 queues, $3 nudge numbers, $4 named todos, $5 the tick's now (each
+-- charge's stamp, which with the pair and number identifies it).
+INSERT INTO history (at, endpoint_id, queue, event, nudge, todo_id)
+SELECT $5, c.endpoint_id, c.queue, 'charged', c.nudge, c.todo_id
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) c (endpoint_id, queue, nudge, todo_id);
+
+-- name: prune
+-- Delete at most a batch of history rows, and of silences, that ended before the retention.
+-- $1 the cutoff (now less the retention), $2 the batch: bounded work a tick.
+WITH history_gone AS (
+    DELETE FROM history WHERE ctid = ANY (ARRAY(
+        SELECT h.ctid FROM history h WHERE h.at < $1 ORDER BY h.at LIMIT $2))
+    RETURNING 1
+), silences_gone AS (
+    DELETE FROM silences WHERE ctid = ANY (ARRAY(
+        SELECT s.ctid FROM silences s WHERE s.ends_at < $1 ORDER BY s.ends_at LIMIT $2))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM history_gone) + (SELECT count(*) FROM silences_gone);

@@ -26,8 +26,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import migrate, simulate, sql, status, sweep
-from .common import CliError
+from . import history, migrate, operate, simulate, sql, status, sweep
+from .common import CliError, quiet_stdout
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -91,10 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
         "loop, where a tick that charged, cleared or refused nothing logs at debug; warning "
         "for one-shot commands, whose answer is on stdout)",
     )
+    parser.add_argument(
+        "--log-format",
+        choices=_FORMATS,
+        default=None,
+        help="how each log record is written to stderr: text (default), or json, one object a "
+        'line with the keys "ts", "level", "logger", "event", "message", then the record\'s '
+        "fields (docs/operations.md)",
+    )
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     migrate.register(commands)
     sweep.register(commands)
     status.register(commands)
+    operate.register(commands)
+    history.register(commands)
     _register_demo(commands)
     simulate.register(commands)
     sql.register(commands)
@@ -103,12 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--log-level", choices=_LEVELS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
+        command.add_argument(
+            "--log-format", choices=_FORMATS, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 
 _LEVELS = ("debug", "info", "warning", "error")
+_FORMATS = ("text", "json")
 #: The structured fields our records carry (``extra=``), in the order they are shown.
-_FIELDS = ("tick", "endpoint", "queue", "nudge", "todo")
+_FIELDS = ("tick", "endpoint", "queue", "nudge", "todo", "failures")
 
 
 class _Formatter(logging.Formatter):
@@ -130,9 +144,41 @@ class _Formatter(logging.Formatter):
         return super().format(safe)
 
 
-def _configure_logging(level: str) -> None:
+class _JsonFormatter(logging.Formatter):
+    """One JSON object a record, on one line, for a log pipeline.
+
+    Always ``ts`` (UTC, ISO 8601 with microseconds), ``level``, ``logger``,
+    ``event`` (a stable name for the records a pipeline keys on, else null)
+    and ``message`` (escaped as in text); then those of ``_FIELDS`` the record
+    carries, and ``traceback`` when it has one.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+        from datetime import UTC, datetime
+
+        from stall_nudge._text import line
+
+        entry: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="microseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": getattr(record, "event", None),
+            "message": line(record.getMessage()),
+        }
+        entry.update((name, getattr(record, name)) for name in _FIELDS if hasattr(record, name))
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=True, default=str)
+
+
+def _configure_logging(level: str, form: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        _JsonFormatter()
+        if form == "json"
+        else _Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     # Drivers stay at warning; the level applies to this library's own loggers.
@@ -148,10 +194,16 @@ def _default_level(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status. A closed stdout only drops output (``quiet_stdout``)."""
+    with quiet_stdout():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        _configure_logging(args.log_level or _default_level(args))
+        _configure_logging(args.log_level or _default_level(args), args.log_format or "text")
         run = getattr(args, "run", None)
         if run is None:
             parser.print_help()

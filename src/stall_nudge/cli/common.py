@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import enum
 import os
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO, cast
 
 import stall_nudge
 
@@ -29,7 +30,9 @@ __all__ = [
     "duration",
     "open_parts",
     "positive_duration",
+    "quiet_stdout",
     "resolve_dsn",
+    "stdout_gone",
     "with_libpq_environment",
 ]
 
@@ -268,3 +271,62 @@ async def open_parts(
         raise CliError(str(exc), status=USAGE) from None
     except stall_nudge.StartupError as exc:
         raise CliError(str(exc), status=FAILED) from None
+
+
+class _QuietStdout:
+    """stdout while a command runs: a reader that went away (``| head -1``) ends the output only.
+
+    The first ``BrokenPipeError`` points the descriptor at /dev/null (what
+    Python's documentation advises, so the interpreter's last flush cannot
+    fail either) and drops what follows; the command goes on to its usual
+    exit status. Anything else is the real stream's.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self._stream.write(text)
+            except BrokenPipeError:
+                self._to_devnull()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._to_devnull()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _to_devnull(self) -> None:
+        self.gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+
+@contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """While a command runs, a closed stdout drops its output instead of raising."""
+    real = sys.stdout
+    quiet = _QuietStdout(real)
+    sys.stdout = cast("TextIO", quiet)
+    try:
+        yield
+    finally:
+        quiet.flush()  # what is still buffered, while a closed pipe is still caught
+        sys.stdout = real
+
+
+def stdout_gone() -> bool:
+    """Whether the reader of stdout went away (``quiet_stdout``): what is printed is dropped."""
+    stdout: object = sys.stdout
+    return isinstance(stdout, _QuietStdout) and stdout.gone

@@ -27,10 +27,11 @@ def register(subparsers: Any) -> None:
         description="List every (endpoint, queue) with pending work or a ledger row: pending "
         "counts (SENDABLE: todos that pass the sender gate, a verified delivery or none, "
         "which the sweep nudges for; HELD BY GATE: todos of unverified deliveries, claimed by "
-        "pull only), oldest age, nudges, next due, the health of its hooks, and the sweep's "
-        f"verdict. Pairs that need a person are marked {MARK}; names are shown with control "
-        f"and invisible characters escaped and cut to {CELL} characters (--json has every "
-        "value whole).",
+        "pull only), oldest age, nudges, next due, its receivers (none, ok, failures in a row, "
+        "recovered), and the sweep's verdict; under the table, what a person can do about "
+        f"each pair that asks for it. Pairs that need a person are marked {MARK}; names are "
+        f"shown with control and invisible characters escaped and cut to {CELL} characters "
+        "(--json has every value whole).",
     )
     add_dsn_argument(parser)
     parser.add_argument(
@@ -102,6 +103,7 @@ def status_json(
     fleet: FleetRecord | None = None,
 ) -> str:
     """The JSON record of `status --json`: the instant judged at, the fleet, and every pair."""
+    from stall_core import next_step, receiver_health
     from stall_nudge._pairs import needs_person
 
     return dumps(
@@ -121,6 +123,7 @@ def status_json(
             "pairs": [
                 {
                     "endpoint_id": p.endpoint_id,
+                    "endpoint_name": p.endpoint_name,
                     "queue": p.queue,
                     "sendable": p.sendable,
                     "held_by_gate": p.held_by_gate,
@@ -131,8 +134,11 @@ def status_json(
                     "next_due_at": utc(p.next_due_at),
                     "hook_failures": p.hook_failures,
                     "hooks_disabled": p.hooks_disabled,
+                    "receiver": receiver_health(p).value,
+                    "last_failure_at": utc(p.last_failure_at),
                     "verdict": p.verdict.value,
                     "needs_person": needs_person(p, policy),
+                    "next_step": next_step(p),
                     "unreadable": None
                     if p.unreadable is None
                     else {
@@ -169,11 +175,18 @@ def render_table(
 ) -> list[str]:
     """A table, one pair a line, marked when it needs a person; cells escaped and cut to CELL.
 
-    Ages and waits are in whole seconds. ``policy`` is the one the pairs
-    were judged by (default: the default policy).
+    Under it, each pair's next step (``stall_core.next_step``) and any value
+    the sweep cannot read, a line each. Ages and waits are in whole seconds.
+    ``policy`` is the one the pairs were judged by (default: the default policy).
     """
-    from stall_core import PacingPolicy, printable
-    from stall_nudge._pairs import counts_and_times, needs_person, unreadable_note
+    from stall_core import PacingPolicy, next_step, printable
+    from stall_nudge._pairs import (
+        counts_and_times,
+        endpoint_label,
+        hooks_cell,
+        needs_person,
+        unreadable_note,
+    )
 
     if not pairs:
         return ["no pending work and no ledger rows: every queue is drained"]
@@ -183,10 +196,10 @@ def render_table(
         tuple(
             printable(cell, CELL)
             for cell in (
-                p.endpoint_id,
+                endpoint_label(p),
                 p.queue,
                 *counts_and_times(p, now),
-                _hooks(p),
+                hooks_cell(p, now),
                 p.verdict.value,
             )
         )
@@ -197,6 +210,11 @@ def render_table(
         f"{mark} " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
         for mark, r in zip([" ", *marks], [_HEADER, *rows], strict=True)
     ]
+    lines.extend(
+        f"{mark} {printable(p.endpoint_id)}/{printable(p.queue)}: {step}"
+        for mark, p in zip(marks, pairs, strict=True)
+        if (step := next_step(p)) is not None
+    )
     notes = [unreadable_note(p) for p in pairs]
     lines.extend(f"{MARK} {note}" for note in notes if note is not None)
     flagged = marks.count(MARK)
@@ -205,13 +223,3 @@ def render_table(
             f"{MARK} needs a person: {flagged} of {len(pairs)} pair{'s' if len(pairs) > 1 else ''}"
         )
     return lines
-
-
-def _hooks(pair: PairStatus) -> str:
-    """The health of the hooks covering the pair, or "-" when there is nothing to tell."""
-    parts = []
-    if pair.hook_failures:
-        parts.append(f"{pair.hook_failures} failure{'s' if pair.hook_failures > 1 else ''}")
-    if pair.hooks_disabled:
-        parts.append(f"{pair.hooks_disabled} disabled")
-    return ", ".join(parts) or "-"

@@ -26,6 +26,7 @@ from .common import (
     duration,
     positive_duration,
     resolve_dsn,
+    stdout_gone,
 )
 from .jsonout import dumps, utc
 
@@ -56,7 +57,9 @@ def register(subparsers: Any) -> None:
         help="time between ticks: 15s, 2m, 1h, 1h30m, or bare seconds (default: 15s)",
     )
     parser.add_argument(
-        "--json", action="store_true", help="print one JSON record per tick on stdout"
+        "--json",
+        action="store_true",
+        help="print one JSON record per tick on stdout; the loop stops when stdout is closed",
     )
     parser.add_argument(
         "--metrics",
@@ -89,6 +92,14 @@ def register(subparsers: Any) -> None:
         metavar="DURATION",
         help="the longest between two ticks that judge every pair: what no timestamp shows "
         "(a delete, a hook re-enabled) is seen within it (default: 5m)",
+    )
+    parser.add_argument(
+        "--history-retention",
+        type=positive_duration,
+        default=None,
+        metavar="DURATION",
+        help="how long `stall-nudge history` keeps charges, outcomes and operator actions; "
+        "each tick prunes a few older rows (default: 7d)",
     )
     parser.add_argument(
         "--refuse-private",
@@ -139,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             stop_timeout=args.stop_timeout,
             lookback=args.lookback,
             full_pass_interval=args.full_pass_interval,
+            history_retention=args.history_retention,
         )
     )
 
@@ -232,8 +244,9 @@ async def _sweep(
     stop_timeout: timedelta,
     lookback: timedelta | None,
     full_pass_interval: timedelta | None,
+    history_retention: timedelta | None,
 ) -> int:
-    from adapters.postgres import LOOKBACK
+    from adapters.postgres import HISTORY_RETENTION, LOOKBACK
     from stall_core import FULL_PASS_INTERVAL
 
     try:
@@ -243,6 +256,7 @@ async def _sweep(
             stop_timeout=stop_timeout.total_seconds(),
             lookback=LOOKBACK if lookback is None else lookback,
             full_pass_interval=full_pass_interval or FULL_PASS_INTERVAL,
+            history_retention=history_retention or HISTORY_RETENTION,
         ) as reaper:
             if once:
                 return await _once(reaper, as_json=as_json)
@@ -318,6 +332,9 @@ async def _loop(reaper: stall_nudge.Reaper, *, interval: timedelta, as_json: boo
 
     def emit(result: TickReport | TickFailure) -> None:
         print(dumps(record(result, reaper)), flush=True)
+        if stdout_gone() and not stop.is_set():  # `sweep --json | head -1`: the reader is done
+            logging.getLogger("stall_nudge").info("stdout was closed: stopping")
+            stop.set()
 
     # Without --json the sweeper's own log records are the sidecar's output (stderr).
     await reaper.run(

@@ -91,3 +91,49 @@ CREATE TABLE IF NOT EXISTS stall_nudge.grants (
     given      text[] NOT NULL DEFAULT '{}',
     granted_at timestamptz NOT NULL
 );
+
+-- name: table_silences
+-- Operators' silences: the pair (queue NULL: every queue of the endpoint) is not charged
+-- until ends_at (stall_core.silences_pair); unsilence sets ends_at to its now. One row a
+-- pair: silencing again replaces it. The tick prunes rows ended before the history's
+-- retention.
+CREATE TABLE IF NOT EXISTS stall_nudge.silences (
+    endpoint_id text NOT NULL,
+    queue       text NULL,
+    starts_at   timestamptz NOT NULL,
+    ends_at     timestamptz NOT NULL,
+    created_by  text NOT NULL,
+    reason      text NOT NULL
+);
+
+-- name: index_silences_pair
+-- One silence a pair or endpoint: silencing again replaces it (ON CONFLICT).
+CREATE UNIQUE INDEX IF NOT EXISTS silences_pair
+    ON stall_nudge.silences (endpoint_id, queue) NULLS NOT DISTINCT;
+
+-- name: index_silences_end
+-- Silences by end: "which ended since the last tick" is one descent.
+CREATE INDEX IF NOT EXISTS silences_end ON stall_nudge.silences (ends_at);
+
+-- name: table_history
+-- What happened, kept for the retention (7 days by default): one row per charge (event
+-- charged; outcome and settled_at once its delivery ended: stall_core.OUTCOMES) and one per
+-- operator action (stall_core.ACTIONS, with actor and detail: who and why). Our table only:
+-- nothing of it is on the host's.
+CREATE TABLE IF NOT EXISTS stall_nudge.history (
+    at          timestamptz NOT NULL,
+    endpoint_id text NOT NULL,
+    queue       text NULL,
+    event       text NOT NULL,
+    nudge       int NULL,
+    todo_id     text NULL,
+    outcome     text NULL,
+    detail      text NULL,
+    actor       text NULL,
+    until       timestamptz NULL,
+    settled_at  timestamptz NULL
+);
+
+-- name: index_history_at
+-- History by instant: listing, booking an outcome (at is the charge's stamp) and pruning.
+CREATE INDEX IF NOT EXISTS history_at ON stall_nudge.history (at);
