@@ -27,8 +27,8 @@ import asyncpg
 import attrs
 import pytest
 
-from adapters.postgres import PostgresLedger, host_schema_sql, migrate
-from stall_core import LedgerPort, LedgerRow, PairKey
+from adapters.postgres import PostgresHooks, PostgresLedger, host_schema_sql, migrate
+from stall_core import HookDirectory, LedgerPort, LedgerRow, PairKey
 from stall_testing import (
     FakeClock,
     Operated,
@@ -240,6 +240,11 @@ class SiteDriver(PostgresDriver):
     def operated(self) -> Operated:
         """The operator's verbs as the sweeping role: it holds every grant they need."""
         return self.sweeping
+
+    @property
+    def hooks(self) -> HookDirectory:
+        """The hooks' health as the sweeping role books it."""
+        return PostgresHooks(self.sweeper, ttl=0)
 
     def hold_tick(self) -> AbstractAsyncContextManager[None]:
         return self.sweeping.hold_tick()

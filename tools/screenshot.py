@@ -5,8 +5,10 @@
 
 On a throwaway database (dropped at the end) it builds the reference host,
 then plays seven and a half hours of the sweep on a clock of its own, so
-the ledger holds what real time would leave: a capped pair, a failing
-hook's pairs backing off, a pair nudged twice. Hooks point at a loopback
+the ledger and its history hold what real time would leave: a capped pair,
+a failing hook's pairs backing off, a pair nudged twice, a receiver that
+failed and answers again, and an endpoint an operator silenced (with who,
+why and until when). Hooks point at a loopback
 receiver (``stall_testing.Receiver``). The page is served on loopback
 while the reaper's loop runs, and headless chromium writes the PNG.
 """
@@ -52,7 +54,7 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--hide-scrollbars",
-    "--window-size=1280,440",
+    "--window-size=1440,900",
 )
 
 
@@ -61,10 +63,14 @@ async def play(pool: asyncpg.Pool, receiver: Receiver, clock: FakeClock, chromiu
     start = clock.now
     host = PostgresHost(pool)
     ok, failing = receiver.url("ok", SECRET), receiver.url("fail", SECRET)
+    flaky = receiver.url("flaky", SECRET)
     receiver.route("fail", 400)  # a final failure: booked against the hook, nudge refunded
+    receiver.route("flaky", 400)  # until the last nudges: then it answers again (recovered)
     for endpoint, state, url in [
         ("ep-billing", "active", ok),
         ("ep-search", "active", failing),
+        ("ep-orders", "active", flaky),
+        ("ep-reports", "active", ok),
         ("ep-ingest", "paused", ok),
         ("ep-mail", "active", None),
         ("ep-intake", "active", ok),
@@ -84,6 +90,8 @@ async def play(pool: asyncpg.Pool, receiver: Receiver, clock: FakeClock, chromiu
         ("ep-ingest", "webhooks", 440),  # paused endpoint
         ("ep-intake", "forms", 408),  # an unverified delivery: held by the gate
         ("ep-billing", "disputes", 447),  # a minute old at the end: fresh
+        ("ep-orders", "shipping", 405),  # refunded at 435, delivered at 445.5: recovered
+        ("ep-reports", "exports", 420),  # silenced before its first nudge
     ]
     for n, (endpoint, queue, minutes) in enumerate(todos):
         created = start + timedelta(minutes=minutes)
@@ -95,6 +103,16 @@ async def play(pool: asyncpg.Pool, receiver: Receiver, clock: FakeClock, chromiu
         # Each nudge of invoices is due at one of these; the rest charge along the way.
         for minutes in (0, 5, 25, 85, 435, 445.5):
             clock.set(start + timedelta(minutes=minutes))
+            if minutes == 435:
+                await reaper.silence(
+                    "ep-reports",
+                    None,
+                    lasting=timedelta(hours=2),
+                    by="ann",
+                    reason="exporter redeploy",
+                )
+            if minutes == 445.5:
+                receiver.route("flaky", 204)
             while (await reaper.tick()).charged:  # past the tick limit, until all are charged
                 await reaper.settle()
                 clock.advance(timedelta(seconds=1))

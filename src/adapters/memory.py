@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -18,6 +18,8 @@ import attrs
 
 from stall_core import (
     CLAIMS_LOOKBACK,
+    REACHED_NOBODY,
+    RECENT_OUTCOMES,
     Charge,
     ChargeOutcome,
     Claim,
@@ -37,20 +39,25 @@ from stall_core import (
     PacingPolicy,
     PairKey,
     PairState,
+    PairStatus,
     Silence,
     TodoRef,
+    Unreadable,
     aware,
     charge_row,
     claims_read,
     claims_window,
+    covers,
     endpoint_active,
     has_departed,
     has_receiver,
     is_receiver,
     latest_claim,
     nudge_now,
+    pair_status,
     passes_gate,
     plan_tick,
+    readable,
     refunded_row,
     reset_row,
     silenced_until,
@@ -488,6 +495,58 @@ class MemoryBoard:
             silenced_until=silenced_until(self._silences.values(), endpoint_id, queue, self._now()),
         )
 
+    async def status(self, *, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
+        """Every pair with a pending todo or a ledger row, judged by the sweep's own decision.
+
+        As the Postgres ledger's ``status``: counts past and held by the sender
+        gate, the covering hooks' health, the first host value the sweep cannot
+        read, the pair's silence and its last charges' outcomes, at ``clock()``.
+        """
+        now = self._now()
+        silences = [s for s in self._silences.values() if now < s.ends_at]
+        charges: dict[PairKey, list[HistoryEntry]] = {}
+        for entry in reversed(self._history):
+            if entry.event == "charged" and entry.queue is not None:
+                charges.setdefault((entry.endpoint_id, entry.queue), []).append(entry)
+        by_pair: dict[PairKey, list[Todo]] = {}
+        for todo in sorted(self._todos.values(), key=lambda t: t.id):
+            by_pair.setdefault((todo.endpoint_id, todo.queue), []).append(todo)
+        found = []
+        for pair in self.pair_states():
+            todos = by_pair.get(pair.key, [])
+            pending = [t for t in todos if t.state == "pending"]
+            sendable = sum(1 for t in pending if self._sendable(t))
+            covering = [
+                h for h in self._hooks.values() if covers(h.endpoint_id, h.queues, *pair.key)
+            ]
+            history = charges.get(pair.key, [])
+            found.append(
+                pair_status(
+                    pair,
+                    self._ledger.get(pair.key),
+                    sendable=sendable,
+                    held_by_gate=len(pending) - sendable,
+                    now=now,
+                    policy=policy,
+                    hook_failures=max(
+                        (h.consecutive_failures for h in covering if h.enabled), default=0
+                    ),
+                    hooks_disabled=sum(1 for h in covering if not h.enabled),
+                    unreadable=_unreadable(pending, todos),
+                    last_failure_at=max(
+                        (
+                            e.settled_at
+                            for e in history
+                            if e.outcome in REACHED_NOBODY and e.settled_at is not None
+                        ),
+                        default=None,
+                    ),
+                    silences=silences,
+                    last_outcomes=history[:RECENT_OUTCOMES],
+                )
+            )
+        return now, found
+
     async def charge_due(
         self, *, policy: PacingPolicy, every: timedelta | None = None
     ) -> ChargeOutcome:
@@ -730,6 +789,28 @@ class MemoryBoard:
 def _claims(todos: Iterable[Todo]) -> Iterator[tuple[str, str, datetime | None]]:
     """Each todo as the sweep reads claims: id, state, claimed_at."""
     return ((t.id, t.state, t.claimed_at) for t in todos)
+
+
+def _unreadable(pending: Iterable[Todo], todos: Iterable[Todo]) -> Unreadable | None:
+    """The pair's first todo (by id) holding an instant the sweep cannot read (``readable``).
+
+    A pending todo's ``created_at`` first (not work), else any todo's
+    ``claimed_at`` (not progress), printed as PostgreSQL prints the ends of
+    the range it stands for.
+    """
+    for todo in pending:
+        if not readable(todo.created_at):
+            return Unreadable(todo_id=todo.id, column="created_at", value=_printed(todo.created_at))
+    for todo in todos:
+        if todo.claimed_at is not None and not readable(todo.claimed_at):
+            return Unreadable(todo_id=todo.id, column="claimed_at", value=_printed(todo.claimed_at))
+    return None
+
+
+def _printed(at: datetime) -> str:
+    """An instant ``readable`` refuses, as PostgreSQL prints it: asyncpg writes a Python
+    datetime's ends as its infinities."""
+    return "-infinity" if at <= datetime.min.replace(tzinfo=UTC) else "infinity"
 
 
 def _check_state(state: str) -> None:

@@ -81,6 +81,8 @@ from ._ports import (
 )
 from ._status import (
     NEXT_STEPS,
+    REACHED_NOBODY,
+    RECENT_OUTCOMES,
     PairStatus,
     Receiver,
     Unreadable,
@@ -118,6 +120,8 @@ __all__ = [
     "NUDGE_NOW_GAP",
     "OUTCOMES",
     "QUARANTINE_QUEUE",
+    "REACHED_NOBODY",
+    "RECENT_OUTCOMES",
     "TICK_KINDS",
     "Capped",
     "Charge",

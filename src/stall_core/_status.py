@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -23,12 +24,15 @@ from ._decide import (
     names_fit,
     next_due_at,
 )
+from ._operate import OUTCOMES, HistoryEntry, Silence, silences_pair
 from ._policy import PacingPolicy
 from ._text import printable
 from ._values import LedgerRow, PairState
 
 __all__ = [
     "NEXT_STEPS",
+    "REACHED_NOBODY",
+    "RECENT_OUTCOMES",
     "PairStatus",
     "Receiver",
     "Unreadable",
@@ -53,6 +57,14 @@ class Verdict(enum.Enum):
     NAMES_TOO_LONG = "names-too-long"  # pending todos, names past NAMES_MAX_BYTES: never work
     DRAINED = "drained"  # no pending work; a leftover row is cleared next tick
     UNREADABLE = "unreadable"  # sendable todos, all created at instants the sweep cannot read
+    SILENCED = "silenced"  # a candidate an operator's silence keeps from being charged
+
+
+#: The outcomes of a charge that reached no receiver (``stall_core.OUTCOMES``): a pair's
+#: latest one in its history is ``PairStatus.last_failure_at``.
+REACHED_NOBODY = tuple(outcome for outcome in OUTCOMES if outcome != "delivered")
+#: How many of a pair's last charges status shows with their outcomes, newest first.
+RECENT_OUTCOMES = 3
 
 
 class Receiver(enum.Enum):
@@ -107,9 +119,17 @@ class PairStatus:
     has_receiver: bool = True
     #: The host's name for the endpoint (None: the host keeps none).
     endpoint_name: str | None = None
-    #: When a nudge of the pair last reached no receiver, from its history (None: never,
-    #: within the history's retention).
+    #: When a nudge of the pair last reached no receiver (``REACHED_NOBODY``, settled at),
+    #: from its history (None: never, within the history's retention).
     last_failure_at: datetime | None = None
+    #: When the silences covering the pair end (None: none covers it), whatever its verdict.
+    silenced_until: datetime | None = None
+    #: The silence covering the pair that ends last: who, why and until when (None: none,
+    #: or it was not read).
+    silence: Silence | None = None
+    #: The pair's last charges (at most ``RECENT_OUTCOMES``) from its history, newest
+    #: first, each with its outcome (None: its delivery is under way).
+    last_outcomes: tuple[HistoryEntry, ...] = ()
 
 
 def pair_status(
@@ -125,11 +145,16 @@ def pair_status(
     unreadable: Unreadable | None = None,
     endpoint_name: str | None = None,
     last_failure_at: datetime | None = None,
+    silences: Iterable[Silence] = (),
+    last_outcomes: Sequence[HistoryEntry] = (),
 ) -> PairStatus:
     """The verdict the sweep's own ``decide`` gives this pair at ``now``.
 
     A pair with no work says why (``_no_work``), whether or not a leftover
-    ledger row is cleared next tick.
+    ledger row is cleared next tick. ``silences`` are those not ended at
+    ``now`` (the ledger's ``silences``): the one covering the pair
+    (``silences_pair``) that ends last is shown, whatever the verdict. A
+    silenced pair is next due when its silence ends, or its backoff if later.
     """
     decision = decide(pair, row, now, policy)
     if isinstance(decision, Reset):  # the row keeps the progress; the verdict is the reason
@@ -154,6 +179,13 @@ def pair_status(
             verdict = Verdict.NO_RECEIVER
         case Idle(reason=IdleReason.ENDPOINT_INACTIVE):
             verdict = Verdict.ENDPOINT_INACTIVE
+        case Idle(reason=IdleReason.SILENCED):
+            verdict = Verdict.SILENCED
+            assert pair.silenced_until is not None  # SILENCED needs a silence
+            next_due = pair.silenced_until
+            if row is not None and not made_progress(pair, row):
+                backoff = next_due_at(row, policy)
+                next_due = None if backoff is None else max(next_due, backoff)
         case Clear() | Idle():
             verdict = _no_work(pair, sendable, held_by_gate, unreadable)
     return PairStatus(
@@ -173,6 +205,13 @@ def pair_status(
         has_receiver=pair.has_receiver,
         endpoint_name=endpoint_name,
         last_failure_at=last_failure_at,
+        silenced_until=pair.silenced_until,
+        silence=max(
+            (s for s in silences if silences_pair(s, pair.endpoint_id, pair.queue, now)),
+            key=lambda s: s.ends_at,
+            default=None,
+        ),
+        last_outcomes=tuple(last_outcomes),
     )
 
 

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from stall_core import PacingPolicy, PairStatus, Receiver, Verdict, printable, receiver_health
+from stall_core import (
+    HistoryEntry,
+    PacingPolicy,
+    PairStatus,
+    Receiver,
+    Verdict,
+    printable,
+    receiver_health,
+)
 
 from ._text import age, line, until
 
@@ -16,6 +24,8 @@ __all__ = [
     "hook_trouble",
     "hooks_cell",
     "needs_person",
+    "outcome_lines",
+    "silence_note",
     "unreadable_note",
 ]
 
@@ -30,6 +40,7 @@ _VERDICT_ORDER = (
     Verdict.NO_RECEIVER,
     Verdict.ENDPOINT_INACTIVE,
     Verdict.HELD_BY_GATE,
+    Verdict.SILENCED,
     Verdict.QUARANTINE,
     Verdict.DRAINED,
 )
@@ -127,3 +138,38 @@ def unreadable_note(pair: PairStatus) -> str | None:
         f"has {odd.column} {printable(odd.value)}, which the sweep cannot read ({what}): "
         "fix it on the host"
     )
+
+
+def silence_note(pair: PairStatus, now: datetime) -> str | None:
+    """The silence covering the pair: until when, who and why, and how to end it early.
+
+    Not a problem for a person (a silence is an operator's choice), so it is
+    shown, never marked. None when no silence covers the pair. The operator's
+    words are escaped and cut (``printable``).
+    """
+    until_at = pair.silenced_until
+    if until_at is None:
+        return None
+    ends = f"{until_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC ({until(until_at, now)})"
+    silence = pair.silence
+    if silence is None:
+        return f"silenced until {ends}"
+    scope = printable(silence.endpoint_id)
+    if silence.queue is not None:
+        scope += " " + printable(silence.queue)
+    whole = " (every queue)" if silence.queue is None else ""
+    why = f": {printable(silence.reason)}" if silence.reason else ""
+    return line(
+        f"silenced{whole} until {ends} by {printable(silence.by)}{why}; "
+        f"`stall-nudge unsilence {scope}` ends it early"
+    )
+
+
+def outcome_lines(pair: PairStatus, now: datetime) -> list[str]:
+    """The pair's last charges, newest first: ``nudge 2: gave-up, 5m ago`` each."""
+    return [_outcome(entry, now) for entry in pair.last_outcomes]
+
+
+def _outcome(entry: HistoryEntry, now: datetime) -> str:
+    what = "under way" if entry.outcome is None else entry.outcome
+    return f"nudge {entry.nudge}: {what}, {age(now - entry.at)} ago"

@@ -1,6 +1,7 @@
 """ "Is my queue drained?" as a small read-only HTML page that refreshes itself.
 
-No script and no framework: one table, the most urgent pairs first, each
+No script and no framework: one table, the most urgent pairs first, with
+each pair's last outcomes and any silence, each
 name a sender chose escaped and cut by ``stall_core.printable`` and then
 HTML-escaped, so a queue named ``<script>`` is text and a 1 MiB name takes
 a cell's width. At most ``ROW_LIMIT`` rows, the rest counted, so the page
@@ -19,9 +20,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from stall_core import (
+    REACHED_NOBODY,
     PacingPolicy,
     PairStatus,
     Receiver,
+    Verdict,
     format_seconds,
     next_step,
     printable,
@@ -36,6 +39,8 @@ from ._pairs import (
     hook_trouble,
     hooks_cell,
     needs_person,
+    outcome_lines,
+    silence_note,
     unreadable_note,
 )
 from ._tally import Health
@@ -51,12 +56,16 @@ h1 { font-size: 1.3em; margin: 0 0 .3em; }
 p { margin: .3em 0; }
 table { border-collapse: collapse; margin-top: .8em; }
 th, td { padding: .25em .6em; text-align: left; border-bottom: 1px solid #ddd; }
+td { white-space: nowrap; } td.wrap { white-space: normal; }
 th { background: #f2f2f2; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 tr.person td { background: #fde2e1; }
 tr.hooks td { background: #fff3cd; }
-td.step { min-width: 18em; font-size: .93em; }
+tr.silenced td { background: #eef1f6; }
+td.step { min-width: 18em; font-size: .93em; white-space: normal; }
 .recovered { color: #176b2c; }
+.unreached { color: #a31616; }
+td.outcomes { font-size: .93em; }
 .verdict { font-weight: 600; white-space: nowrap; }
 .ready { color: #176b2c; } .unready { color: #a31616; }
 code { font: 13px ui-monospace, monospace; }
@@ -91,7 +100,11 @@ _COLUMNS = (
     ("Nudges", "nudges since the last progress"),
     ("Last nudge", ""),
     ("Next due", ""),
-    ("Next step", "what a person can do about the pair"),
+    (
+        "Last outcomes",
+        "the pair's last nudges, newest first: delivered, or how it reached no receiver",
+    ),
+    ("Next step", "what a person can do about the pair, and any silence: until when, who, why"),
 )
 
 
@@ -116,26 +129,48 @@ def _receivers(pair: PairStatus, now: datetime) -> str:
     return cell
 
 
+def _outcomes(pair: PairStatus, now: datetime) -> str:
+    """The last outcomes cell, a line each: those that reached no receiver in red."""
+    return "<br>".join(
+        f'<span class="unreached">{html.escape(text, quote=True)}</span>'
+        if entry.outcome in REACHED_NOBODY
+        else html.escape(text, quote=True)
+        for entry, text in zip(pair.last_outcomes, outcome_lines(pair, now), strict=True)
+    )
+
+
 def _row(pair: PairStatus, now: datetime, policy: PacingPolicy) -> str:
-    kind = "person" if needs_person(pair, policy) else "hooks" if hook_trouble(pair) else ""
+    kind = (
+        "person"
+        if needs_person(pair, policy)
+        else "hooks"
+        if hook_trouble(pair)
+        else "silenced"
+        if pair.verdict is Verdict.SILENCED
+        else ""
+    )
     verdict = pair.verdict.value
-    step = next_step(pair)
+    notes = (next_step(pair), silence_note(pair, now))
     cells = (
         _name(endpoint_label(pair)),
         _name(pair.queue),
         f'<span class="verdict">{verdict}</span>',
         _receivers(pair, now),
         *counts_and_times(pair, now),
-        "" if step is None else html.escape(step, quote=True),
+        _outcomes(pair, now),
+        "<br>".join(html.escape(note, quote=True) for note in notes if note is not None),
     )
-    numeric = {4, 5, 7}
-    step_at = len(cells) - 1
+    classes = {
+        1: "wrap",
+        3: "wrap",
+        4: "n",
+        5: "n",
+        7: "n",
+        len(cells) - 2: "outcomes",
+        len(cells) - 1: "step",
+    }
     tds = "".join(
-        f'<td class="n">{cell}</td>'
-        if i in numeric
-        else f'<td class="step">{cell}</td>'
-        if i == step_at
-        else f"<td>{cell}</td>"
+        f'<td class="{classes[i]}">{cell}</td>' if i in classes else f"<td>{cell}</td>"
         for i, cell in enumerate(cells)
     )
     return (

@@ -15,15 +15,18 @@ from typing import Protocol
 
 import asyncpg
 
-from adapters.memory import MemoryBoard, Todo
-from adapters.postgres import LOOKBACK, PostgresLedger
+from adapters.memory import MemoryBoard, MemoryHooks, Todo
+from adapters.postgres import LOOKBACK, PostgresHooks, PostgresLedger
 from stall_core import (
     FULL_PASS_INTERVAL,
     HistoryPort,
+    HookDirectory,
     LedgerPort,
     LedgerRow,
     OperatorPort,
+    PacingPolicy,
     PairKey,
+    PairStatus,
 )
 
 from ._clock import FakeClock
@@ -73,7 +76,9 @@ class HostVerbs(Protocol):
 
 
 class Operated(LedgerPort, OperatorPort, HistoryPort, Protocol):
-    """A ledger with the operator's verbs and the history: both shipped ledgers are."""
+    """A ledger with the operator's verbs, the history and status: both shipped ledgers are."""
+
+    async def status(self, *, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]: ...
 
 
 class BoardDriver(HostVerbs, Protocol):
@@ -90,6 +95,11 @@ class BoardDriver(HostVerbs, Protocol):
     @property
     def operated(self) -> Operated:
         """The ledger under test, with the operator's verbs and the history."""
+        ...
+
+    @property
+    def hooks(self) -> HookDirectory:
+        """The host's hooks as the sweep's deliveries book their health on them."""
         ...
 
     def hold_tick(self) -> AbstractAsyncContextManager[None]:
@@ -113,6 +123,10 @@ class MemoryDriver:
     @property
     def operated(self) -> Operated:
         return self.board
+
+    @property
+    def hooks(self) -> HookDirectory:
+        return MemoryHooks(self.board)
 
     @property
     def clock(self) -> FakeClock:
@@ -236,6 +250,10 @@ class PostgresDriver(PostgresHost):
     @property
     def operated(self) -> Operated:
         return self._ledger
+
+    @property
+    def hooks(self) -> HookDirectory:
+        return PostgresHooks(self.pool, ttl=0)
 
     @property
     def clock(self) -> FakeClock:

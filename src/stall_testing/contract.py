@@ -18,14 +18,21 @@ from datetime import UTC, datetime, timedelta
 from stall_core import (
     FULL_PASS_INTERVAL,
     Charge,
+    HookDirectory,
     Idle,
     IdleReason,
     NoSuchPair,
     Nudge,
     PacingPolicy,
+    Receiver,
+    Silence,
     Sweeper,
     TickReport,
+    Verdict,
     Wait,
+    WakePort,
+    WakeReceipt,
+    receiver_health,
 )
 
 from ._clock import T0, FakeClock
@@ -53,13 +60,32 @@ async def sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickR
     return report
 
 
-async def booked_sweep(driver: BoardDriver, at: datetime, wake: RecordingWake) -> TickReport:
+async def booked_sweep(driver: BoardDriver, at: datetime, wake: WakePort) -> TickReport:
     """``sweep``, with each delivery's outcome booked in the ledger's history."""
     driver.clock.set(at)
     sweeper = Sweeper(ledger=driver.ledger, wake=wake, policy=POLICY, history=driver.operated)
     report = await sweeper.tick()
     await sweeper.settle()
     return report
+
+
+class BookingWake:
+    """A wake that books each nudge on the pair's hook as the HTTP dispatcher does: a success,
+    or a failure that every attempt met (the nudge then reached nobody)."""
+
+    def __init__(self, hooks: HookDirectory, hook_id: str, *, answers: bool) -> None:
+        self.hooks, self.hook_id, self.answers = hooks, hook_id, answers
+
+    async def wake(self, nudge: Nudge) -> WakeReceipt:
+        if self.answers:
+            await self.hooks.record_success(self.hook_id)
+        else:
+            await self.hooks.record_failure(
+                self.hook_id, at=nudge.charged_at, reason="HTTP 503", disable_after=5
+            )
+        receipt: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        receipt.set_result(self.answers)
+        return receipt
 
 
 async def until_nudged(
@@ -202,6 +228,76 @@ class LedgerContract:
         assert 4 == len(entries)
         only = await driver.operated.history(endpoint_id="ep-lost", since=minutes(5))
         assert ["ep-lost"] == [e.endpoint_id for e in only]
+
+    async def test_status_shows_a_receiver_that_answers_again_as_recovered(
+        self, driver: BoardDriver
+    ) -> None:
+        """A nudge into a failing hook is refunded and shows failing; once a nudge on the same
+        hook is delivered, status shows it recovered, with when it failed and both outcomes."""
+        await stalled_queue(driver)
+        failing = BookingWake(driver.hooks, "hook-ep-1", answers=False)
+        await booked_sweep(driver, T0 + minutes(10), failing)
+        _, [before] = await driver.operated.status(policy=POLICY)
+        assert 0 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges  # refunded
+        assert (Receiver.FAILING, 1) == (receiver_health(before), before.hook_failures)
+
+        answering = BookingWake(driver.hooks, "hook-ep-1", answers=True)
+        report = await booked_sweep(driver, T0 + minutes(30), answering)
+        _, [after] = await driver.operated.status(policy=POLICY)
+
+        assert [1] == [n.number for n in report.charged]
+        assert (Receiver.RECOVERED, 0) == (receiver_health(after), after.hook_failures)
+        assert T0 + minutes(10) == before.last_failure_at == after.last_failure_at
+        assert [(T0 + minutes(30), 1, "delivered"), (T0 + minutes(10), 1, "gave-up")] == [
+            (e.at, e.nudge, e.outcome) for e in after.last_outcomes
+        ]
+
+    async def test_status_shows_each_silence_with_who_why_and_its_end(
+        self, driver: BoardDriver
+    ) -> None:
+        """A silenced candidate reads "silenced", due when the silence ends; every pair the
+        silence covers carries it, whatever its verdict; the last outcomes stay shown."""
+        await stalled_queue(driver)
+        await stalled_queue(driver, endpoint="ep-2")
+        await booked_sweep(driver, T0 + minutes(10), RecordingWake())
+        driver.clock.set(T0 + minutes(11))
+        silence = await driver.operated.silence(
+            "ep-1", None, lasting=timedelta(hours=2), by="ann", reason="deploy"
+        )
+        await driver.create_todo(
+            "young", endpoint_id="ep-1", queue="lane-f", created_at=T0 + minutes(19)
+        )
+        driver.clock.set(T0 + minutes(20))
+
+        now, pairs = await driver.operated.status(policy=POLICY)
+        shown = {(p.endpoint_id, p.queue): p for p in pairs}
+
+        assert T0 + minutes(20) == now
+        assert (
+            Silence(
+                endpoint_id="ep-1",
+                queue=None,
+                starts_at=T0 + minutes(11),
+                ends_at=T0 + minutes(131),
+                by="ann",
+                reason="deploy",
+            )
+            == silence
+        )
+        silenced, fresh, due = (
+            shown["ep-1", "lane-l"],
+            shown["ep-1", "lane-f"],
+            shown["ep-2", "lane-l"],
+        )
+        assert (Verdict.SILENCED, silence, T0 + minutes(131)) == (
+            silenced.verdict,
+            silenced.silence,
+            silenced.next_due_at,
+        )
+        assert (Verdict.FRESH, silence) == (fresh.verdict, fresh.silence)
+        assert (Verdict.DUE, None, None) == (due.verdict, due.silence, due.silenced_until)
+        assert [(1, "delivered")] == [(e.nudge, e.outcome) for e in silenced.last_outcomes]
+        assert 1 == silenced.effective_nudges  # the silence keeps its count
 
     async def test_a_nudge_now_charges_a_candidate_once_and_says_why_not(
         self, driver: BoardDriver

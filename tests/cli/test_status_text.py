@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from adapters.postgres import FleetRecord
-from stall_core import PacingPolicy, PairStatus, Verdict
+from stall_core import HistoryEntry, PacingPolicy, PairStatus, Silence, Verdict
 from stall_nudge.cli.status import fleet_lines, render_table, status_json
 
 NOW = datetime(2026, 12, 3, 3, 30, tzinfo=UTC)
@@ -245,3 +245,99 @@ def test_an_empty_board_is_one_line_and_an_object_with_no_pairs() -> None:
     assert {"at": "2026-12-03T03:30:00+00:00", "fleet": None, "pairs": []} == json.loads(
         status_json([], NOW, PacingPolicy())
     )
+
+
+def test_a_silence_shows_under_the_table_with_its_end_who_and_why_and_is_not_marked() -> None:
+    """A silenced pair is an operator's choice: unmarked, due when its silence ends, and a line
+    under the table says until when, who, why (escaped) and how to end it; JSON has each."""
+    ends = NOW + timedelta(hours=2)
+    cover = Silence(
+        endpoint_id="ep-1",
+        queue=None,
+        starts_at=NOW - timedelta(minutes=5),
+        ends_at=ends,
+        by="ann",
+        reason="deploy\x1b[2J",
+    )
+    pair = stale(Verdict.SILENCED, silenced_until=ends, silence=cover, next_due_at=ends)
+
+    header, row, *rest = render_table([pair], NOW, PacingPolicy())
+    [as_json] = json.loads(status_json([pair], NOW, PacingPolicy()))["pairs"]
+
+    assert (" ", "silenced", "in 2h") == (
+        row[0],
+        row[header.index("VERDICT") :].strip(),
+        row[header.index("NEXT DUE") :].split("  ")[0],
+    )
+    assert [
+        "  ep-1/lane-l: silenced (every queue) until 2026-12-03 05:30 UTC (in 2h) by ann: "
+        "deploy\\x1b[2J; `stall-nudge unsilence ep-1` ends it early"
+    ] == rest
+    assert ("silenced", False, None, "2026-12-03T05:30:00+00:00") == (
+        as_json["verdict"],
+        as_json["needs_person"],
+        as_json["next_step"],
+        as_json["silenced_until"],
+    )
+    assert {
+        "queue": None,
+        "starts_at": "2026-12-03T03:25:00+00:00",
+        "until": "2026-12-03T05:30:00+00:00",
+        "by": "ann",
+        "reason": "deploy\x1b[2J",
+    } == as_json["silence"]
+
+
+def test_a_pairs_own_silence_names_its_queue_in_the_command_that_ends_it() -> None:
+    """A silence on one queue is ended by naming it; the line says so."""
+    cover = Silence(
+        endpoint_id="ep-1",
+        queue="lane-l",
+        starts_at=NOW,
+        ends_at=NOW + timedelta(minutes=30),
+        by="bob",
+        reason="",
+    )
+    pair = stale(Verdict.FRESH, silenced_until=cover.ends_at, silence=cover)
+
+    *_, note = render_table([pair], NOW, PacingPolicy())
+
+    assert (
+        "  ep-1/lane-l: silenced until 2026-12-03 04:00 UTC (in 30m) by bob; "
+        "`stall-nudge unsilence ep-1 lane-l` ends it early"
+    ) == note
+
+
+def test_status_json_lists_each_pairs_last_outcomes_newest_first() -> None:
+    """Each charge's instant, number, outcome and why it reached nobody."""
+    charged = [
+        HistoryEntry(
+            at=NOW - timedelta(minutes=m),
+            endpoint_id="ep-1",
+            queue="lane-l",
+            event="charged",
+            nudge=n,
+            todo_id="t-1",
+            outcome=outcome,
+            detail=detail,
+            settled_at=None if outcome is None else NOW - timedelta(minutes=m - 1),
+        )
+        for m, n, outcome, detail in [
+            (1, 3, None, None),
+            (6, 2, "gave-up", "HTTP 503"),
+            (11, 1, "delivered", None),
+        ]
+    ]
+
+    [as_json] = json.loads(
+        status_json([stale(Verdict.DUE, last_outcomes=tuple(charged))], NOW, PacingPolicy())
+    )["pairs"]
+
+    assert [
+        (3, None, None, None),
+        (2, "gave-up", "HTTP 503", "2026-12-03T03:25:00+00:00"),
+        (1, "delivered", None, "2026-12-03T03:20:00+00:00"),
+    ] == [
+        (o["nudge"], o["outcome"], o["detail"], o["settled_at"]) for o in as_json["last_outcomes"]
+    ]
+    assert "2026-12-03T03:24:00+00:00" == as_json["last_outcomes"][1]["at"]

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 import stall_nudge
-from stall_core import PacingPolicy, PairStatus, Verdict
+from stall_core import HistoryEntry, PacingPolicy, PairStatus, Silence, Verdict
 from stall_nudge.ops_port import SECURITY_HEADERS, serve_ops_port
 from stall_nudge.status_page import ROW_LIMIT, render_page
 from stall_testing import PostgresHost, Receiver
@@ -308,3 +308,118 @@ CELLS = """document.readyState === 'complete' && document.querySelector('tbody t
         r.cells[1].textContent, r.className, r.cells[3].textContent,
         r.cells[r.cells.length - 1].textContent,
         getComputedStyle(r.cells[3].firstElementChild || r.cells[3]).color])"""
+
+
+def charge(minutes_ago: float, nudge: int, outcome: str | None) -> HistoryEntry:
+    """A charge of ep-1's pair ``minutes_ago`` before NOW, with its outcome."""
+    return HistoryEntry(
+        at=NOW - timedelta(minutes=minutes_ago),
+        endpoint_id="ep-1",
+        queue="lane",
+        event="charged",
+        nudge=nudge,
+        outcome=outcome,
+    )
+
+
+def test_each_pairs_last_outcomes_show_newest_first_those_that_reached_nobody_in_red() -> None:
+    """A line per charge: its number, its outcome (under way while it has none), how long ago."""
+    outcomes = (charge(1, 3, None), charge(6, 2, "gave-up"), charge(11, 1, "delivered"))
+    status = pair("lane", Verdict.BACKING_OFF, last_outcomes=outcomes)
+
+    page = render_page(NOW, [status], policy=POLICY, refresh_s=15)
+    [cell] = re.findall(r'<td class="outcomes">(.*?)</td>', page)
+
+    assert [
+        "nudge 3: under way, 1m ago",
+        '<span class="unreached">nudge 2: gave-up, 6m ago</span>',
+        "nudge 1: delivered, 11m ago",
+    ] == cell.split("<br>")
+    assert "Last outcomes" in re.findall(r"<th[^>]*>(.*?)</th>", page)
+
+
+def test_a_silence_shows_in_its_row_with_its_end_who_and_why_escaped() -> None:
+    """A silenced pair is no one's to fix: its own row colour, no mark; the step cell says until
+    when, who and why, a reason like markup as text."""
+    cover = Silence(
+        endpoint_id="ep-1",
+        queue=None,
+        starts_at=NOW,
+        ends_at=NOW + timedelta(hours=2),
+        by="ann",
+        reason="<b>deploy</b>",
+    )
+    status = pair("lane", Verdict.SILENCED, silenced_until=cover.ends_at, silence=cover)
+
+    page = render_page(NOW, [status], policy=POLICY, refresh_s=15)
+    [row] = [line for line in page.splitlines() if "data-queue=" in line]
+
+    assert row.startswith('<tr class="silenced" data-verdict="silenced"')
+    assert (
+        '<td class="step">silenced (every queue) until 2026-12-03 05:30 UTC (in 2h) by ann: '
+        "&lt;b&gt;deploy&lt;/b&gt;; `stall-nudge unsilence ep-1` ends it early</td>"
+    ) in row
+    assert "0 need a person" in page
+
+
+#: Each row's queue, verdict, class, receivers cell, last outcomes, next step and the
+#: receivers cell's text colour.
+BOARD = """document.readyState === 'complete' && document.querySelector('tbody tr') &&
+    Array.from(document.querySelectorAll('tbody tr')).map(r => [
+        r.cells[1].textContent, r.dataset.verdict, r.className, r.cells[3].textContent,
+        r.cells[r.cells.length - 2].innerText, r.cells[r.cells.length - 1].innerText,
+        getComputedStyle(r.cells[3].firstElementChild || r.cells[3]).color])"""
+
+
+@pytest.mark.postgres
+@needs_browser
+async def test_a_real_board_shows_a_silence_a_recovered_receiver_and_a_next_step(
+    pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
+) -> None:
+    """A reaper sweeps a Postgres board: a nudge its hook turns down (400) is refunded; the
+    receiver fixed, a reset pair's nudge is delivered. A silenced endpoint and a queue no hook
+    covers beside it. In chromium the page shows the receiver recovered (green, unmarked) with
+    both outcomes, the silence with its end, who and why, and the uncovered queue's step."""
+    await stalled_pair(host, receiver, queue="lane-back")
+    await stalled_pair(host, receiver, endpoint="ep-2", queue="lane-quiet", todo="q-0")
+    await host.add_endpoint("ep-3")
+    await host.create_todo("n", endpoint_id="ep-3", queue="lane-nobody", created_at=ago(30))
+    receiver.route("hook", 400)  # a final answer: booked against the hook, the nudge refunded
+    async with stall_nudge.open_reaper(pg_pool) as reaper:
+        await reaper.silence("ep-2", None, lasting=timedelta(hours=2), by="ann", reason="deploy")
+        assert [("ep-1", "lane-back")] == [n.key for n in (await reaper.tick()).charged]
+        await reaper.settle()
+        receiver.route("hook", 204)  # the receiver is fixed; the person resets the pair
+        await reaper.reset("ep-1", "lane-back", by="ann", reason="receiver fixed")
+        assert [("ep-1", "lane-back")] == [n.key for n in (await reaper.tick()).charged]
+        await reaper.settle()
+        async with (
+            serve_ops_port(reaper, host="127.0.0.1", port=0, refresh=1) as url,
+            Browser() as browser,
+        ):
+            await browser.goto(url + "/")
+            # Successes are booked in a batch: the page refreshes until the hook's is.
+            await browser.until(BOARD + ".some(r => r[3].startsWith('recovered'))")
+            shown = await browser.until(BOARD)
+
+    rows = {queue: rest for queue, *rest in shown}
+    assert 2 == len(receiver.at("hook"))
+    verdict, kind, receivers, outcomes, step, color = rows["lane-back"]
+    assert ("backing-off", "", "", "rgb(23, 107, 44)") == (verdict, kind, step, color)
+    assert re.fullmatch(r"recovered \(failed [\dms]+ ago\)", receivers), receivers
+    assert ["nudge 1: delivered", "nudge 1: gave-up"] == [
+        line.rsplit(",", 1)[0] for line in outcomes.splitlines()
+    ]
+    verdict, kind, receivers, outcomes, step, _ = rows["lane-quiet"]
+    assert ("silenced", "silenced", "ok", "") == (verdict, kind, receivers, outcomes)
+    assert re.fullmatch(
+        r"silenced \(every queue\) until \d{4}-\d\d-\d\d \d\d:\d\d UTC \(in (2h|1h59m(\d+s)?)\) "
+        r"by ann: deploy; `stall-nudge unsilence ep-2` ends it early",
+        step,
+    ), step
+    verdict, kind, receivers, _, step, _ = rows["lane-nobody"]
+    assert ("no-receiver", "person", "none") == (verdict, kind, receivers)
+    assert (
+        "no enabled hook covers lane-nobody: enable one, or this queue is drained by pull only"
+        == step
+    )

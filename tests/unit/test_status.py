@@ -15,6 +15,7 @@ from stall_core import (
     PairState,
     PairStatus,
     Receiver,
+    Silence,
     TodoRef,
     Unreadable,
     Verdict,
@@ -341,3 +342,77 @@ def test_a_failing_receiver_is_the_next_step_of_a_pair_the_sweep_nudges(
     step = next_step(judged) or ""
 
     assert failing_step is step.startswith("ep's hook fails every attempt")
+
+
+def silence(queue: str | None, ends_at: datetime, *, by: str = "ann") -> Silence:
+    """An operator's silence on endpoint ep (``queue`` None: every queue), set at T0."""
+    return Silence(
+        endpoint_id="ep", queue=queue, starts_at=T0, ends_at=ends_at, by=by, reason="deploy"
+    )
+
+
+def silenced(
+    state: PairState, ledger: LedgerRow | None, now: datetime, *silences: Silence
+) -> PairStatus:
+    """The pair's status with ``silences`` not ended yet, as a ledger reads them."""
+    ends = [s.ends_at for s in silences if s.queue in (None, state.queue) and now < s.ends_at]
+    return pair_status(
+        attrs.evolve(state, silenced_until=max(ends, default=None)),
+        ledger,
+        sendable=1,
+        held_by_gate=0,
+        now=now,
+        policy=POLICY,
+        silences=silences,
+    )
+
+
+@pytest.mark.parametrize(
+    ("ledger", "due", "count"),
+    [
+        (None, T0 + timedelta(hours=2), None),
+        (row(1, T0 + minutes(3)), T0 + timedelta(hours=2), 1),
+        (row(4, T0 + minutes(3)), T0 + minutes(3) + POLICY.backoff[3], 4),
+        (row(4, T0 + minutes(3), progressed_at=T0 + minutes(4)), T0 + timedelta(hours=2), 0),
+        (row(POLICY.cap, T0 + minutes(3)), None, POLICY.cap),
+    ],
+    ids=["no row", "backoff over first", "backoff later", "progress kept", "capped"],
+)
+def test_a_silenced_candidate_reads_silenced_and_is_due_when_it_ends(
+    ledger: LedgerRow | None, due: datetime | None, count: int | None
+) -> None:
+    """Silenced, with the silence shown and its count kept; next due when the silence ends, or
+    when its backoff does if later; never, once capped. No step: an operator's choice."""
+    cover = silence(None, T0 + timedelta(hours=2))
+
+    shown = silenced(pair(), ledger, T0 + minutes(30), cover)
+
+    assert (Verdict.SILENCED, due, count) == (
+        shown.verdict,
+        shown.next_due_at,
+        shown.effective_nudges,
+    )
+    assert (T0 + timedelta(hours=2), cover) == (shown.silenced_until, shown.silence)
+    assert next_step(shown) is None
+
+
+def test_the_silence_shown_is_the_one_covering_the_pair_that_ends_last() -> None:
+    """An endpoint's silence and the pair's own: the later end; another queue's, or one
+    ended, never."""
+    now = T0 + minutes(30)
+    own, whole = silence("lane", T0 + timedelta(hours=1)), silence(None, T0 + timedelta(hours=3))
+    other, ended = silence("lane-x", T0 + timedelta(hours=9)), silence("lane", now)
+
+    assert whole == silenced(pair(), None, now, own, whole, other, ended).silence
+    assert own == silenced(pair(), None, now, own, other, ended).silence
+    assert None is silenced(pair(), None, now, other, ended).silence
+
+
+def test_a_silence_is_shown_on_a_pair_that_is_not_a_candidate_and_keeps_its_verdict() -> None:
+    """Fresh work, or none: the pair is judged as ever, and carries the silence beside it."""
+    cover = silence(None, T0 + timedelta(hours=2))
+    fresh = silenced(pair(), None, T0 + minutes(1), cover)
+    drained = silenced(pair(oldest_at=None), row(2, T0), T0 + minutes(1), cover)
+
+    assert (Verdict.FRESH, cover) == (fresh.verdict, fresh.silence)
+    assert (Verdict.DRAINED, cover) == (drained.verdict, drained.silence)

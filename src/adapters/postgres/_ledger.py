@@ -19,6 +19,8 @@ from stall_core import (
     FULL_PASS_INTERVAL,
     NUDGE_NOW_GAP,
     QUARANTINE_QUEUE,
+    REACHED_NOBODY,
+    RECENT_OUTCOMES,
     Charge,
     ChargeOutcome,
     Claim,
@@ -426,7 +428,8 @@ class PostgresLedger:
     async def status(self, *, policy: PacingPolicy) -> tuple[datetime, list[PairStatus]]:
         """Every pair with pending work or a ledger row, judged by the sweep's own decision.
 
-        Returns the instant judged at, on the ledger's clock, with the pairs.
+        Returns the instant judged at, on the ledger's clock, with the pairs,
+        each with its silence and its last charges' outcomes from the history.
         """
         async with self._connection("reading the queue status") as conn:
             await _guest(conn)
@@ -444,8 +447,12 @@ class PostgresLedger:
                 since,
                 record["claims_read_ids"] or [],
                 record["claims_read_at"] or [],
+                list(REACHED_NOBODY),
             )
             silences = [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
+            recent: dict[PairKey, list[HistoryEntry]] = {}
+            for r in await conn.fetch(_SQL["recent_outcomes"], RECENT_OUTCOMES):
+                recent.setdefault((r["endpoint_id"], r["queue"]), []).append(_entry(r))
         return now, [
             pair_status(
                 PairState(
@@ -474,6 +481,9 @@ class PostgresLedger:
                     column=r["unreadable_column"],
                     value=r["unreadable_value"],
                 ),
+                last_failure_at=r["last_failure_at"],
+                silences=silences,
+                last_outcomes=recent.get((r["endpoint_id"], r["queue"]), ()),
             )
             for r in rows
         ]
@@ -612,6 +622,7 @@ class PostgresLedger:
             since,
             record["claims_read_ids"] or [],
             record["claims_read_at"] or [],
+            list(REACHED_NOBODY),
         )
         silences = [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
         r = next((r for r in rows if (r["endpoint_id"], r["queue"]) == (endpoint_id, queue)), None)

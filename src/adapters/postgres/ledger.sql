@@ -33,13 +33,15 @@ SELECT t.swept_at, t.interval_ms, t.last_kind, t.last_judged, t.full_pass_at, t.
 -- name: pair_status
 -- "Is my queue drained?": every pair with a pending todo, a ledger row or a held entry, with the facts its verdict needs (stall_core.pair_status turns them into the verdict).
 -- $1 the quarantine queue, $2 the claims window (stall_core.claims_window), $3 and $4 the
--- claims the last tick read (todo ids, stamps). One pass over
+-- claims the last tick read (todo ids, stamps), $5 the outcomes that reached no receiver
+-- (stall_core.REACHED_NOBODY). One pass over
 -- the pending todos (status is an operator's command, not the tick) counts each pair's
 -- todos past the sender gate and held by it (stall_core.passes_gate) and finds its work
 -- (stall_core.work_of); one range scan finds each pair's latest new claim
 -- (stall_core.latest_claim); then per pair one descent each for its receiver, its endpoint
 -- and its hooks' health, and its first todo holding an instant the sweep does not read
--- (stall_core.readable).
+-- (stall_core.readable); one pass over the history finds when each pair's nudges last
+-- reached no receiver (stall_core.PairStatus.last_failure_at).
 WITH pending AS (
     SELECT t.endpoint_id, t.queue,
            count(*) FILTER (WHERE g.passes) AS sendable,
@@ -104,6 +106,12 @@ unreadable AS (
                AND (x.claimed_at <= '0001-01-01 00:00:00+00'
                     OR x.claimed_at >= '9999-12-31 23:59:59.999999+00')) u
      ORDER BY u.endpoint_id, u.queue, u.column_name <> 'created_at', u.id COLLATE "C"
+),
+failed AS (
+    SELECT x.endpoint_id, x.queue, max(x.settled_at) AS at
+      FROM history x
+     WHERE x.event = 'charged' AND x.outcome = ANY ($5::text[])
+     GROUP BY x.endpoint_id, x.queue
 )
 SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_at,
        (SELECT t.title FROM host_todos t
@@ -121,7 +129,8 @@ SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_
                           AND n.queue = f.queue) AS named_departed,
        r.nudges, r.last_nudged_at, r.named_todo, r.progressed_at,
        coalesce(h.hook_failures, 0) AS hook_failures, coalesce(h.hooks_disabled, 0) AS hooks_disabled,
-       u.id AS unreadable_todo, u.column_name AS unreadable_column, u.value AS unreadable_value
+       u.id AS unreadable_todo, u.column_name AS unreadable_column, u.value AS unreadable_value,
+       l.at AS last_failure_at
   FROM found f
   LEFT JOIN queue_stall_nudges r ON r.endpoint_id = f.endpoint_id AND r.queue = f.queue
   LEFT JOIN recent c ON c.endpoint_id = f.endpoint_id AND c.queue = f.queue
@@ -135,7 +144,19 @@ SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_
          WHERE c.endpoint_id = f.key AND (c.queues IS NULL OR f.queue = ANY (c.queues))) h
     ON true
   LEFT JOIN unreadable u ON u.endpoint_id = f.endpoint_id AND u.queue = f.queue
+  LEFT JOIN failed l ON l.endpoint_id = f.endpoint_id AND l.queue = f.queue
  ORDER BY f.endpoint_id COLLATE "C", f.queue COLLATE "C";
+
+-- name: recent_outcomes
+-- Each pair's last $1 charges with their outcomes, newest first (stall_core.PairStatus.last_outcomes): one pass over the history.
+SELECT x.at, x.endpoint_id, x.queue, x.event, x.nudge, x.todo_id, x.outcome, x.detail, x.actor,
+       x.until, x.settled_at
+  FROM (SELECT h.*, row_number() OVER (PARTITION BY h.endpoint_id, h.queue
+                                       ORDER BY h.at DESC, h.nudge DESC) AS n
+          FROM history h
+         WHERE h.event = 'charged') x
+ WHERE x.n <= $1
+ ORDER BY x.endpoint_id COLLATE "C", x.queue COLLATE "C", x.at DESC, x.nudge DESC;
 
 -- name: pair_exists
 -- Whether an operator's endpoint exists, and its queue: a todo in any state, or a ledger row.

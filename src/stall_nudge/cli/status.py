@@ -28,8 +28,9 @@ def register(subparsers: Any) -> None:
         "counts (SENDABLE: todos that pass the sender gate, a verified delivery or none, "
         "which the sweep nudges for; HELD BY GATE: todos of unverified deliveries, claimed by "
         "pull only), oldest age, nudges, next due, its receivers (none, ok, failures in a row, "
-        "recovered), and the sweep's verdict; under the table, what a person can do about "
-        f"each pair that asks for it. Pairs that need a person are marked {MARK}; names are "
+        "recovered), and the sweep's verdict (silenced: an operator's silence holds it); under "
+        "the table, what a person can do about each pair that asks for it, and each silence "
+        "with its end, who set it and why. Pairs that need a person are marked {MARK}; names are "
         f"shown with control and invisible characters escaped and cut to {CELL} characters "
         "(--json has every value whole).",
     )
@@ -139,6 +140,27 @@ def status_json(
                     "verdict": p.verdict.value,
                     "needs_person": needs_person(p, policy),
                     "next_step": next_step(p),
+                    "silenced_until": utc(p.silenced_until),
+                    "silence": None
+                    if p.silence is None
+                    else {
+                        "queue": p.silence.queue,
+                        "starts_at": utc(p.silence.starts_at),
+                        "until": utc(p.silence.ends_at),
+                        "by": p.silence.by,
+                        "reason": p.silence.reason,
+                    },
+                    "last_outcomes": [
+                        {
+                            "at": utc(e.at),
+                            "nudge": e.nudge,
+                            "todo_id": e.todo_id,
+                            "outcome": e.outcome,
+                            "detail": e.detail,
+                            "settled_at": utc(e.settled_at),
+                        }
+                        for e in p.last_outcomes
+                    ],
                     "unreadable": None
                     if p.unreadable is None
                     else {
@@ -185,6 +207,7 @@ def render_table(
         endpoint_label,
         hooks_cell,
         needs_person,
+        silence_note,
         unreadable_note,
     )
 
@@ -214,6 +237,11 @@ def render_table(
         f"{mark} {printable(p.endpoint_id)}/{printable(p.queue)}: {step}"
         for mark, p in zip(marks, pairs, strict=True)
         if (step := next_step(p)) is not None
+    )
+    lines.extend(  # an operator's choice, not a problem: shown, never marked
+        f"  {printable(p.endpoint_id)}/{printable(p.queue)}: {note}"
+        for p in pairs
+        if (note := silence_note(p, now)) is not None
     )
     notes = [unreadable_note(p) for p in pairs]
     lines.extend(f"{MARK} {note}" for note in notes if note is not None)

@@ -137,3 +137,8 @@ CREATE TABLE IF NOT EXISTS stall_nudge.history (
 -- name: index_history_at
 -- History by instant: listing, booking an outcome (at is the charge's stamp) and pruning.
 CREATE INDEX IF NOT EXISTS history_at ON stall_nudge.history (at);
+
+-- name: index_history_pair
+-- A pair's history by instant: `history ENDPOINT QUEUE`, and status's last outcomes and
+-- failures, one descent a pair instead of a read of the whole history.
+CREATE INDEX IF NOT EXISTS history_pair ON stall_nudge.history (endpoint_id, queue, at);
