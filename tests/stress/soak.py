@@ -19,7 +19,9 @@ endpoints pause and hooks disable meanwhile.
 Faults: sweeper connections killed, PostgreSQL restarted, the receiver
 answering 500, hanging, resetting and redirecting, a dispatcher queue full,
 the ledger table dropped and restored by ``migrate``, a sweeper SIGKILLed.
-Then no faults, every endpoint active, until no sendable todo is pending.
+Meanwhile a person on call silences pairs with work (or every queue of an
+endpoint) for a few seconds, and ends some early. Then no faults, every
+endpoint active, until no sendable todo is pending.
 
 Every instant compared is on the database's clock. A trigger records every
 ledger write (``soak_ledger_audit``), so a charge whose tick died after its
@@ -27,6 +29,8 @@ commit is judged too, and another every write of the fleet's tick record
 (``soak_tick_audit``: each judging tick's ``now``, in the same order), so
 each tick's claims window and the tick whose claims it counted as read are
 known; ``soak_check`` judges the history against the rule and the journals.
+It also reads ``stall_nudge.history`` back (``check_history``): every charge
+once, with the outcome its sweeper booked, and every operator action once.
 Nothing concluded depends on the machine's speed: the load runs on until
 every fault class was injected and every kind of claim made, settling until
 the backlog drained, the sweepers until each ticked after every fault; each
@@ -34,6 +38,8 @@ wait is bounded by ``PATIENCE_S``, which only a hang reaches, and a wait past
 plan is said and listed (``waited_s``). The last line is exactly::
 
     soak: ticks=<int> wakes=<int> duplicates=<int> lost_todos=<int> faults=<int>
+
+after a ``history:`` line of the history check's counts (``HISTORY_FAULTS`` all 0).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,18 +70,23 @@ from aiohttp import web
 
 from adapters.http import HookDispatcher
 from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, migrate
-from stall_core import LedgerRow, TodoRef, WakeError
+from stall_core import LedgerError, LedgerRow, NoSuchPair, TodoRef, WakeError
 from stall_testing import PostgresHost, Received, Receiver, create_database, with_database
 from tests.stress.shared import nudge_from, spawn
 from tests.stress.soak_check import (
+    ActionRecord,
+    BookingRecord,
     ChargeRecord,
     Findings,
+    HistoryFindings,
+    HistoryRow,
     HostWrite,
     LedgerWrite,
     MessageRecord,
     RefundRecord,
     TickWrite,
     check,
+    check_history,
 )
 from tests.stress.soak_worker import (
     FULL_PASS_S,
@@ -110,6 +121,9 @@ HOLD_S = (0.1, 1.0)
 #: Under load, a consumer claims two todos: the next tick reads both claims, and the todo
 #: the last nudge named departs with the first.
 BATCH_ODDS = 0.10
+#: Who the soak's operator actions are by, and how long each silence lasts (seconds).
+OPERATOR = "soak-operator"
+SILENCE_S = (2.0, 6.0)
 #: Every fault class; the soak fails unless each was injected.
 FAULT_CLASSES = (
     "terminated_backends",
@@ -220,10 +234,11 @@ class FaultWindow:
 
 @attrs.frozen
 class SoakResult:
-    """The soak's figures (every count it prints), and what the checker found."""
+    """The soak's figures (every count it prints), and what the checkers found."""
 
     figures: dict[str, Any]
     findings: Findings
+    history: HistoryFindings
 
     @property
     def ok(self) -> bool:
@@ -240,6 +255,8 @@ class SoakResult:
         )
         return (
             self.findings.clean
+            and self.history.clean
+            and self.history.actions > 0
             and not any(f[k] for k in zero)
             and f["max_nudges_between_claims"] <= SOAK_POLICY.cap
             and not f["liveness_failures"]
@@ -249,6 +266,16 @@ class SoakResult:
     def line(self) -> str:
         names = ("ticks", "wakes", "duplicates", "lost_todos", "faults")
         return "soak: " + " ".join(f"{k}={self.figures[k]}" for k in names)
+
+    def history_line(self) -> str:
+        """The history check's counts: charges by outcome, actions, then each fault (all 0)."""
+        h = self.history
+        outcomes = " ".join(
+            f"{k.replace('-', '_')}={h.outcomes.get(k, 0)}"
+            for k in ("delivered", "refused", "gave-up", "hook-disabled", "none")
+        )
+        faults = " ".join(f"{k}={n}" for k, n in h.faults.items())
+        return f"history: charges={h.charges} {outcomes} actions={h.actions} {faults}"
 
 
 class PrivatePostgres:
@@ -502,6 +529,11 @@ class Soak:
         self.todo_seq = self.rejected_inbound = 0
         self.paused: set[str] = set()
         self.disabled: set[str] = set()
+        #: the operator's silences and unsilences, each told apart by its reason
+        self.actions: list[ActionRecord] = []
+        self.silenced: list[tuple[str, str | None]] = []
+        #: pairs that got todos, latest last: what an operator acts on
+        self.worked: list[tuple[str, str]] = []
         self.dsn = ""
         self.pool: asyncpg.Pool
 
@@ -598,6 +630,8 @@ class Soak:
                     ids.append(todo_id)
             except DATABASE_ERRORS:
                 self.rejected_inbound += 1
+            if ids:
+                self.worked.append((endpoint, queue))
             if ids and delivery != f"u-{endpoint}" and queue != "quarantine":
                 # One inbound webhook, ONE creation wake naming its first todo.
                 with contextlib.suppress(WakeError):
@@ -630,12 +664,49 @@ class Soak:
                             f"h-{endpoint}", disabled, at=at, reason="operator"
                         )
                         (self.disabled.discard if disabled else self.disabled.add)(endpoint)
+                for _ in range(2):
+                    await self.operate()
                 # An operator re-enables hooks the dispatcher disabled after failures.
                 await self.pool.execute(
                     "UPDATE notify_hooks SET enabled = true, consecutive_failures = 0,"
                     " disabled_at = NULL, disabled_reason = NULL"
                     " WHERE NOT enabled AND disabled_reason IS DISTINCT FROM 'operator'"
                 )
+
+    async def operate(self) -> None:
+        """A person on call silences a pair (or every queue of its endpoint) that has work, for
+        a few seconds, or ends a silence early."""
+        ledger = PostgresLedger(self.pool)
+        if self.silenced and self.rng.random() < 0.5:
+            endpoint, queue = self.silenced.pop(self.rng.randrange(len(self.silenced)))
+            action = "unsilenced"
+        else:
+            endpoint, worked = self.rng.choice(self.worked[-200:] or [(self.endpoints[0], None)])
+            queue = None if self.rng.random() < 0.25 else worked
+            action = "silenced"
+        reason = f"soak action {len(self.actions)}"
+        kept: bool | None = None
+        try:
+            if action == "silenced":
+                lasting = timedelta(seconds=self.rng.uniform(*SILENCE_S))
+                await ledger.silence(endpoint, queue, lasting=lasting, by=OPERATOR, reason=reason)
+                self.silenced.append((endpoint, queue))
+                kept = True
+            else:
+                ended = await ledger.unsilence(endpoint, queue, by=OPERATOR, reason=reason)
+                kept = ended is not None
+        except NoSuchPair:
+            kept = False  # a queue with no todo yet: refused, and not kept
+        except LedgerError:
+            kept = None  # through a fault: kept or not
+        except DATABASE_ERRORS:
+            kept = None
+        self.actions.append(
+            ActionRecord(
+                action=action, endpoint_id=endpoint, queue=queue, reason=reason, by=OPERATOR,
+                kept=kept,
+            )
+        )  # fmt: skip
 
     # -- faults --
 
@@ -957,6 +1028,20 @@ class Soak:
             for r in await conn.fetch("SELECT * FROM soak_tick_audit ORDER BY seq")
         ]  # fmt: skip
         messages = self.answers.messages
+        history_rows = [
+            HistoryRow(**{k: r[k] for k in HISTORY_COLUMNS})
+            for r in await conn.fetch("SELECT * FROM stall_nudge.history ORDER BY at")
+        ]
+        bookings = _bookings(events)
+        kept = check_history(
+            history=history_rows,
+            ledger=history,
+            charges=charges,
+            bookings=bookings,
+            refunds=refunds,
+            messages=self.answers.messages,
+            actions=self.actions,
+        )
         findings = check(
             ledger=history,
             ticks=record,
@@ -1028,8 +1113,23 @@ class Soak:
             "judged": dict(findings.judged),
             "progress": dict(findings.progress),
             "examples": list(findings.examples),
+            "history": {
+                "charges": kept.charges,
+                "outcomes": dict(kept.outcomes),
+                "actions": kept.actions,
+                "actions_taken": len(self.actions),
+                # bookings that failed or were cut off (a fault): their rows keep no outcome
+                "bookings_failed": sum(1 for b in bookings if b.booked is None),
+                **kept.faults,
+            },
+            "history_examples": list(kept.examples),
         }
-        return SoakResult(figures, findings)
+        return SoakResult(figures, findings, kept)
+
+
+HISTORY_COLUMNS = (
+    "at", "endpoint_id", "queue", "event", "nudge", "todo_id", "outcome", "detail", "actor",
+)  # fmt: skip
 
 
 CONSUMER_COUNTS = ("claims", "requeues", "held_claims", "batches", "empty_wakes", "gave_up")
@@ -1105,6 +1205,28 @@ def _refunds(events: list[dict[str, Any]]) -> list[RefundRecord]:
     return records
 
 
+def _bookings(events: list[dict[str, Any]]) -> list[BookingRecord]:
+    """Each outcome a sweeper booked in the history; ``booked`` None when its commit is unknown."""
+    asked: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    records: list[BookingRecord] = []
+    for e in (e for e in events if e["e"] in ("booking", "booked")):
+        key = (e["pid"], json.dumps([e["nudge"], e["outcome"]], sort_keys=True))
+        if e["e"] == "booking":
+            asked[key].append(e)
+            continue
+        if asked[key]:
+            asked[key].pop(0)
+        records.append(
+            BookingRecord(nudge=nudge_from(e["nudge"]), outcome=e["outcome"], booked=e["ok"])
+        )
+    records += [
+        BookingRecord(nudge=nudge_from(e["nudge"]), outcome=e["outcome"], booked=None)
+        for waiting in asked.values()
+        for e in waiting
+    ]
+    return records
+
+
 def _row(r: asyncpg.Record, side: str) -> LedgerRow | None:
     """The ledger row an audit record holds before (``old``) or after (``new``) its write."""
     if r[f"{side}_nudges"] is None:
@@ -1163,6 +1285,7 @@ def main() -> int:
     result = asyncio.run(soak.run())
     print(json.dumps(result.figures, default=str), flush=True)
     print("invariants: " + ("all held" if result.ok else "VIOLATED"), flush=True)
+    print(result.history_line(), flush=True)
     print(result.line(), flush=True)
     return 0 if result.ok else 1
 

@@ -51,13 +51,19 @@ by a tolerance.
 Each charge goes out as at most one message (retries reuse its
 ``webhook-id``): every further one is a duplicate, and a stalled message
 naming no recorded charge is unattributed.
+
+``check_history`` reads the operators' history (``stall_nudge.history``)
+back: every charge the audit or a journal holds has exactly one row, naming
+its todo, with the outcome its sweeper booked (none when its booking failed
+or never ran), which the receiver's answers and the refunds must bear out;
+every action the soak took is kept once, and nothing else is.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -833,3 +839,205 @@ def _check_stamp(
 def _show(charge: ChargeRecord) -> str:
     by = "unacknowledged" if charge.worker is None else f"w{charge.worker}"
     return f"nudge {charge.nudge.number} at {charge.nudge.charged_at.isoformat()} ({by})"
+
+
+# -- the history: every outcome of the soak, none missing, none twice -----------------------
+
+#: Every way ``stall_nudge.history`` can disagree with the soak's records; each must be 0.
+HISTORY_FAULTS = (
+    "missing",  # a charge the ledger or a journal holds, with no history row
+    "twice",  # a charge with more than one history row
+    "unexplained",  # a charged row of no charge the ledger or a journal holds
+    "wrong_outcome",  # an outcome other than booked, or one the receiver and refunds belie
+    "missing_action",  # an operator action the soak took, not kept
+    "action_twice",  # an operator action kept more than once
+    "unexplained_action",  # an action row of no action the soak took
+)
+#: What a charge came to, in the history: stall_core.OUTCOMES, or none booked.
+NOT_DELIVERED = ("refused", "gave-up", "hook-disabled")
+
+
+@attrs.frozen(kw_only=True)
+class HistoryRow:
+    """One row of ``stall_nudge.history`` as the soak read it at the end."""
+
+    at: datetime
+    endpoint_id: str
+    queue: str | None
+    event: str
+    nudge: int | None = None
+    todo_id: str | None = None
+    outcome: str | None = None
+    detail: str | None = None
+    actor: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BookingRecord:
+    """A sweeper booked a charge's outcome; ``booked`` None when the call failed or never
+    returned (its commit unknown)."""
+
+    nudge: Nudge
+    outcome: str
+    booked: bool | None
+
+
+@attrs.frozen(kw_only=True)
+class ActionRecord:
+    """An operator action the soak took, told apart by its ``reason``.
+
+    ``kept``: True when the call returned and the history must hold it, False
+    when it was refused or changed nothing (an unsilence of no silence), None
+    when the call failed (its commit unknown).
+    """
+
+    action: str
+    endpoint_id: str
+    queue: str | None
+    reason: str
+    by: str
+    kept: bool | None
+
+
+@attrs.frozen(kw_only=True)
+class HistoryFindings:
+    """What the history check found: ``faults`` by kind (every key of HISTORY_FAULTS)."""
+
+    charges: int
+    #: charged rows by outcome ("none": not booked)
+    outcomes: Mapping[str, int]
+    actions: int
+    faults: Mapping[str, int]
+    examples: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not any(self.faults.values())
+
+
+def check_history(
+    *,
+    history: Iterable[HistoryRow],
+    ledger: Iterable[LedgerWrite],
+    charges: Iterable[ChargeRecord],
+    bookings: Iterable[BookingRecord],
+    refunds: Iterable[RefundRecord],
+    messages: Iterable[MessageRecord],
+    actions: Iterable[ActionRecord] = (),
+) -> HistoryFindings:
+    """Every charge of the soak is in the history once, with its outcome; so is every action.
+
+    A charge is one the ledger's audit shows written or a sweeper journaled
+    (the other checks make those agree). Its row's outcome is the one a
+    sweeper booked (none when none did; either when the booking's commit is
+    unknown), and it agrees with what the soak saw: ``delivered`` only for a
+    charge a message of which the receiver answered 2xx and nobody refunded,
+    any other only for a charge a sweeper asked to refund.
+    """
+    counts: Counter[str] = Counter()
+    examples: list[str] = []
+
+    def flag(kind: str, example: str) -> None:
+        counts[kind] += 1
+        if len(examples) < 10:
+            examples.append(f"{kind}: {example}")
+
+    named: dict[ChargeId, str | None] = {}
+    for w in ledger:
+        old, new = w.old, w.new
+        if new is not None and (old is None or old.last_nudged_at != new.last_nudged_at):
+            named[(*w.key, new.nudges, new.last_nudged_at)] = new.named_todo
+    for c in charges:
+        named.setdefault(c.id, c.nudge.todo.id)
+    rows: dict[ChargeId, list[HistoryRow]] = defaultdict(list)
+    kept: list[HistoryRow] = []
+    for row in history:
+        if row.event != "charged":
+            kept.append(row)
+        elif row.queue is None or row.nudge is None:
+            flag("unexplained", f"a charged row with no queue or number: {row}")
+        else:
+            rows[row.endpoint_id, row.queue, row.nudge, row.at].append(row)
+    for charge_id in rows.keys() - named.keys():
+        flag("unexplained", f"{charge_id}: a charged row of no charge")
+    booked: dict[ChargeId, list[BookingRecord]] = defaultdict(list)
+    for b in bookings:
+        booked[_charge_id(b.nudge)].append(b)
+    asked = {_charge_id(r.nudge) for r in refunds}
+    answered = {
+        (m.endpoint_id, m.queue, m.sent_at)
+        for m in messages
+        if m.reason == "stalled" and 200 <= m.answered < 300
+    }
+    outcomes: Counter[str] = Counter()
+    for charge_id, todo in sorted(named.items(), key=lambda item: item[0][3]):
+        found = rows.get(charge_id, [])
+        if not found:
+            flag("missing", f"{charge_id}: no history row")
+            continue
+        if len(found) > 1:
+            flag("twice", f"{charge_id}: {len(found)} history rows")
+        row = found[0]
+        outcomes[row.outcome or "none"] += 1
+        said = _outcome_said(charge_id, row, todo, booked.get(charge_id, []), asked, answered)
+        if said:
+            flag("wrong_outcome", said)
+    _check_actions(kept, list(actions), flag)
+    return HistoryFindings(
+        charges=len(named),
+        outcomes=dict(outcomes),
+        actions=len(kept),
+        faults={kind: counts[kind] for kind in HISTORY_FAULTS},
+        examples=tuple(examples),
+    )
+
+
+def _outcome_said(
+    charge_id: ChargeId,
+    row: HistoryRow,
+    todo: str | None,
+    bookings: Sequence[BookingRecord],
+    asked: set[ChargeId],
+    answered: set[tuple[str, str, datetime]],
+) -> str:
+    """Why the row's todo or outcome is wrong for this charge; empty when it is right."""
+    if todo is not None and row.todo_id != todo:
+        return f"{charge_id}: the row names todo {row.todo_id!r}, the charge {todo!r}"
+    sure = [b.outcome for b in bookings if b.booked]
+    maybe = {b.outcome for b in bookings if b.booked is None}
+    allowed = {sure[0]} if sure else {None} | maybe
+    if row.outcome not in allowed:
+        return f"{charge_id}: outcome {row.outcome!r}, booked {sorted(map(str, allowed))}"
+    if row.outcome == "delivered" and (charge_id[:2] + charge_id[3:] not in answered):
+        return f"{charge_id}: delivered, yet no message of it was answered 2xx"
+    if row.outcome == "delivered" and charge_id in asked:
+        return f"{charge_id}: delivered, yet its refund was asked for"
+    if row.outcome in NOT_DELIVERED and charge_id not in asked:
+        return f"{charge_id}: {row.outcome}, yet no refund was asked for"
+    return ""
+
+
+#: An action as the history keeps it: what, the endpoint, the queue (None: all), why, by whom.
+_ActionKey = tuple[str, str, str | None, str, str | None]
+
+
+def _check_actions(
+    kept: Sequence[HistoryRow], actions: Sequence[ActionRecord], flag: Callable[[str, str], None]
+) -> None:
+    """Each action the soak took is kept once (a failed call's at most once), none else."""
+    by_reason: dict[_ActionKey, list[HistoryRow]] = defaultdict(list)
+    for row in kept:
+        by_reason[row.event, row.endpoint_id, row.queue, row.detail or "", row.actor].append(row)
+    taken: set[_ActionKey] = set()
+    for a in actions:
+        key: _ActionKey = (a.action, a.endpoint_id, a.queue, a.reason, a.by)
+        taken.add(key)
+        found = by_reason.get(key, [])
+        if len(found) > 1:
+            flag("action_twice", f"{key}: kept {len(found)} times")
+        elif a.kept and not found:
+            flag("missing_action", f"{key}: not kept")
+        elif a.kept is False and found:
+            flag("unexplained_action", f"{key}: kept, yet it changed nothing")
+    for key in by_reason.keys() - taken:
+        flag("unexplained_action", f"{key}: an action the soak did not take")

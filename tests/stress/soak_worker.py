@@ -6,10 +6,12 @@ at, its kind and its charges), written before any charge is woken, so no
 delivery reaches the receiver without its charge on record; ``refund``
 before each refund and ``refunded`` after, with the compare-and-set's result
 (null when the call failed), so a worker killed mid-refund leaves a refund
-of unknown outcome, not none; ``stats``, the wakes the dispatcher dropped,
-once a second. Each nudge's ``meta.sent_at`` is its charge's stamp (the dispatcher's
-clock, inside ``wake``), so the receiver attributes every message to exactly
-one charge: (endpoint, queue, sent_at).
+of unknown outcome, not none; ``booking`` and ``booked`` around each
+outcome booked in the history (``stall_nudge.history``), likewise; ``stats``,
+the wakes the dispatcher dropped, once a second. Each nudge's
+``meta.sent_at`` is its charge's stamp (the dispatcher's clock, inside
+``wake``), so the receiver attributes every message to exactly one charge:
+(endpoint, queue, sent_at).
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ import asyncpg
 
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger
-from stall_core import ChargeOutcome, Nudge, PacingPolicy, Sweeper, WakeReceipt
+from stall_core import (
+    ChargeOutcome,
+    DeliveryOutcome,
+    Nudge,
+    PacingPolicy,
+    Sweeper,
+    WakeReceipt,
+)
 from tests.stress.shared import nudge_record
 
 #: The sweepers' connections carry this name: the fault injector and the todos audit use it.
@@ -119,6 +128,27 @@ class JournalingLedger:
         return refunded
 
 
+class JournalingHistory:
+    """The history port: journals each outcome booked, ``booked`` null when the call failed.
+
+    ``booking`` goes first, so a worker killed mid-call leaves an outcome of
+    unknown booking, not none.
+    """
+
+    def __init__(self, inner: PostgresLedger, journal: Journal) -> None:
+        self._inner, self._journal = inner, journal
+
+    async def record_outcome(self, outcome: DeliveryOutcome) -> None:
+        record = {"nudge": nudge_record(outcome.nudge), "outcome": outcome.outcome}
+        self._journal.write("booking", **record)
+        try:
+            await self._inner.record_outcome(outcome)
+        except Exception as exc:
+            self._journal.write("booked", **record, ok=None, **_failed(exc))
+            raise
+        self._journal.write("booked", **record, ok=True)
+
+
 class StampingWake:
     """The dispatcher as the sweep's WakePort, with ``sent_at`` = the nudge's stamp."""
 
@@ -179,6 +209,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     ledger=JournalingLedger(ledger, journal),
                     wake=StampingWake(dispatcher),
                     policy=SOAK_POLICY,
+                    history=JournalingHistory(ledger, journal),
                 )
                 stats = asyncio.create_task(_stats(dispatcher, journal, stop))
                 await sweeper.run(interval=TICK_INTERVAL, stop=stop)

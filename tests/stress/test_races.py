@@ -10,6 +10,11 @@ negative control runs one sweeper beside the fleet's lock, which the
 compare-and-set alone must keep from charging a wake twice. The controls
 keep their short size. Each run prints its lines, counts included
 (``pytest -rP`` shows them).
+
+``tests/stress/nudge_race.py`` races two operators' nudge now against a
+sweeping fleet, in separate processes, on the same server: 16 trials
+here, ``STALL_NUDGE_RACE_TRIALS`` when set; each pair must wake once. Its
+control (every operator's charge woken twice) must be counted.
 """
 
 from __future__ import annotations
@@ -114,3 +119,59 @@ def test_a_sweeper_beside_the_fleet_lock_charges_no_wake_twice(pg_server: str) -
     assert float(fields["db_sweeps_per_tick"]) >= 2.0, output
     overlapped = sum(int(n) for n in re.findall(r" overlapped=(\d+)", output))
     assert overlapped > 0, output
+
+
+NUDGE_LINE = re.compile(
+    r"nudge_now: trials=(?P<trials>\d+) sweepers=(?P<sweepers>\d+) operators=2"
+    r" wakes=(?P<wakes>\d+) duplicates=(?P<duplicates>\d+) lost=(?P<lost>\d+)"
+    r" other=(?P<other>\d+)"
+)
+NUDGE_WINNERS = re.compile(
+    r"nudge_now\[.*\]: trials=\d+ by_operator=(?P<by_operator>\d+)"
+    r" by_operator_tick=\d+ by_fleet=\d+ waits=(?P<waits>\d+)"
+)
+#: The suite's nudge-now race: each of its four kinds four times (STALL_NUDGE_RACE_TRIALS
+#: overrides it); the control's, each kind twice.
+NUDGE_TRIALS = os.environ.get("STALL_NUDGE_RACE_TRIALS", "16")
+NUDGE_CONTROL_TRIALS = "8"
+
+
+def run_nudge_race(pg_server: str, trials: str, *args: str) -> tuple[int, dict[str, str], str]:
+    """Run the nudge-now race; return the exit code, the last line's fields and all the output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.stress.nudge_race", "--dsn", pg_server, "--trials", trials,
+         *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600 + 2 * int(trials),  # only a hang takes this long
+        check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    print(output)
+    lines = done.stdout.strip().splitlines()
+    match = NUDGE_LINE.fullmatch(lines[-1]) if lines else None
+    assert match is not None, output
+    return done.returncode, match.groupdict(), output
+
+
+def test_nudge_now_racing_a_fleet_and_another_operator_wakes_once(pg_server: str) -> None:
+    """Two operators and four sweeper processes at one pair: one wake per trial, none lost."""
+    code, fields, output = run_nudge_race(pg_server, NUDGE_TRIALS)
+
+    assert 0 == code, output
+    assert (NUDGE_TRIALS, NUDGE_TRIALS) == (fields["trials"], fields["wakes"]), output
+    assert ("0", "0", "0") == (fields["duplicates"], fields["lost"], fields["other"]), output
+    winners = NUDGE_WINNERS.search(output)
+    assert winners is not None, output
+    # The operators raced: their own nudge won some trials and was told to wait in others.
+    assert int(winners["by_operator"]) > 0, output
+    assert int(winners["waits"]) > 0, output
+
+
+def test_a_nudge_woken_twice_is_counted(pg_server: str) -> None:
+    """The control: operators that wake each charge a second time make duplicates non-zero."""
+    code, fields, output = run_nudge_race(pg_server, NUDGE_CONTROL_TRIALS, "--fault", "double-hand")
+
+    assert 1 == code, output
+    assert int(fields["duplicates"]) > 0, output

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.stress.soak import FAULT_CLASSES, run_soak
+from tests.stress.soak_check import HISTORY_FAULTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -28,7 +29,8 @@ FULL_PASS_S = 2.0
 
 
 def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
-    """No illegal charge, reset or double reset, no lost todo, full passes and deltas both."""
+    """No illegal charge, reset or double reset, no lost todo, full passes and deltas both;
+    the history holds every charge and action of it once."""
     lines: list[str] = []
     # recovery=None: every sweeper must tick OK again after each fault, with no time bound.
     result = run_soak(
@@ -42,6 +44,7 @@ def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
     )
     print("\n".join(lines))
     print(json.dumps(result.figures, default=str))
+    print(result.history_line())
     print(result.line())
 
     said, f = "\n".join(lines), result.figures
@@ -66,5 +69,11 @@ def test_brief_soak_holds_every_invariant(tmp_path: Path) -> None:
     # Claims committed late (held transactions) and two claims on one wake were made.
     assert f["consumer_held_claims"] > 0
     assert f["consumer_batches"] > 0
+    # The history holds every charge once with its outcome, and every operator action once.
+    h = f["history"]
+    assert dict.fromkeys(HISTORY_FAULTS, 0) == {k: h[k] for k in HISTORY_FAULTS}, f
+    assert h["charges"] == f["charges"], f
+    assert h["outcomes"].get("delivered", 0) > 0, h
+    assert h["actions"] > 0, h
     assert result.ok
     assert result.line().startswith("soak: ticks=")

@@ -21,15 +21,21 @@ import pytest
 from stall_core import LedgerRow, Nudge, charge_row, refunded_row, reset_row
 from tests.stress.shared import nudge
 from tests.stress.soak_check import (
+    HISTORY_FAULTS,
     VIOLATIONS,
+    ActionRecord,
+    BookingRecord,
     ChargeRecord,
     Findings,
+    HistoryFindings,
+    HistoryRow,
     HostWrite,
     LedgerWrite,
     MessageRecord,
     RefundRecord,
     TickWrite,
     check,
+    check_history,
 )
 from tests.stress.soak_worker import LOOKBACK, SOAK_POLICY
 from tests.support import T0
@@ -405,3 +411,159 @@ def test_charges_between_resets_are_counted_for_the_cap() -> None:
 
     assert 6 == _check([*BACKOFF, C(1, 40)]).max_between_claims
     assert ({}, 5) == (_flagged(retried), retried.max_between_claims)
+
+
+# -- the history: every outcome of the soak, none missing, none twice -----------------------
+
+#: Three charges: delivered (answered 204), given up (answered 500, refunded) and one only the
+#: ledger knows (its tick died after the commit: never woken, never booked).
+DELIVERED = nudge("e1", "q", 1, _at(0), "t1")
+GAVE_UP = nudge("e1", "q", 2, _at(10), "t1")
+UNKNOWN = nudge("e2", "q", 1, _at(5), "t9")
+SILENCE = ActionRecord(
+    action="silenced", endpoint_id="e1", queue=None, reason="r1", by="op", kept=True
+)
+#: An unsilence of no silence: refused by nothing, kept by nobody.
+NOTHING_ENDED = ActionRecord(
+    action="unsilenced", endpoint_id="e2", queue="q", reason="r2", by="op", kept=False
+)
+#: A silence through a fault: the call failed, so the history may hold it or not.
+THROUGH_A_FAULT = ActionRecord(
+    action="silenced", endpoint_id="e2", queue="q", reason="r3", by="op", kept=None
+)
+
+
+def _charged(n: Nudge, outcome: str | None) -> HistoryRow:
+    return HistoryRow(
+        at=n.charged_at, endpoint_id=n.endpoint_id, queue=n.queue, event="charged",
+        nudge=n.number, todo_id=n.todo.id, outcome=outcome,
+    )  # fmt: skip
+
+
+def _kept(a: ActionRecord, actor: str | None = None) -> HistoryRow:
+    return HistoryRow(
+        at=_at(3), endpoint_id=a.endpoint_id, queue=a.queue, event=a.action, detail=a.reason,
+        actor=a.by if actor is None else actor,
+    )  # fmt: skip
+
+
+HISTORY = [
+    _charged(DELIVERED, "delivered"),
+    _charged(GAVE_UP, "gave-up"),
+    _charged(UNKNOWN, None),
+    _kept(SILENCE),
+]
+
+
+def _answered(n: Nudge, status: int, webhook_id: str) -> MessageRecord:
+    return MessageRecord(
+        webhook_id=webhook_id, endpoint_id=n.endpoint_id, queue=n.queue, reason="stalled",
+        sent_at=n.charged_at, answered=status,
+    )  # fmt: skip
+
+
+def _written(seq: int, n: Nudge, old: LedgerRow | None) -> LedgerWrite:
+    return LedgerWrite(
+        seq=seq, op="INSERT" if old is None else "UPDATE", endpoint_id=n.endpoint_id,
+        queue=n.queue, old=old, new=charge_row(n), xid=seq, xact_start=n.charged_at,
+        at=n.charged_at,
+    )  # fmt: skip
+
+
+def _check_history(
+    history: list[HistoryRow],
+    *,
+    bookings: tuple[BookingRecord, ...] | None = None,
+    messages: tuple[MessageRecord, ...] | None = None,
+) -> HistoryFindings:
+    """The history read back against the three charges and the actions, as the soak has them."""
+    ledger = [
+        _written(1, DELIVERED, None),
+        _written(2, UNKNOWN, None),
+        _written(3, GAVE_UP, charge_row(DELIVERED)),
+    ]
+    return check_history(
+        history=history,
+        ledger=ledger,
+        charges=[ChargeRecord(worker=0, now=n.charged_at, nudge=n) for n in (DELIVERED, GAVE_UP)],
+        bookings=bookings
+        if bookings is not None
+        else (
+            BookingRecord(nudge=DELIVERED, outcome="delivered", booked=True),
+            BookingRecord(nudge=GAVE_UP, outcome="gave-up", booked=True),
+        ),
+        refunds=[RefundRecord(worker=0, nudge=GAVE_UP, refunded=True)],
+        messages=messages
+        if messages is not None
+        else (_answered(DELIVERED, 204, "m1"), _answered(GAVE_UP, 500, "m2")),
+        actions=[SILENCE, NOTHING_ENDED, THROUGH_A_FAULT],
+    )
+
+
+def _faults(found: HistoryFindings) -> dict[str, int]:
+    return {kind: n for kind, n in found.faults.items() if n}
+
+
+def test_the_history_of_a_clean_soak_holds_every_outcome_once() -> None:
+    """Three charges (delivered, given up, never woken) and one action: nothing flagged."""
+    found = _check_history(HISTORY)
+    through = _check_history([*HISTORY, _kept(THROUGH_A_FAULT)])
+
+    assert ({}, True, 3, 1) == (_faults(found), found.clean, found.charges, found.actions)
+    assert {"delivered": 1, "gave-up": 1, "none": 1} == found.outcomes
+    assert {} == _faults(through)  # a failed call may have been kept
+
+
+ADDED = nudge("e3", "q", 1, _at(7), "t3")
+HISTORY_CASES = [
+    ("missing", "a charge's row is gone", HISTORY[1:]),
+    ("missing", "an unacknowledged charge's row is gone", [*HISTORY[:2], HISTORY[3]]),
+    ("twice", "a charge's row is there twice", [*HISTORY, HISTORY[0]]),
+    ("unexplained", "a row of no charge", [*HISTORY, _charged(ADDED, None)]),
+    ("wrong_outcome", "booked, yet not settled", [_charged(DELIVERED, None), *HISTORY[1:]]),
+    ("wrong_outcome", "another outcome", [_charged(DELIVERED, "gave-up"), *HISTORY[1:]]),
+    (
+        "wrong_outcome",
+        "an outcome nobody booked",
+        [*HISTORY[:2], _charged(UNKNOWN, "delivered"), HISTORY[3]],
+    ),
+    ("missing_action", "an action's row is gone", HISTORY[:3]),
+    ("action_twice", "an action's row is there twice", [*HISTORY, HISTORY[3]]),
+    ("unexplained_action", "an action nobody took", [*HISTORY, _kept(SILENCE, actor="eve")]),
+    ("unexplained_action", "an action that changed nothing", [*HISTORY, _kept(NOTHING_ENDED)]),
+]
+
+
+def test_every_history_fault_has_a_planted_case() -> None:
+    assert sorted(HISTORY_FAULTS) == sorted({kind for kind, *_ in HISTORY_CASES})
+
+
+@pytest.mark.parametrize(
+    ("kind", "tampered"),
+    [(kind, tampered) for kind, _, tampered in HISTORY_CASES],
+    ids=[f"{kind}: {what}" for kind, what, _ in HISTORY_CASES],
+)
+def test_a_tampered_history_is_flagged(kind: str, tampered: list[HistoryRow]) -> None:
+    """One row gone, doubled, added or changed: flagged once, as exactly that kind."""
+    found = _check_history(tampered)
+
+    assert ({kind: 1}, False) == (_faults(found), found.clean), found.examples
+
+
+def test_an_outcome_the_receiver_and_refunds_belie_is_flagged() -> None:
+    """Booked as delivered though no message of it was answered 2xx; given up with no refund."""
+    unanswered = _check_history(
+        HISTORY, messages=(_answered(DELIVERED, 500, "m1"), _answered(GAVE_UP, 500, "m2"))
+    )
+    delivered = nudge("e1", "q", 2, _at(10), "t1")
+    unrefunded = _check_history(
+        [*HISTORY[:1], _charged(delivered, "delivered"), *HISTORY[2:]],
+        bookings=(
+            BookingRecord(nudge=DELIVERED, outcome="delivered", booked=True),
+            BookingRecord(nudge=GAVE_UP, outcome="delivered", booked=True),
+        ),
+        messages=(_answered(DELIVERED, 204, "m1"), _answered(GAVE_UP, 204, "m2")),
+    )
+
+    assert {"wrong_outcome": 1} == _faults(unanswered)
+    assert {"wrong_outcome": 1} == _faults(unrefunded)  # delivered, yet its refund was asked
