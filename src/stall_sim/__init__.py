@@ -18,9 +18,14 @@ pending todo, verified or not, as the host's claim verb does.
 
 ``wake_loss`` loses that share of wakes, creation wakes and nudges alike,
 past the receiver: its hook answered and the consumer never ran. Such a
-nudge counts toward the cap. In production a nudge that reaches no receiver
-at all is refunded and does not count; the simulator does not model that
-case (its receivers always answer).
+nudge counts toward the cap. A nudge that reaches no receiver at all is
+refunded and does not count: ``faults`` models the receiver outages that
+cause it, as the real dispatcher retries, refunds and disables, with
+sweeper outages and creation wakes dropped before any request.
+
+``replay`` runs the same engine over a host's own history (``history``:
+its records, file formats and errors), its consumers modelled from the
+claims that followed each wake.
 
 The host's rules are the core's own: a todo is sendable by
 ``passes_gate``, a pair has a receiver by ``has_receiver``, and its
@@ -46,11 +51,16 @@ and draws no randomness of its own.
 Modules: ``scenario`` (what is asked), ``events`` (host events and the
 trace), ``board`` (one pair's state), ``rules`` (the restated rules),
 ``sweep`` (the agenda and the held-back pairs), ``run`` (the loop),
-``result`` (counts, samples and the result), ``plot`` (results drawn side
-by side; matplotlib, the ``plot`` extra, loads only when it draws).
+``result`` (counts, samples and the result), ``faults`` (outages, dropped
+wakes), ``history`` and ``replay`` (a host's own traffic), ``plot``
+(results drawn side by side; matplotlib, the ``plot`` extra, loads only
+when it draws).
 """
 
 from .events import Claimed, Created
+from .faults import Delivery, Faults, Hang, ReceiverOutage, Window
+from .history import History, HistoryError, parse_csv, parse_jsonl, parse_nudges, parse_records
+from .replay import NudgeMatch, Prepared, compare_nudges, prepare, replay
 from .result import SimResult, WaitStats
 from .run import simulate
 from .scenario import (
@@ -71,11 +81,27 @@ __all__ = [
     "Consumer",
     "ConsumerKind",
     "Created",
+    "Delivery",
+    "Faults",
+    "Hang",
+    "History",
+    "HistoryError",
+    "NudgeMatch",
     "Poisson",
+    "Prepared",
     "RandomSource",
+    "ReceiverOutage",
     "Scenario",
     "SimPolicy",
     "SimResult",
     "WaitStats",
+    "Window",
+    "compare_nudges",
+    "parse_csv",
+    "parse_jsonl",
+    "parse_nudges",
+    "parse_records",
+    "prepare",
+    "replay",
     "simulate",
 ]

@@ -7,8 +7,9 @@ import attrs
 from stall_core import PairKey
 
 from .events import ConsumerClaims
+from .faults import Hang
 
-__all__ = ["NOT_SCHEDULED", "SimPair", "todo_id"]
+__all__ = ["NOT_SCHEDULED", "SimHook", "SimPair", "todo_id"]
 
 #: ``SimPair.agenda_tick`` of a pair no tick needs to look at.
 NOT_SCHEDULED = -1
@@ -32,6 +33,12 @@ class SimPair:
     endpoint_id: str
     queue: str
     has_receiver: bool
+    #: Whether its endpoint is active (a replayed host's endpoints may not be).
+    endpoint_active: bool = True
+    #: The hooks covering it, enabled or not (kept only when a receiver outage may disable one).
+    hooks: list[SimHook] = attrs.field(factory=list)
+    #: The windows its receiver is down, as (start_us, end_us, Hang); None when never.
+    down: list[tuple[int, int, Hang]] | None = None
 
     # The host's board. Plain lists, not deques: a pair's queue is short
     # (its consumer claims on every wake that reaches it), and ten thousand
@@ -65,6 +72,10 @@ class SimPair:
     charged_us: int | None = None
     #: The first tick at or after the row's ``next_due_at``; None without a row or once capped.
     due_tick: int | None = None
+    #: The todo number the row's charge named (a refund compares it); -1 before a charge.
+    named: int = -1
+    #: The first claim after the row's charge (a refund needs to know if a tick read it).
+    progress_us: int = -1
 
     # The sweep's bookkeeping.
     #: The tick the sweep will look at this pair on, or NOT_SCHEDULED.
@@ -78,3 +89,17 @@ class SimPair:
     @key.default
     def _key(self) -> PairKey:
         return (self.endpoint_id, self.queue)
+
+
+@attrs.define(eq=False)
+class SimHook:
+    """One notify hook while a receiver outage may fail its deliveries and disable it."""
+
+    id: str
+    endpoint_id: str
+    queues: tuple[str, ...] | None
+    enabled: bool = True
+    #: Failed deliveries in a row (``consecutive_failures``).
+    failures: int = 0
+    #: The pairs it covers.
+    pairs: list[SimPair] = attrs.field(factory=list)

@@ -68,6 +68,14 @@ class SimResult:
     trace: tuple[Created | Claimed, ...] = ()
     #: Every pair and whether a notify hook covers it (only with ``record=True``).
     layout: tuple[tuple[PairKey, bool], ...] = ()
+    #: Creation wakes dropped before any request (``Faults.lost_creation_wakes``).
+    creation_wakes_dropped: int = 0
+    #: Wakes (creation wakes and nudges) whose every attempt failed: a receiver outage.
+    wakes_failed: int = 0
+    #: Nudges that reached no receiver and were taken back (``stall_core.refunded_row``).
+    refunds: int = 0
+    #: Hooks disabled after ``disable_after`` failed deliveries in a row.
+    hooks_disabled: int = 0
 
     @property
     def wakes_sent(self) -> int:
@@ -96,6 +104,10 @@ class Tally:
     max_started_in_tick: int = 0
     held_back_ticks: int = 0
     charged_ticks: int = 0
+    creation_wakes_dropped: int = 0
+    wakes_failed: int = 0
+    refunds: int = 0
+    hooks_disabled: int = 0
     #: Creation-to-claim wait of every claimed todo, as doubles (exact below 2**53;
     #: an array, not a list: see ``_Run.created_us``).
     waits_us: array[float] = attrs.field(factory=lambda: array("d"))

@@ -140,16 +140,26 @@ class ChargeOrder:
     (endpoint_id, queue). A rank packs the three into one int, most
     significant first, so the held-back heap compares plain ints (twice as
     fast as tuples). Pair indexes sort as (endpoint_id, queue) do, because
-    the layout zero-pads both (see ``pair_keys``); creation instants lie in
-    ``0..end_us``.
+    the layout zero-pads both (see ``pair_keys``) and a replay sorts its
+    pairs; creation instants lie in ``origin_us..end_us`` (a replayed todo
+    may predate the run's start).
     """
 
     pairs: int
     end_us: int
+    origin_us: int = 0
+    #: What one nudge spent adds to a rank: every (creation instant, pair) below it.
+    per_nudge: int = attrs.field(init=False)
+
+    @per_nudge.default
+    def _per_nudge(self) -> int:
+        return (self.end_us - self.origin_us + 1) * self.pairs
 
     def rank(self, spent: int, oldest_created_us: int, pair_index: int) -> int:
         """The rank of a due pair that spent ``spent`` nudges since progress."""
-        return (spent * (self.end_us + 1) + oldest_created_us) * self.pairs + pair_index
+        return (
+            spent * self.per_nudge + (oldest_created_us - self.origin_us) * self.pairs + pair_index
+        )
 
     def pair_index(self, rank: int) -> int:
         """The pair a rank belongs to."""
@@ -157,4 +167,4 @@ class ChargeOrder:
 
     def spent(self, rank: int) -> int:
         """The nudges spent a rank was made with: its charge is number ``spent + 1``."""
-        return rank // ((self.end_us + 1) * self.pairs)
+        return rank // self.per_nudge

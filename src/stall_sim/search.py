@@ -1,8 +1,8 @@
 """A policy search: a grid of pacing policies run on one scenario, and their Pareto front.
 
-Every policy of the grid runs on the same scenario with generators seeded
-alike, so they all see the same todos; the runs go to a process pool, one
-policy a task. The spec's own policy (``PacingPolicy()``) is always run and
+Every policy of the grid runs on the same board (a scenario with generators
+seeded alike, or a replay), so they all see the same todos; the runs go to
+a process pool, one policy a task. The spec's own policy (``PacingPolicy()``) is always run and
 marked: the spec fixes the production policy, and a search is where a team
 argues for the next one.
 
@@ -12,9 +12,6 @@ claimed todos, so a policy that leaves more than 1% of its todos unclaimed
 at the end, beyond the fewest any policy of the search left (a hookless
 pair's todos wait under every policy), has no p99 (``p99_s`` None): its
 99th-percentile todo was never claimed. It is kept off the front.
-
-The generators come from ``generator(seed)`` in each worker (the caller
-passes ``random.Random``), since this package draws no randomness itself.
 """
 
 from __future__ import annotations
@@ -28,6 +25,8 @@ import attrs
 
 from stall_core import PacingPolicy, format_duration
 
+from .faults import Faults
+from .replay import Prepared, replay
 from .result import SimResult, WaitStats
 from .run import simulate
 from .scenario import RandomSource, Scenario, SimPolicy
@@ -36,6 +35,8 @@ __all__ = [
     "UNCLAIMED_LIMIT",
     "Grid",
     "Outcome",
+    "Replayed",
+    "Synthetic",
     "is_spec",
     "pareto_front",
     "policy_name",
@@ -135,32 +136,22 @@ def pareto_front(points: Sequence[tuple[int, float | None]]) -> list[bool]:
 
 
 def run_search(
-    scenario: Scenario,
+    run: Callable[[SimPolicy], SimResult],
     policies: Sequence[SimPolicy],
     *,
-    generator: Callable[[str], RandomSource],
-    workload_seed: str,
-    chance_seed: str,
     workers: int | None = None,
 ) -> list[Outcome]:
-    """Run every policy on ``scenario``; the outcomes in the order given, the front marked.
+    """Run every policy through ``run``; the outcomes in the order given, the front marked.
 
-    ``workers`` processes run them (None: one per core; 1: in this process).
-    ``generator`` must pickle (a class such as ``random.Random`` does).
+    ``run`` simulates one policy on the board searched (``Synthetic`` or
+    ``Replayed``) and must pickle, since ``workers`` processes call it
+    (None: one per core; 1: in this process).
     """
-    # The search reads totals and percentiles only: no series to sample.
-    scenario = attrs.evolve(scenario, samples=1)
-    task = _Task(
-        scenario=scenario,
-        generator=generator,
-        workload_seed=workload_seed,
-        chance_seed=chance_seed,
-    )
     if workers == 1 or len(policies) == 1:
-        results = [task(policy) for policy in policies]
+        results = [run(policy) for policy in policies]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(task, policies))
+            results = list(pool.map(run, policies))
     least = min((r.pending for r in results), default=0)
     outcomes = [
         Outcome.of(p, r, least_pending=least) for p, r in zip(policies, results, strict=True)
@@ -170,13 +161,19 @@ def run_search(
 
 
 @attrs.frozen(kw_only=True)
-class _Task:
-    """One policy's run, as a worker process makes it (a picklable callable)."""
+class Synthetic:
+    """One policy's run on a scenario, with generators made afresh from their seeds.
+
+    A picklable callable: a worker process builds its own generators
+    (``generator`` is a class such as ``random.Random``), since this package
+    draws no randomness itself, and every policy sees the same todos.
+    """
 
     scenario: Scenario
     generator: Callable[[str], RandomSource]
     workload_seed: str
     chance_seed: str
+    faults: Faults = attrs.field(factory=Faults)
 
     def __call__(self, policy: SimPolicy) -> SimResult:
         return simulate(
@@ -184,4 +181,27 @@ class _Task:
             policy,
             workload=self.generator(self.workload_seed),
             chance=self.generator(self.chance_seed),
+            faults=self.faults,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Replayed:
+    """One policy's run on a prepared history: ``Synthetic``'s twin for a replay."""
+
+    prepared: Prepared
+    generator: Callable[[str], RandomSource]
+    chance_seed: str
+    faults: Faults = attrs.field(factory=Faults)
+    samples: int = 1
+    record: bool = False
+
+    def __call__(self, policy: SimPolicy) -> SimResult:
+        return replay(
+            self.prepared,
+            policy,
+            chance=self.generator(self.chance_seed),
+            faults=self.faults,
+            record=self.record,
+            samples=self.samples,
         )

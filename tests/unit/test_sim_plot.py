@@ -17,7 +17,7 @@ from stall_sim.plot import (
     near_waits,
     same_on_every_panel,
 )
-from stall_sim.search import Grid, run_search
+from stall_sim.search import Grid, Synthetic, run_search
 
 
 def _run(scenario: Scenario, policy: SimPolicy) -> SimResult:
@@ -102,11 +102,8 @@ def test_the_compare_and_front_plots_write_pngs(tmp_path: Path) -> None:
     scenario = Scenario(pairs=4, duration=timedelta(hours=3), backlog=2, wake_loss=0.2)
     results = [_run(scenario, p) for p in (SimPolicy.default(), SimPolicy.edge_only())]
     outcomes = run_search(
-        scenario,
+        Synthetic(scenario=scenario, generator=random.Random, workload_seed="w", chance_seed="c"),
         Grid(caps=(1, 3)).policies(),
-        generator=random.Random,
-        workload_seed="w",
-        chance_seed="c",
         workers=1,
     )
 

@@ -12,7 +12,15 @@ from stall_core import PacingPolicy
 from stall_nudge.cli import CliError
 from stall_nudge.cli.simulate_sweep import format_search, grid_of, sweep_axis
 from stall_sim import Scenario
-from stall_sim.search import Grid, Outcome, is_spec, pareto_front, policy_name, run_search
+from stall_sim.search import (
+    Grid,
+    Outcome,
+    Synthetic,
+    is_spec,
+    pareto_front,
+    policy_name,
+    run_search,
+)
 
 
 def test_the_front_keeps_the_points_nothing_beats() -> None:
@@ -94,11 +102,13 @@ def _search(workers: int) -> list[Outcome]:
     scenario = Scenario(pairs=8, duration=timedelta(hours=6), wake_loss=0.3)
     return list(
         run_search(
-            scenario,
+            Synthetic(
+                scenario=scenario,
+                generator=random.Random,
+                workload_seed="1:workload",
+                chance_seed="1:chance",
+            ),
             Grid(caps=(1, 5), thresholds=(timedelta(minutes=1), timedelta(minutes=2))).policies(),
-            generator=random.Random,
-            workload_seed="1:workload",
-            chance_seed="1:chance",
             workers=workers,
         )
     )

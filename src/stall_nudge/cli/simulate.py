@@ -5,6 +5,13 @@ Each option is parsed by its argparse ``type`` (durations by the core's
 depends on several options (a ``--compare`` name a ``--policy`` defines,
 the scenario's own checks) is checked once they are all read. The plot is
 the simulator's own (``stall_sim.plot``).
+
+A run is a synthetic scenario, or with ``--replay`` a host's own history
+(a file, or the database read as a guest by ``adapters.postgres.read_history``,
+glued here to ``stall_sim.history``). Either way ``run`` builds a board
+(``_Board``), the policies to compare, and runs each policy on the board;
+fault flags apply to both. The dispatcher's retry numbers come from
+``adapters.http.DeliveryPolicy``, never restated.
 """
 
 from __future__ import annotations
@@ -13,13 +20,15 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from .common import CliError, duration, positive_duration
+from . import simulate_sweep
+from .common import CliError, add_dsn_argument, duration, positive_duration
 from .jsonout import dumps
 
 if TYPE_CHECKING:
     from stall_sim import ConsumerKind, Scenario, SimPolicy, SimResult
+    from stall_sim.faults import Faults, ReceiverOutage, Window
 
 __all__ = ["parse_policy", "register"]
 
@@ -69,6 +78,36 @@ def consumer_kind(text: str) -> ConsumerKind:
     except ValueError:
         kinds = ", ".join(k.value for k in ConsumerKind)
         raise argparse.ArgumentTypeError(f"expected one of {kinds}, got {text!r}") from None
+
+
+def window(text: str) -> Window:
+    """argparse type for FROM-UNTIL, two durations after the run's start (``1h-3h``)."""
+    from stall_sim.faults import Window
+
+    start, dash, end = text.partition("-")
+    if not dash:
+        raise argparse.ArgumentTypeError(f"expected FROM-UNTIL, e.g. 1h-3h, got {text!r}")
+    try:
+        return Window(start=duration(start.strip()), end=duration(end.strip()))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def receiver_outage(text: str) -> ReceiverOutage:
+    """argparse type for ENDPOINT:FROM-UNTIL[:hang]: one endpoint's hooks down in a window."""
+    from stall_sim.faults import Hang, ReceiverOutage
+
+    endpoint_id, _, rest = text.partition(":")
+    span, _, mode = rest.partition(":")
+    if not endpoint_id or not span:
+        raise argparse.ArgumentTypeError(
+            f"expected ENDPOINT:FROM-UNTIL[:fail|:hang], e.g. e0:1h-3h, got {text!r}"
+        )
+    try:
+        hang = Hang(mode or "fail")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected fail or hang, got {mode!r}") from None
+    return ReceiverOutage(endpoint_id=endpoint_id, window=window(span), mode=hang)
 
 
 def _parse(kind: Callable[[str], _N], what: str, text: str) -> _N:
@@ -192,6 +231,60 @@ def register(subparsers: Any) -> None:
             "(unset keys keep the default's); repeatable"
         ),
     )
+    replay = p.add_argument_group(
+        "replay",
+        "replay a host's own history instead of a synthetic board: from a JSON lines or CSV "
+        "file (.csv), or with no FILE from the database at --dsn, read-only",
+    )
+    replay.add_argument(
+        "--replay",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="replay FILE, or the database's last --since with no FILE",
+    )
+    add_dsn_argument(replay)
+    replay.add_argument(
+        "--since",
+        type=positive_duration,
+        default=timedelta(days=7),
+        help="how far back the database replay reads (default 7d)",
+    )
+    replay.add_argument(
+        "--nudges",
+        metavar="FILE",
+        help="nudges the real sweep sent, to compare with: a `sweep --json` log",
+    )
+    replay.add_argument(
+        "--wake-window",
+        type=positive_duration,
+        default=timedelta(minutes=1),
+        help="a claim this soon after a wake followed it (default 1m)",
+    )
+    faults = p.add_argument_group("faults", "each applies to a synthetic run and a replay alike")
+    faults.add_argument(
+        "--receiver-outage",
+        type=receiver_outage,
+        action="append",
+        default=[],
+        metavar="ENDPOINT:FROM-UNTIL[:hang]",
+        help="the endpoint's hooks fail (or hang) from FROM to UNTIL after the start; repeatable",
+    )
+    faults.add_argument(
+        "--sweeper-outage",
+        type=window,
+        action="append",
+        default=[],
+        metavar="FROM-UNTIL",
+        help="no sweep tick from FROM to UNTIL after the start; repeatable",
+    )
+    faults.add_argument(
+        "--lost-creation-wakes",
+        type=share,
+        default=0.0,
+        metavar="SHARE",
+        help="share of creation wakes dropped before any request (default 0)",
+    )
     add("--seed", type=integer(), default=1, help="random seed (default 1)")
     add("--json", action="store_true", help="print the results as JSON")
     add(
@@ -199,43 +292,288 @@ def register(subparsers: Any) -> None:
         metavar="FILE.png",
         help="draw nudges, consumer starts, backlog and waits over time (needs matplotlib)",
     )
+    simulate_sweep.add_sweep_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the scenario and policies from ``args``, simulate each, report."""
+    """Build the board and policies from ``args``, simulate each, report."""
+    board = _replay_board(args) if args.replay is not None else _synthetic_board(args)
+    if args.sweep:
+        return simulate_sweep.run(
+            args, board.run, heading=board.describe, board_json=board.as_json()
+        )
+    customs = dict(parse_policy(spec) for spec in args.policy)
+    policies = [_named_policy(name, customs) for name in _names(args.compare)]
+    results = [board.run(policy) for policy in policies]
+    if args.plot:
+        _plot(args.plot, board.scenario, results, board.heading)
+    if args.json:
+        print(dumps({**board.as_json(), "results": [_result_json(r) for r in results]}))
+    else:
+        print(board.describe)
+        for line in board.notes:
+            print(line)
+        print()
+        print(format_table(results, faults=board.faults.any))
+        for line in board.after(results) if board.after else ():
+            print(line)
+        if args.plot:
+            print(f"\nplot written to {args.plot}")
+    return 0
+
+
+class _Board(NamedTuple):
+    """What every policy runs on: a synthetic scenario or a prepared history, and the faults.
+
+    A NamedTuple, not an attrs value: this module loads at every start.
+    """
+
+    scenario: Scenario
+    faults: Faults
+    #: Runs one policy.
+    run: Callable[[SimPolicy], SimResult]
+    describe: str
+    heading: str
+    as_json: Callable[[], dict[str, Any]]
+    notes: tuple[str, ...] = ()
+    #: Lines printed after the table, from the results; None: none.
+    after: Callable[[Sequence[SimResult]], list[str]] | None = None
+
+
+def _faults(args: argparse.Namespace) -> Faults:
+    from adapters.http import DeliveryPolicy
+    from stall_sim.faults import Delivery, Faults
+
+    dispatcher = DeliveryPolicy()
+    try:
+        return Faults(
+            receiver_outages=tuple(args.receiver_outage),
+            sweeper_outages=tuple(args.sweeper_outage),
+            lost_creation_wakes=args.lost_creation_wakes,
+            delivery=Delivery(
+                retry_delays=dispatcher.retry_delays,
+                timeout=dispatcher.timeout,
+                disable_after=dispatcher.disable_after,
+            ),
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _faults_json(faults: Faults) -> dict[str, Any]:
+    return {
+        "receiver_outages": [
+            {
+                "endpoint_id": o.endpoint_id,
+                "from_s": o.window.start.total_seconds(),
+                "until_s": o.window.end.total_seconds(),
+                "mode": o.mode.value,
+            }
+            for o in faults.receiver_outages
+        ],
+        "sweeper_outages": [
+            {"from_s": w.start.total_seconds(), "until_s": w.end.total_seconds()}
+            for w in faults.sweeper_outages
+        ],
+        "lost_creation_wakes": faults.lost_creation_wakes,
+    }
+
+
+def _describe_faults(faults: Faults) -> str:
+    from stall_core import format_duration
+
+    parts = [
+        f"{o.endpoint_id} receiver {'hangs' if o.mode.value == 'hang' else 'fails'} "
+        f"{format_duration(o.window.start)}-{format_duration(o.window.end)}"
+        for o in faults.receiver_outages
+    ]
+    parts += [
+        f"sweeper down {format_duration(w.start)}-{format_duration(w.end)}"
+        for w in faults.sweeper_outages
+    ]
+    if faults.lost_creation_wakes:
+        parts.append(f"creation wakes dropped {faults.lost_creation_wakes:g}")
+    return "faults: " + ", ".join(parts) if parts else ""
+
+
+def _synthetic_board(args: argparse.Namespace) -> _Board:
     import random
 
     import attrs
 
-    from stall_sim import simulate
     from stall_sim.plot import SAMPLES
+    from stall_sim.search import Synthetic
 
     scenario = _scenario(args)
-    if args.plot:  # a plot may zoom in on the first minutes of a long run: sample finely
+    if args.sweep:  # a search reads totals and percentiles only: no series to sample
+        scenario = attrs.evolve(scenario, samples=1)
+    elif args.plot:  # a plot may zoom in on the first minutes of a long run: sample finely
         scenario = attrs.evolve(scenario, samples=SAMPLES)
-    customs = dict(parse_policy(spec) for spec in args.policy)
-    policies = [_named_policy(name, customs) for name in _names(args.compare)]
-    results = [
-        simulate(
-            scenario,
-            policy,
-            workload=random.Random(f"{args.seed}:workload"),
-            chance=random.Random(f"{args.seed}:chance"),
-        )
-        for policy in policies
-    ]
-    if args.plot:
-        _plot(args.plot, scenario, results)
-    if args.json:
-        print(dumps(_as_json(scenario, args.seed, results)))
-    else:
-        print(_describe(scenario, args.seed))
-        print()
-        print(format_table(results))
-        if args.plot:
-            print(f"\nplot written to {args.plot}")
-    return 0
+    faults = _faults(args)
+    described = _describe(scenario, args.seed)
+    if faults.any:
+        described += "\n" + _describe_faults(faults)
+    return _Board(
+        scenario=scenario,
+        faults=faults,
+        run=Synthetic(
+            scenario=scenario,
+            generator=random.Random,
+            workload_seed=f"{args.seed}:workload",
+            chance_seed=f"{args.seed}:chance",
+            faults=faults,
+        ),
+        describe=described,
+        heading=_describe(scenario, seed=None),
+        as_json=lambda: {
+            **_as_json(scenario, args.seed),
+            **({"faults": _faults_json(faults)} if faults.any else {}),
+        },
+    )
+
+
+# -- replay --------------------------------------------------------------------------
+
+
+def _replay_board(args: argparse.Namespace) -> _Board:
+    import random
+
+    from stall_core import format_duration
+    from stall_sim.plot import SAMPLES
+    from stall_sim.replay import compare_nudges, prepare
+    from stall_sim.search import Replayed
+
+    history, source = _history(args)
+    try:
+        prepared = prepare(history, tick=args.tick, wake_window=args.wake_window)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    faults = _faults(args)
+    samples = 1 if args.sweep else SAMPLES if args.plot else 400
+    by_creation, by_nudge, pulls = prepared.claims_by_wake
+    described = (
+        f"replay of {source}: {prepared.start.isoformat()} + {format_duration(prepared.duration)}, "
+        f"{len(prepared.names):,} todos on {len(prepared.keys):,} pairs, tick "
+        f"{format_duration(prepared.tick)}, seed {args.seed}\n"
+        f"claims: {by_creation:,} after a creation wake, {by_nudge:,} after a nudge (within "
+        f"{format_duration(args.wake_window)}), {pulls:,} pulls kept at their instant"
+    )
+    if faults.any:
+        described += "\n" + _describe_faults(faults)
+
+    one = Replayed(
+        prepared=prepared,
+        generator=random.Random,
+        chance_seed=f"{args.seed}:chance",
+        faults=faults,
+        record=prepared.recorded is not None and not args.sweep,
+        samples=samples,
+    )
+
+    def after(results: Sequence[SimResult]) -> list[str]:
+        lines = []
+        for result in results:
+            match = compare_nudges(prepared, result)
+            if match is not None and result.policy == "default":
+                lines.append(
+                    f"\ndefault reproduced {match.reproduced:,} of {match.recorded:,} recorded "
+                    f"nudges (same pair, number and todo, within one tick); "
+                    f"{match.unrecorded:,} replayed nudges have no record"
+                )
+        return lines
+
+    def as_json() -> dict[str, Any]:
+        return {
+            "replay": {
+                "source": source,
+                "start": prepared.start.isoformat(),
+                "duration_s": prepared.duration.total_seconds(),
+                "tick_s": prepared.tick.total_seconds(),
+                "todos": len(prepared.names),
+                "pairs": len(prepared.keys),
+                "claims_after_creation": by_creation,
+                "claims_after_nudge": by_nudge,
+                "pulls": pulls,
+                "notes": list(prepared.notes),
+                "seed": args.seed,
+            },
+            **({"faults": _faults_json(faults)} if faults.any else {}),
+        }
+
+    from stall_sim.replay import scenario_of
+
+    return _Board(
+        scenario=scenario_of(prepared, samples),
+        faults=faults,
+        run=one,
+        describe=described,
+        heading=described.splitlines()[0],
+        notes=tuple(f"- {note}" for note in prepared.notes),
+        as_json=as_json,
+        after=after,
+    )
+
+
+def _history(args: argparse.Namespace) -> tuple[Any, str]:
+    """The history to replay and where it came from, nudge records merged in."""
+    import attrs
+
+    from stall_sim.history import (
+        HistoryError,
+        parse_csv,
+        parse_jsonl,
+        parse_nudges,
+        parse_records,
+    )
+
+    try:
+        if args.replay:
+            lines = _lines("--replay", args.replay)
+            parse = parse_csv if args.replay.lower().endswith(".csv") else parse_jsonl
+            history, source = parse(lines, source=args.replay), args.replay
+        else:
+            history, source = (
+                parse_records(_database_records(args), source="the database"),
+                ("the database"),
+            )
+        if args.nudges:
+            logged = parse_nudges(_lines("--nudges", args.nudges), source=args.nudges)
+            history = attrs.evolve(history, nudges=(*(history.nudges or ()), *logged))
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+    return history, source
+
+
+def _lines(option: str, path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().splitlines()
+    except OSError as exc:
+        raise CliError(f"{option}: cannot read {path!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{option}: {path!r} is not UTF-8 text") from None
+
+
+def _database_records(args: argparse.Namespace) -> list[tuple[int, dict[str, Any]]]:
+    """The history's records, read from --dsn in one READ ONLY transaction."""
+    import asyncio
+
+    from .common import open_parts, resolve_dsn
+
+    dsn = resolve_dsn(args)
+
+    async def read() -> list[dict[str, Any]]:
+        from adapters.postgres import read_history
+        from stall_core import LedgerError
+
+        async with open_parts(dsn, max_size=1) as parts, parts.pool.acquire() as conn:
+            try:
+                return await read_history(conn, since=args.since)
+            except LedgerError as exc:
+                raise CliError(str(exc), status=1) from None
+
+    return list(enumerate(asyncio.run(read()), start=1))
 
 
 # -- what depends on several options ---------------------------------------------
@@ -340,11 +678,11 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         raise CliError(str(exc)) from None
 
 
-def _plot(path: str, scenario: Scenario, results: Sequence[SimResult]) -> None:
+def _plot(path: str, scenario: Scenario, results: Sequence[SimResult], heading: str) -> None:
     try:
         from stall_sim.plot import plot
 
-        plot(path, scenario, results, heading=_describe(scenario, seed=None))
+        plot(path, scenario, results, heading=heading)
     except ImportError:
         raise CliError(
             "--plot needs matplotlib: pip install 'stall-nudge[plot]'", status=1
@@ -368,6 +706,10 @@ _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (
     ("  creation wakes", lambda r: f"{r.creation_wakes:,}"),
     ("  nudges", lambda r: f"{r.nudges:,}"),
     ("  lost", lambda r: f"{r.wakes_lost:,}"),
+    ("  dropped", lambda r: f"{r.creation_wakes_dropped:,}"),
+    ("  failed", lambda r: f"{r.wakes_failed:,}"),
+    ("  refunded", lambda r: f"{r.refunds:,}"),
+    ("hooks disabled", lambda r: f"{r.hooks_disabled:,}"),
     ("consumers started", lambda r: f"{r.consumers_started:,}"),
     ("claims", lambda r: f"{r.claims:,}"),
     ("wakes per claim", lambda r: "-" if r.wakes_per_claim is None else f"{r.wakes_per_claim:.2f}"),
@@ -384,10 +726,15 @@ _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (
 )
 
 
-def format_table(results: Sequence[SimResult]) -> str:
-    """The metrics as rows, one column per policy."""
+#: The rows only a run with faults shows.
+_FAULT_ROWS = ("  dropped", "  failed", "  refunded", "hooks disabled")
+
+
+def format_table(results: Sequence[SimResult], *, faults: bool = False) -> str:
+    """The metrics as rows, one column per policy; the fault rows when ``faults``."""
     header = ["", *(r.policy for r in results)]
-    body = [[label, *(cell(r) for r in results)] for label, cell in _ROWS]
+    rows = [(label, cell) for label, cell in _ROWS if faults or label not in _FAULT_ROWS]
+    body = [[label, *(cell(r) for r in results)] for label, cell in rows]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     lines = []
     for row in [header, *body]:
@@ -425,7 +772,7 @@ def _describe(scenario: Scenario, seed: int | None) -> str:
     )
 
 
-def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dict[str, Any]:
+def _as_json(scenario: Scenario, seed: int) -> dict[str, Any]:
     from stall_sim import Bursts
 
     arrivals = scenario.arrivals
@@ -449,32 +796,36 @@ def _as_json(scenario: Scenario, seed: int, results: Sequence[SimResult]) -> dic
             "wake_loss": scenario.wake_loss,
             "seed": seed,
         },
-        "results": [
-            {
-                "policy": r.policy,
-                "todos": r.todos,
-                "wakes_sent": r.wakes_sent,
-                "creation_wakes": r.creation_wakes,
-                "nudges": r.nudges,
-                "wakes_lost": r.wakes_lost,
-                "consumers_started": r.consumers_started,
-                "claims": r.claims,
-                "wakes_per_claim": r.wakes_per_claim,
-                "wait_s": {
-                    "p50": r.wait.p50,
-                    "p90": r.wait.p90,
-                    "p99": r.wait.p99,
-                    "max": r.wait.max,
-                },
-                "pending": r.pending,
-                "pending_pairs": r.pending_pairs,
-                "capped_pairs": r.capped_pairs,
-                "oldest_pending_s": r.oldest_pending_s,
-                "max_started_in_tick": r.max_started_in_tick,
-                "held_back_ticks": r.held_back_ticks,
-                "pair_ticks": r.pair_ticks,
-                "charged_ticks": r.charged_ticks,
-            }
-            for r in results
-        ],
+    }
+
+
+def _result_json(r: SimResult) -> dict[str, Any]:
+    return {
+        "policy": r.policy,
+        "todos": r.todos,
+        "wakes_sent": r.wakes_sent,
+        "creation_wakes": r.creation_wakes,
+        "nudges": r.nudges,
+        "wakes_lost": r.wakes_lost,
+        "consumers_started": r.consumers_started,
+        "claims": r.claims,
+        "wakes_per_claim": r.wakes_per_claim,
+        "wait_s": {
+            "p50": r.wait.p50,
+            "p90": r.wait.p90,
+            "p99": r.wait.p99,
+            "max": r.wait.max,
+        },
+        "pending": r.pending,
+        "pending_pairs": r.pending_pairs,
+        "capped_pairs": r.capped_pairs,
+        "oldest_pending_s": r.oldest_pending_s,
+        "max_started_in_tick": r.max_started_in_tick,
+        "held_back_ticks": r.held_back_ticks,
+        "pair_ticks": r.pair_ticks,
+        "charged_ticks": r.charged_ticks,
+        "creation_wakes_dropped": r.creation_wakes_dropped,
+        "wakes_failed": r.wakes_failed,
+        "refunds": r.refunds,
+        "hooks_disabled": r.hooks_disabled,
     }
