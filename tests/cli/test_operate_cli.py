@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -88,3 +89,20 @@ async def test_bad_input_is_one_line_and_exit_2(
     assert "" == result.out
     assert 1 == len(result.err.splitlines())
     assert message in result.err
+
+
+async def test_the_operations_guide_verbs_run_as_printed(
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
+) -> None:
+    """docs/operations.md's verbs, in its order, on a stalled ep-1/lane-l: each exits 0."""
+    from tests.embed.test_doc_examples import ROOT, blocks, commands
+
+    (block,) = [b for b in blocks(ROOT / "docs/operations.md") if "stall-nudge silence" in b.source]
+    statuses = []
+    for line in commands(block):
+        words = shlex.split(line, comments=True)
+        assert "stall-nudge" == words[0]
+        statuses.append((words[1], (await cli(*words[1:], "--dsn", pg_dsn)).status))
+
+    assert [(v, 0) for v in ("silence", "unsilence", "reset", "nudge", "history")] == statuses
+    assert [("l-0", "lane-l")] == stalled(receiver)

@@ -51,6 +51,12 @@ RUN_ELSEWHERE = {
     ("docs/architecture.md", "async def on_ready"): (
         "tests/embed/test_readme.py::test_the_wake_contract_consumer_verifies_and_claims"
     ),
+    ("docs/architecture.md", "--replay --dsn"): (
+        "tests/cli/test_simulate_replay.py::test_a_database_replay_reads_as_the_sweeping_role"
+    ),
+    ("docs/operations.md", "stall-nudge silence"): (
+        "tests/cli/test_operate_cli.py::test_the_operations_guide_verbs_run_as_printed"
+    ),
     ("docs/architecture.md", "async def sweep_once"): (
         "tests/embed/test_readme.py::test_the_wake_contract_sweep_nudges_and_books"
     ),
@@ -212,8 +218,10 @@ def run_shell(block: Block, dsn: str, tmp_path: Path) -> None:
         "DSN": dsn,
         "STALL_TEST_DSN": dsn,
     }
-    # The docs' commands run from the repository root; some write plots into docs/.
+    # The docs' commands run from the repository root; some write plots into docs/, some
+    # replay the shipped example history.
     (tmp_path / "docs").mkdir()
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
     for command in commands(block):
         expected = EXITS.search(command)
         done = subprocess.run(
