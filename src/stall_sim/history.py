@@ -23,7 +23,8 @@ endpoint    ``id``, ``state`` (only ``active`` is nudged)
 hook        ``id``, ``endpoint_id``; ``queues`` (a list; none: all queues);
             ``enabled`` (default true)
 nudge       ``endpoint_id``, ``queue``, ``nudge`` (its number), ``todo_id``,
-            ``charged_at``: a nudge the real sweep sent
+            ``charged_at``: a nudge the real sweep charged; ``outcome`` (one
+            of ``stall_core.OUTCOMES``; none: not known, taken as delivered)
 window      ``start``, ``end``: the span replayed; ``nudges`` (true: the source
             recorded every nudge sent, even none; default: whether any is)
 ==========  ============================================================================
@@ -45,6 +46,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 import attrs
+
+from stall_core import OUTCOMES, REACHED_NOBODY
 
 __all__ = [
     "History",
@@ -90,13 +93,19 @@ class HistoryHook:
 
 @attrs.frozen(kw_only=True)
 class RecordedNudge:
-    """A nudge the real sweep sent."""
+    """A nudge the real sweep charged, and what became of it (None: not known)."""
 
     endpoint_id: str
     queue: str
     todo_id: str
     number: int
     charged_at: datetime
+    outcome: str | None = None
+
+    @property
+    def reached(self) -> bool:
+        """Whether it may have woken a consumer: every outcome but one that reached nobody."""
+        return self.outcome not in REACHED_NOBODY
 
 
 @attrs.frozen(kw_only=True)
@@ -361,10 +370,14 @@ def _nudge(f: _Fields) -> RecordedNudge:
         raise f.fail("nudge", f"expected a nudge number >= 1, got {_shown(number)}")
     charged_at = f.instant("charged_at")
     assert charged_at is not None  # required
+    outcome = f.values.get("outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise f.fail("outcome", f"expected one of {', '.join(OUTCOMES)}, got {_shown(outcome)}")
     return RecordedNudge(
         endpoint_id=f.text("endpoint_id"),
         queue=f.text("queue"),
         todo_id=f.text("todo_id"),
         number=number,
         charged_at=charged_at,
+        outcome=None if outcome is None else str(outcome),
     )

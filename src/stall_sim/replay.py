@@ -21,15 +21,19 @@ whatever the policy. In the replay:
 - a creation wake that reaches the consumer brings the claims that
   followed it, each after its delay (so at their recorded instants);
 - the replay's Nth delivered nudge of a pair is answered as the Nth
-  recorded one was: the claims that followed it, each after its delay
-  from the replayed nudge, or nothing when none followed (an answer whose
-  todo would not exist yet waits for the next nudge);
+  recorded one that reached a receiver was (a charge whose outcome says it
+  reached nobody woke no consumer, so no claim follows it): the claims
+  that followed it, each after its delay from the replayed nudge, or
+  nothing when none followed (an answer whose todo would not exist yet
+  waits for the next nudge);
 - a creation wake a fault loses leaves its claims to the pair's next
   delivered nudge, which answers them first.
 
 So a replay of the policy that really ran puts every claim at its
 recorded instant and, where nudges were recorded, sends the same nudges
-(``compare_nudges``). What a replay cannot know is listed in ``notes``.
+(``compare_nudges`` counts every recorded charge, delivered or not, as
+the sweep's reports list them). What a replay cannot know is listed in
+``notes``.
 """
 
 from __future__ import annotations
@@ -196,9 +200,16 @@ def prepare(
     ranks = [0] * len(keys)
     for nudge in inside:
         pair = index.get((nudge.endpoint_id, nudge.queue))
-        if pair is not None:
+        if pair is not None and nudge.reached:
             wakes[pair].append((micros(nudge.charged_at - start), 1, ranks[pair]))
             ranks[pair] += 1
+    unreached = sum(not n.reached for n in inside)
+    if unreached:
+        notes.append(
+            f"{unreached} recorded nudge(s) reached no receiver: no claim answers them, and "
+            "the replay delivers every nudge a receiver outage does not fail, so their pairs' "
+            "later nudges may differ from the record"
+        )
     for pair_wakes in wakes:
         pair_wakes.sort()
     window_us = micros(wake_window)

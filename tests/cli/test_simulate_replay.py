@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from stall_testing import PostgresHost
+from stall_testing import FakeClock, PostgresHost
 from tests import pg
+from tests.contract.test_sim_real_path import SPAN, run_board
 
 from .conftest import cli
 
@@ -145,3 +147,21 @@ async def test_a_database_replay_reads_as_the_sweeping_role(site: pg.Site) -> No
     assert 0 == result.status, result.err
     assert "replay of the database" in result.out
     assert "1 todos on 1 pairs" in result.out
+
+
+@pytest.mark.postgres
+async def test_a_database_replay_reproduces_the_nudges_the_real_sweep_sent(site: pg.Site) -> None:
+    """The docs' command on a board the real sweep ran until a minute ago: every charge the
+    history kept is sent again by the spec's policy."""
+    async with site.connect() as conn:
+        now: datetime = await conn.fetchval("SELECT now()")
+    async with site.driver(FakeClock(now - SPAN - timedelta(minutes=1))) as driver:
+        sent = await run_board(driver, start=now - SPAN - timedelta(minutes=1))
+
+    result = await cli(
+        "simulate", "--replay", "--dsn", site.as_role(site.cast.sweeper), "--since", "3h"
+    )
+
+    assert 0 == result.status, result.err
+    assert sent
+    assert f"default reproduced {len(sent)} of {len(sent)} recorded nudges" in result.out

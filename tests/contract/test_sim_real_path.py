@@ -1,11 +1,14 @@
 """The simulator against the real path: a replay of a real sweep, and each fault flag.
 
 Faithful replay: a board the real ``Sweeper`` ticked (the memory ledger, and
-PostgreSQL as a DBA sets it up) is exported as history, from Postgres by
-``adapters.postgres.read_history`` as the sweeping role, and replayed with
-the spec's policy: the same nudges, in the same order. Faults: a receiver
-that fails for a window, through the real ``HookDispatcher`` on loopback;
-a sweeper that stops; creation wakes that never left.
+PostgreSQL as a DBA sets it up), its outcomes booked in the history as the
+composition root books them, is exported with the history's record of each
+charge: from Postgres by ``adapters.postgres.read_history`` as the sweeping
+role (what ``simulate --replay --dsn`` reads), from memory in the same
+records. The record equals the sweep's reports, and the spec's policy
+replayed over it sends them again, in order. Faults: a receiver that fails
+for a window, through the real ``HookDispatcher`` on loopback; a sweeper
+that stops; creation wakes that never left.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 
 from adapters.http import DeliveryPolicy, HookDispatcher
 from adapters.memory import MemoryBoard, MemoryHooks
-from adapters.postgres import read_history
+from adapters.postgres import HISTORY_RETENTION, read_history
 from stall_core import Nudge, PacingPolicy, Sweeper, TodoRef
 from stall_sim import Consumer, ConsumerKind, Poisson, Scenario, SimPolicy, simulate
 from stall_sim.faults import Delivery, Faults, ReceiverOutage, Window
@@ -39,11 +42,12 @@ from tests import pg
 TICK = timedelta(seconds=15)
 SPAN = timedelta(hours=2)
 
-#: (endpoint, queue, todo, created after T0, verified).
+#: (endpoint, queue, todo, created after the start, verified).
 TODOS = [
     ("e1", "lane-a", "a1", timedelta(seconds=3), True),
     ("e1", "lane-a", "a2", timedelta(seconds=4), True),
     ("e1", "lane-a", "a3", timedelta(seconds=5), True),
+    ("e1", "lane-d", "x1", timedelta(seconds=3), True),  # charged in lane-a's ticks
     ("e1", "lane-b", "b1", timedelta(minutes=1), True),
     ("e1", "lane-b", "b2", timedelta(minutes=50), True),
     ("e2", "lane-a", "c1", timedelta(minutes=4), True),
@@ -56,8 +60,11 @@ PULLS = {"c1": timedelta(minutes=30, seconds=7), "c2": timedelta(minutes=70)}
 ANSWERS = {("e1", "lane-a"): timedelta(seconds=5), ("e1", "lane-b"): timedelta(seconds=9)}
 
 
-async def run_board(driver: BoardDriver) -> list[Nudge]:
-    """Run the script on ``driver`` with a real Sweeper every tick; the nudges, in order."""
+async def run_board(driver: BoardDriver, start: datetime = T0) -> list[Nudge]:
+    """Run the script from ``start`` with a real Sweeper every tick; the nudges, in order.
+
+    Each nudge's outcome is booked in the board's history, as ``stall-nudge sweep`` books it.
+    """
     await driver.add_endpoint("e1")
     await driver.add_endpoint("e2")
     await driver.add_hook("h1", endpoint_id="e1")
@@ -69,24 +76,26 @@ async def run_board(driver: BoardDriver) -> list[Nudge]:
             e: str = endpoint_id,
             q: str = queue,
             t: str = todo_id,
-            at: datetime = T0 + after,
+            at: datetime = start + after,
             ok: bool = verified,
         ) -> None:
             await driver.add_delivery(f"d-{t}", endpoint_id=e, verified=ok, received_at=at)
             await driver.create_todo(t, endpoint_id=e, queue=q, created_at=at, delivery_id=f"d-{t}")
 
-        events.append((T0 + after, 0, create))
+        events.append((start + after, 0, create))
     for todo_id, after in PULLS.items():
 
-        async def pull(t: str = todo_id, at: datetime = T0 + after) -> None:
+        async def pull(t: str = todo_id, at: datetime = start + after) -> None:
             await driver.claim(t, owner="pull", at=at)
 
-        events.append((T0 + after, 1, pull))
+        events.append((start + after, 1, pull))
     sent: list[Nudge] = []
     wake = RecordingWake()
-    sweeper = Sweeper(ledger=driver.ledger, wake=wake, policy=PacingPolicy())
-    now = T0
-    while now <= T0 + SPAN:
+    sweeper = Sweeper(
+        ledger=driver.ledger, wake=wake, policy=PacingPolicy(), history=driver.operated
+    )
+    now = start
+    while now <= start + SPAN:
         due = sorted((e for e in events if e[0] <= now), key=lambda e: (e[0], e[1]))
         events = [e for e in events if e[0] > now]
         for at, _, act in due:
@@ -106,11 +115,16 @@ async def run_board(driver: BoardDriver) -> list[Nudge]:
                 events.append((now + delay, 1, answer))
         now += TICK
     assert len(sent) >= 6  # the script exercises backoff, progress and a dead pair
+    assert len({n.charged_at for n in sent}) < len(sent)  # and ticks charging two pairs
+    assert (wake.sent, wake.lost) == (sent, [])  # every nudge reached its receiver
     return sent
 
 
-def memory_history(board: MemoryBoard, sent: list[Nudge]) -> list[dict[str, Any]]:
-    """The memory board's history in the records ``read_history`` yields from Postgres."""
+def memory_history(board: MemoryBoard) -> list[dict[str, Any]]:
+    """The memory board's history in the records ``read_history`` yields from Postgres.
+
+    Its nudges are the board's history of charges, as Postgres's are its history table's.
+    """
     records: list[dict[str, Any]] = [
         {"record": "window", "start": T0, "end": T0 + SPAN, "nudges": True}
     ]
@@ -118,6 +132,7 @@ def memory_history(board: MemoryBoard, sent: list[Nudge]) -> list[dict[str, Any]
     for todo in board.todos.values():
         records.append(
             {
+                "record": "todo",
                 "id": todo.id,
                 "endpoint_id": todo.endpoint_id,
                 "queue": todo.queue,
@@ -140,10 +155,24 @@ def memory_history(board: MemoryBoard, sent: list[Nudge]) -> list[dict[str, Any]
         }
         for h in board.hooks.values()
     ]
-    return records + nudge_records(sent)
+    records += [
+        {
+            "record": "nudge",
+            "endpoint_id": e.endpoint_id,
+            "queue": e.queue,
+            "nudge": e.nudge,
+            "todo_id": e.todo_id,
+            "charged_at": e.at,
+            "outcome": e.outcome,
+        }
+        for e in board.history_entries
+        if e.event == "charged"
+    ]
+    return records
 
 
-def nudge_records(sent: list[Nudge]) -> list[dict[str, Any]]:
+def reported(sent: list[Nudge]) -> list[dict[str, Any]]:
+    """The sweep's reports as the history's nudge records: each charge, delivered."""
     return [
         {
             "record": "nudge",
@@ -152,6 +181,7 @@ def nudge_records(sent: list[Nudge]) -> list[dict[str, Any]]:
             "nudge": n.number,
             "todo_id": n.todo.id,
             "charged_at": n.charged_at,
+            "outcome": "delivered",
         }
         for n in sent
     ]
@@ -168,12 +198,11 @@ def row(nudge: Nudge) -> tuple[Any, ...]:
     return (nudge.charged_at, nudge.endpoint_id, nudge.queue, nudge.todo.id, nudge.number)
 
 
-async def test_a_replay_of_the_memory_board_sends_the_sweeps_nudges() -> None:
-    """The memory board's history, replayed with the spec's policy, gives its nudges in order."""
-    driver = MemoryDriver(FakeClock(T0))
-    sent = await run_board(driver)
+def assert_faithful(records: list[dict[str, Any]], sent: list[Nudge]) -> None:
+    """The history records the sweep's charges, and replaying it sends them again, in order."""
+    assert [r for r in records if r["record"] == "nudge"] == reported(sent)
 
-    nudges, prepared, result = replayed(memory_history(driver.board, sent))
+    nudges, prepared, result = replayed(records)
 
     assert [row(n) for n in sent] == nudges
     assert prepared.claims_by_wake[1] > 0  # claims that answered nudges were re-timed
@@ -182,22 +211,47 @@ async def test_a_replay_of_the_memory_board_sends_the_sweeps_nudges() -> None:
     assert (len(sent), len(sent), 0) == (match.recorded, match.reproduced, match.unrecorded)
 
 
+async def test_a_replay_of_the_memory_board_sends_the_sweeps_nudges() -> None:
+    """The memory board's history, replayed with the spec's policy, gives its nudges in order."""
+    driver = MemoryDriver(FakeClock(T0))
+    sent = await run_board(driver)
+
+    assert_faithful(memory_history(driver.board), sent)
+
+
 @pytest.mark.postgres
+@pytest.mark.parametrize("site", pg.SETUPS, indirect=True)
 async def test_a_replay_of_postgres_read_as_the_sweeping_role_sends_the_sweeps_nudges(
     site: pg.Site,
 ) -> None:
-    """PostgreSQL's history, read read-only by the sweeping role, replays to the same nudges."""
+    """PostgreSQL's history, read read-only by the sweeping role, replays to the same nudges.
+
+    Every record, nudges included, is the reader's: the charges come from stall_nudge.history.
+    """
     async with site.driver(FakeClock(T0)) as driver:
         sent = await run_board(driver)
         async with driver.sweeper.acquire() as conn:
             records = await read_history(conn, since=SPAN, until=T0 + SPAN)
 
-    # The nudges sent come from the sweep's own record of them (its reports, as a
-    # ``sweep --json`` log keeps them); the board's rows come from the reader.
-    rows = [r for r in records if r["record"] != "nudge"]
-    nudges, _, _ = replayed([{**rows[0], "nudges": True}, *rows[1:], *nudge_records(sent)])
+    assert {"record": "window", "start": T0, "end": T0 + SPAN, "nudges": True} == records[0]
+    assert_faithful(records, sent)
 
-    assert [row(n) for n in sent] == nudges
+
+@pytest.mark.postgres
+async def test_a_window_past_the_history_s_retention_is_not_said_to_hold_every_nudge(
+    site: pg.Site,
+) -> None:
+    """Charges older than the retention may be pruned: a window reaching back past it is not
+    said to hold every nudge, unless an older charge is left (the tick prunes oldest first)."""
+    past = HISTORY_RETENTION + timedelta(days=1)
+    async with site.driver(FakeClock(T0)) as driver:
+        await run_board(driver)
+        async with driver.sweeper.acquire() as conn:
+            before_any = await read_history(conn, since=SPAN + past, until=T0 + SPAN)
+            after_some = await read_history(conn, since=past, until=T0 + SPAN + past)
+
+    assert False is before_any[0]["nudges"]
+    assert True is after_some[0]["nudges"]
 
 
 # -- faults --------------------------------------------------------------------------

@@ -62,6 +62,18 @@ WINDOW = {"record": "window", "start": at(0), "end": at(120), "nudges": True}
             {"record": "hook", "id": "h", "endpoint_id": "e", "queues": "q"},
             "line 2: field 'queues': expected a list",
         ),
+        (
+            {
+                "record": "nudge",
+                "endpoint_id": "e",
+                "queue": "q",
+                "nudge": 1,
+                "todo_id": "a",
+                "charged_at": at(3),
+                "outcome": "lost",
+            },
+            "line 2: field 'outcome': expected one of delivered, refused, gave-up, hook-disabled",
+        ),
     ],
 )
 def test_a_bad_record_is_an_error_naming_its_line_and_field(
@@ -228,3 +240,33 @@ def test_what_a_replay_cannot_know_is_said() -> None:
         result.nudge_log[0].number,
         result.nudge_log[0].charged_at,
     )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "claims_by_wake"),
+    [(None, (0, 1, 0)), ("delivered", (0, 1, 0)), ("gave-up", (0, 0, 1)), ("refused", (0, 0, 1))],
+)
+def test_only_a_nudge_that_reached_a_receiver_is_answered(
+    outcome: str | None, claims_by_wake: tuple[int, int, int]
+) -> None:
+    """A claim 30 s after a recorded nudge followed it, unless the nudge reached nobody."""
+    nudge: dict[str, object] = {
+        "record": "nudge",
+        "endpoint_id": "e",
+        "queue": "q",
+        "nudge": 1,
+        "todo_id": "a",
+        "charged_at": at(20),
+    }
+    if outcome is not None:
+        nudge["outcome"] = outcome
+    todo = {"id": "a", "endpoint_id": "e", "queue": "q", "created_at": at(0)}
+    history = parse_jsonl(lines(WINDOW, {**todo, "claimed_at": at(20.5)}, nudge), source="h")
+
+    prepared = prepare(history)
+
+    assert claims_by_wake == prepared.claims_by_wake
+    assert prepared.recorded is not None
+    assert [outcome] == [n.outcome for n in prepared.recorded]  # still compared with the replay
+    unreached = "1 recorded nudge(s) reached no receiver"
+    assert (claims_by_wake[2] == 1) == any(unreached in note for note in prepared.notes)

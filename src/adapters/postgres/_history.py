@@ -2,10 +2,12 @@
 
 ``read_history`` yields the records ``stall_sim.history.parse_records``
 reads (the command line hands them over): a window record, then one per
-todo, endpoint and hook, and one per nudge the operators' history
-(``stall_nudge.history``) kept, when this build keeps it and the role may
-read it. Older charges are gone with the history's retention; a ``sweep
---json`` log can supply them instead.
+todo, endpoint and hook, and one per charge the operators' history
+(``stall_nudge.history``) kept, with its outcome, when this build keeps it
+and the role may read it. The window says every nudge was recorded only
+when the history reaches back to its start (within the default retention,
+or an older row is left): older charges are gone, and a ``sweep --json``
+log can supply them instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from stall_core import LedgerError, passes_gate
 
+from ._ledger import HISTORY_RETENTION
 from ._pool import NOT_MIGRATED
 from ._types import Connection
 from .sql import queries
@@ -42,8 +45,12 @@ async def read_history(
         hooks = await conn.fetch(_SQL["history_hooks"])
         kept = await conn.fetchval(_SQL["history_kept"])
         nudges = await conn.fetch(_SQL["history_nudges"], start, end) if kept else []
+        # A window reaching back past the retention may have lost charges to pruning.
+        covered = kept and await conn.fetchval(
+            _SQL["history_covers"], start, end - HISTORY_RETENTION
+        )
     records: list[dict[str, Any]] = [
-        {"record": "window", "start": start, "end": end, "nudges": bool(kept)}
+        {"record": "window", "start": start, "end": end, "nudges": bool(covered)}
     ]
     records += [
         {
@@ -77,6 +84,7 @@ async def read_history(
             "nudge": n["nudge"],
             "todo_id": n["todo_id"],
             "charged_at": n["charged_at"],
+            "outcome": n["outcome"],
         }
         for n in nudges
     ]

@@ -36,9 +36,16 @@ SELECT CASE WHEN pg_catalog.to_regclass('stall_nudge.history') IS NULL THEN fals
             ELSE pg_catalog.has_table_privilege(pg_catalog.to_regclass('stall_nudge.history'), 'SELECT')
        END;
 
+-- name: history_covers
+-- Whether the operators' history still holds every charge since $1: a row as old is left (the tick prunes oldest first), or $1 is within the retention $2.
+SELECT $1::timestamptz >= $2::timestamptz OR EXISTS (SELECT FROM stall_nudge.history h WHERE h.at <= $1);
+
 -- name: history_nudges
--- The nudges the sweep charged in the window [$1, $2], from the operators' history, oldest first.
-SELECT h.at AS charged_at, h.endpoint_id, h.queue, h.nudge, h.todo_id
+-- The nudges the sweep charged in the window [$1, $2], from the operators' history, oldest first,
+-- in a tick in plan_tick's order (by pair); each with its outcome (NULL: not booked yet). Every
+-- charge is kept, delivered or not: the replay compares them all, and wakes consumers only with
+-- those that reached a receiver (stall_sim.history.RecordedNudge.reached).
+SELECT h.at AS charged_at, h.endpoint_id, h.queue, h.nudge, h.todo_id, h.outcome
   FROM stall_nudge.history h
  WHERE h.event = 'charged' AND h.at >= $1 AND h.at <= $2
  ORDER BY h.at, h.endpoint_id COLLATE "C", h.queue COLLATE "C";
