@@ -543,3 +543,23 @@ async def test_restart_after_close_runs_nothing_abandoned(
         dispatcher.stats.delivered,
         len(receiver.at("hook")),
     )
+
+
+async def test_only_the_delivery_that_disabled_its_hook_says_so(
+    board: MemoryBoard, receiver: Receiver
+) -> None:
+    """A hook the host enables again is not reported disabled by its next failed delivery."""
+    board.add_hook("h1", endpoint_id="e1", url=receiver.url("hook", SECRET), secret=SECRET)
+    receiver.route("hook", 500)
+    policy = attrs.evolve(FAST, disable_after=2)
+
+    async with HookDispatcher(hooks=MemoryHooks(board), policy=policy) as dispatcher:
+        outcomes = []
+        for _ in range(2):
+            receipt = await dispatcher.wake(_nudge())
+            outcomes.append((await receipt, receipt.hook_disabled))
+        board.set_hook_enabled("h1", True)
+        receipt = await dispatcher.wake(_nudge())
+        outcomes.append((await receipt, receipt.hook_disabled))
+
+    assert [(False, False), (False, True), (False, False)] == outcomes

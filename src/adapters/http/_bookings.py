@@ -53,8 +53,9 @@ class Bookings:
         self._hooks = hooks
         self._clock = clock
         self._disable_after = disable_after
-        #: The hooks a booking here disabled: a delivery's outcome says so (``hook-disabled``).
-        self.disabled: set[str] = set()
+        #: Hooks a booking here disabled, not yet reported by a delivery's outcome
+        #: (``hook-disabled``): taken once, so a hook the host enables again starts clean.
+        self._disabled: set[str] = set()
         self._interval = interval
         self._open = False
         # Unbooked outcomes: hooks with a success after their last failure (an ordered
@@ -75,6 +76,13 @@ class Bookings:
         """Keep a success of ``hook_id`` for the next batch."""
         self._successes[hook_id] = None
         self._schedule_flush()
+
+    def take_disabled(self, hook_id: str) -> bool:
+        """Whether a booking disabled ``hook_id`` since this was last asked; asking clears it."""
+        if hook_id in self._disabled:
+            self._disabled.discard(hook_id)
+            return True
+        return False
 
     async def failed(self, hook: HookTarget, reason: str) -> None:
         """Book a failed delivery now, after any of the hook's successes seen before it."""
@@ -116,7 +124,7 @@ class Bookings:
                 and not health.enabled
                 and health.consecutive_failures == self._disable_after
             ):
-                self.disabled.add(failure.hook.id)
+                self._disabled.add(failure.hook.id)
                 log.warning(
                     "hook %s disabled after %d consecutive failed deliveries (last: %s)",
                     printable(failure.hook.id),

@@ -504,7 +504,7 @@ class HookDispatcher:
                     job.delivery.receipt.finished(
                         delivered=delivered,
                         detail=job.detail,
-                        disabled=job.delivery.hook.id in self._bookings.disabled,
+                        disabled=self._bookings.take_disabled(job.delivery.hook.id),
                     )
                     self._finish()
         finally:
