@@ -33,9 +33,9 @@ from datetime import timedelta
 
 import attrs
 
-__all__ = ["Delivery", "Faults", "Hang", "ReceiverOutage", "Window", "delivery_outcome"]
+from .rules import micros
 
-_MICROSECOND = timedelta(microseconds=1)
+__all__ = ["Delivery", "Faults", "Hang", "ReceiverOutage", "Window", "delivery_outcome"]
 
 
 class Hang(enum.Enum):
@@ -111,10 +111,6 @@ class Faults:
     @property
     def any(self) -> bool:
         return bool(self.receiver_outages or self.sweeper_outages or self.lost_creation_wakes)
-
-
-def micros(delta: timedelta) -> int:
-    return delta // _MICROSECOND
 
 
 def delivery_outcome(

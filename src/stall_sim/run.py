@@ -899,9 +899,12 @@ class _Run:
     def _missed(self, pair: SimPair, cause: int) -> None:
         """A creation wake (of todo ``cause``) never reached the consumer: nothing started.
 
-        The synthetic consumer only answers wakes; a replay's keeps what it
-        would have claimed for the pair's next nudge.
+        A hook the replay overrides (``replay._Replay._missed`` keeps what
+        its consumer would have claimed, for the pair's next nudge).
         """
+        # Deliberately nothing: the synthetic consumer acts only on wakes it
+        # gets, so one it never got leaves no state to keep.
+        return
 
     def _disable(self, hook: SimHook, at: int) -> None:
         """Auto-disable: the hook's pairs lose it as a receiver."""

@@ -20,11 +20,13 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from . import simulate_sweep
 from .common import CliError, add_dsn_argument, duration, positive_duration
 from .jsonout import dumps
+from .simulate_common import KEYS, human, pacing_value, write_plot
 
 if TYPE_CHECKING:
     from stall_sim import ConsumerKind, Scenario, SimPolicy, SimResult
@@ -602,21 +604,11 @@ def parse_policy(spec: str) -> tuple[str, SimPolicy]:
     for item in body.split(","):
         key, eq, value = item.partition("=")
         key, value = key.strip(), value.strip()
-        option = f"--policy {name}: {key}"
         if not eq or not value:
             raise CliError(f"--policy {name}: expected key=value, got {item.strip()!r}")
-        if key == "threshold":
-            fields["threshold"] = _value(option, positive_duration, value)
-        elif key == "backoff":
-            fields["backoff"] = tuple(
-                _value(option, positive_duration, step) for step in value.split("/")
-            )
-        elif key in ("cap", "tick_limit"):
-            fields[key] = _value(option, integer(low=1), value)
-        else:
-            raise CliError(
-                f"--policy {name}: unknown key {key!r} (threshold, backoff, cap, tick_limit)"
-            )
+        if key not in KEYS:
+            raise CliError(f"--policy {name}: unknown key {key!r} ({', '.join(KEYS)})")
+        fields[key] = _value(f"--policy {name}", partial(pacing_value, key), value)
     try:
         return name, SimPolicy(name=name, pacing=PacingPolicy(**fields))
     except ValueError as exc:
@@ -679,25 +671,12 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 
 def _plot(path: str, scenario: Scenario, results: Sequence[SimResult], heading: str) -> None:
-    try:
-        from stall_sim.plot import plot
+    from stall_sim.plot import plot
 
-        plot(path, scenario, results, heading=heading)
-    except ImportError:
-        raise CliError(
-            "--plot needs matplotlib: pip install 'stall-nudge[plot]'", status=1
-        ) from None
-    except OSError as exc:
-        raise CliError(f"--plot: cannot write {path!r}: {exc.strerror or exc}", status=1) from None
+    write_plot(path, partial(plot, path, scenario, results, heading=heading))
 
 
 # -- output --------------------------------------------------------------------
-
-
-def _human(seconds: float | None) -> str:
-    from stall_core import format_seconds
-
-    return "-" if seconds is None else format_seconds(seconds)
 
 
 _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (
@@ -713,14 +692,14 @@ _ROWS: tuple[tuple[str, Callable[[SimResult], str]], ...] = (
     ("consumers started", lambda r: f"{r.consumers_started:,}"),
     ("claims", lambda r: f"{r.claims:,}"),
     ("wakes per claim", lambda r: "-" if r.wakes_per_claim is None else f"{r.wakes_per_claim:.2f}"),
-    ("wait p50", lambda r: _human(r.wait.p50)),
-    ("wait p90", lambda r: _human(r.wait.p90)),
-    ("wait p99", lambda r: _human(r.wait.p99)),
-    ("wait max", lambda r: _human(r.wait.max)),
+    ("wait p50", lambda r: human(r.wait.p50)),
+    ("wait p90", lambda r: human(r.wait.p90)),
+    ("wait p99", lambda r: human(r.wait.p99)),
+    ("wait max", lambda r: human(r.wait.max)),
     ("pending at end", lambda r: f"{r.pending:,}"),
     ("  on pairs", lambda r: f"{r.pending_pairs:,}"),
     ("  pairs capped", lambda r: f"{r.capped_pairs:,}"),
-    ("  oldest", lambda r: _human(r.oldest_pending_s)),
+    ("  oldest", lambda r: human(r.oldest_pending_s)),
     ("max started/tick", lambda r: f"{r.max_started_in_tick:,}"),
     ("ticks held back", lambda r: f"{r.held_back_ticks:,}"),
 )
@@ -762,12 +741,12 @@ def _describe(scenario: Scenario, seed: int | None) -> str:
         consumer += f" (p={c.claim_probability:g})"
     return (
         f"{scenario.pairs:,} pair{'' if scenario.pairs == 1 else 's'} over "
-        f"{_human(scenario.duration.total_seconds())}, "
-        f"tick {_human(scenario.tick.total_seconds())}, arrivals {shape} per queue, "
+        f"{human(scenario.duration.total_seconds())}, "
+        f"tick {human(scenario.tick.total_seconds())}, arrivals {shape} per queue, "
         f"backlog {scenario.backlog}, unverified {scenario.unverified_share:g}, "
         f"hookless {scenario.hookless_share:g}, consumer {consumer}, "
-        f"latency {_human(c.latency.total_seconds())}, service "
-        f"{_human(c.service.total_seconds())}, wake loss {scenario.wake_loss:g}"
+        f"latency {human(c.latency.total_seconds())}, service "
+        f"{human(c.service.total_seconds())}, wake loss {scenario.wake_loss:g}"
         + ("" if seed is None else f", seed {seed}")
     )
 

@@ -13,19 +13,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .common import CliError, positive_duration
+from .common import CliError
 from .jsonout import dumps
+from .simulate_common import KEYS, human, pacing_value, write_plot
 
 if TYPE_CHECKING:
     from stall_sim import SimPolicy, SimResult
     from stall_sim.search import Grid, Outcome
 
-__all__ = ["KEYS", "add_sweep_arguments", "format_search", "grid_of", "run", "sweep_axis"]
-
-#: The fields a sweep varies, as ``--policy`` names them.
-KEYS = ("threshold", "backoff", "cap", "tick_limit")
+__all__ = ["add_sweep_arguments", "format_search", "grid_of", "run", "sweep_axis"]
 
 #: One ``--sweep`` option: a key and the values it takes, parsed.
 Axis = tuple[str, tuple[Any, ...]]
@@ -64,39 +63,11 @@ def sweep_axis(text: str) -> Axis:
     items = [item.strip() for item in values.split(",")]
     if not all(items):
         raise argparse.ArgumentTypeError(f"{key}: expected comma-separated values, got {values!r}")
-    parsed = tuple(_axis_value(key, item) for item in items)
+    parsed = tuple(pacing_value(key, item) for item in items)
     for i, value in enumerate(parsed):
         if value in parsed[:i]:
             raise argparse.ArgumentTypeError(f"{key}: {items[i]!r} is listed twice")
     return key, parsed
-
-
-def _axis_value(key: str, text: str) -> Any:
-    """One value of ``key``: a duration, a backoff schedule or a whole number from 1."""
-    try:
-        if key == "threshold":
-            return positive_duration(text)
-        if key == "backoff":
-            steps = tuple(positive_duration(step) for step in text.split("/"))
-            _check_backoff(steps, text)
-            return steps
-        number = int(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{key}: {exc}") from None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{key}: expected a whole number, got {text!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{key}: must be at least 1, got {text!r}")
-    return number
-
-
-def _check_backoff(steps: tuple[timedelta, ...], text: str) -> None:
-    from stall_core import PacingPolicy
-
-    try:
-        PacingPolicy(backoff=steps)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def _workers(text: str) -> int:
@@ -150,31 +121,18 @@ def run(
 
 
 def _plot(path: str, outcomes: Sequence[Outcome], heading: str) -> None:
-    try:
-        from stall_sim.plot import plot_front
+    from stall_sim.plot import plot_front
 
-        plot_front(path, outcomes, heading=heading)
-    except ImportError:
-        raise CliError(
-            "--plot needs matplotlib: pip install 'stall-nudge[plot]'", status=1
-        ) from None
-    except OSError as exc:
-        raise CliError(f"--plot: cannot write {path!r}: {exc.strerror or exc}", status=1) from None
+    write_plot(path, partial(plot_front, path, outcomes, heading=heading))
 
 
 # -- output --------------------------------------------------------------------
 
 
-def _human(seconds: float | None) -> str:
-    from stall_core import format_seconds
-
-    return "-" if seconds is None else format_seconds(seconds)
-
-
 def _p99(o: Outcome) -> str:
     if o.p99_s is None and o.wait.p99 is not None:
         return ">1% unclaimed"
-    return _human(o.p99_s)
+    return human(o.p99_s)
 
 
 def _backoff(o: Outcome) -> str:
@@ -205,9 +163,9 @@ _COLUMNS: tuple[tuple[str, Callable[[Outcome], str], bool], ...] = (
     ("tick_limit", _pacing_cell("tick_limit"), True),
     ("starts", lambda o: f"{o.consumers_started:,}", True),
     ("nudges", lambda o: f"{o.nudges:,}", True),
-    ("wait p50", lambda o: _human(o.wait.p50), True),
+    ("wait p50", lambda o: human(o.wait.p50), True),
     ("p99", _p99, True),
-    ("max", lambda o: _human(o.wait.max), True),
+    ("max", lambda o: human(o.wait.max), True),
     ("pending", lambda o: f"{o.pending:,}", True),
 )
 
