@@ -30,7 +30,9 @@ from pathlib import Path
 import asyncpg
 
 import stall_nudge
+from adapters.http import CREATED
 from adapters.postgres import migrate
+from stall_core import TodoRef
 from stall_nudge.ops_port import serve_ops_port
 from stall_testing import (
     FakeClock,
@@ -90,7 +92,11 @@ async def play(pool: asyncpg.Pool, receiver: Receiver, clock: FakeClock, chromiu
         ("ep-ingest", "webhooks", 440),  # paused endpoint
         ("ep-intake", "forms", 408),  # an unverified delivery: held by the gate
         ("ep-billing", "disputes", 447),  # a minute old at the end: fresh
-        ("ep-orders", "shipping", 405),  # refunded at 435, delivered at 445.5: recovered
+        (
+            "ep-orders",
+            "shipping",
+            405,
+        ),  # refunded at 435 and 445.5; a creation wake answered at 448: recovered
         ("ep-reports", "exports", 420),  # silenced before its first nudge
     ]
     for n, (endpoint, queue, minutes) in enumerate(todos):
@@ -111,13 +117,18 @@ async def play(pool: asyncpg.Pool, receiver: Receiver, clock: FakeClock, chromiu
                     by="ann",
                     reason="exporter redeploy",
                 )
-            if minutes == 445.5:
-                receiver.route("flaky", 204)
             while (await reaper.tick()).charged:  # past the tick limit, until all are charged
                 await reaper.settle()
                 clock.advance(timedelta(seconds=1))
             await reaper.settle()
         clock.set(start + timedelta(minutes=448))
+        receiver.route("flaky", 204)  # the receiver is fixed: it answers the host's next wake
+        todo = TodoRef(id="t-new", created_at=clock.now)
+        await host.create_todo(
+            todo.id, endpoint_id="ep-orders", queue="shipping", created_at=clock.now
+        )
+        await reaper.notify(endpoint_id="ep-orders", queue="shipping", todo=todo, reason=CREATED)
+        await reaper.settle()
         # The loop's first tick charges nothing; after it the page says the sweep is ready.
         stop, ticked = asyncio.Event(), asyncio.Event()
         every = timedelta(seconds=15)

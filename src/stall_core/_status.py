@@ -65,6 +65,9 @@ class Verdict(enum.Enum):
 REACHED_NOBODY = tuple(outcome for outcome in OUTCOMES if outcome != "delivered")
 #: How many of a pair's last charges status shows with their outcomes, newest first.
 RECENT_OUTCOMES = 3
+#: The outcomes in which the receivers were asked and none answered: a pair's last one,
+#: with the hooks answering again since, is a recovered receiver (``receiver_health``).
+RECEIVER_FAILED = ("gave-up", "hook-disabled")
 
 
 class Receiver(enum.Enum):
@@ -233,15 +236,18 @@ def _no_work(
 def receiver_health(status: PairStatus) -> Receiver:
     """How the pair's receivers fare, from the hook directory and the pair's history.
 
-    A success resets a hook's failures in a row, so failures in the pair's
-    history with none booked now mean a receiver answered since: recovered,
-    not failing, whichever delivery it answered.
+    A success resets a hook's failures in a row, so a pair whose latest
+    settled nudge found no receiver answering (``RECEIVER_FAILED``), with no
+    failure booked now, has a receiver that answered since: recovered, not
+    failing. Once a later nudge is delivered, or when our own dispatcher
+    refused the last one (no receiver was asked), it is simply ok.
     """
     if not status.has_receiver or status.verdict is Verdict.NO_RECEIVER:
         return Receiver.NONE
     if status.hook_failures:
         return Receiver.FAILING
-    if status.last_failure_at is not None:
+    settled = next((e.outcome for e in status.last_outcomes if e.outcome is not None), None)
+    if status.last_failure_at is not None and settled in RECEIVER_FAILED:
         return Receiver.RECOVERED
     return Receiver.OK
 

@@ -229,11 +229,12 @@ class LedgerContract:
         only = await driver.operated.history(endpoint_id="ep-lost", since=minutes(5))
         assert ["ep-lost"] == [e.endpoint_id for e in only]
 
-    async def test_status_shows_a_receiver_that_answers_again_as_recovered(
+    async def test_status_shows_a_receiver_that_answers_again_as_recovered_until_a_nudge_lands(
         self, driver: BoardDriver
     ) -> None:
-        """A nudge into a failing hook is refunded and shows failing; once a nudge on the same
-        hook is delivered, status shows it recovered, with when it failed and both outcomes."""
+        """A nudge into a failing hook is refunded and shows failing; once the hook answers
+        another message (a creation wake), status shows it recovered, with when it failed; a
+        nudge delivered after that makes it plain ok, both outcomes shown."""
         await stalled_queue(driver)
         failing = BookingWake(driver.hooks, "hook-ep-1", answers=False)
         await booked_sweep(driver, T0 + minutes(10), failing)
@@ -241,13 +242,16 @@ class LedgerContract:
         assert 0 == (await driver.ledger_rows())["ep-1", "lane-l"].nudges  # refunded
         assert (Receiver.FAILING, 1) == (receiver_health(before), before.hook_failures)
 
+        await driver.hooks.record_success("hook-ep-1")
+        _, [answered] = await driver.operated.status(policy=POLICY)
         answering = BookingWake(driver.hooks, "hook-ep-1", answers=True)
         report = await booked_sweep(driver, T0 + minutes(30), answering)
         _, [after] = await driver.operated.status(policy=POLICY)
 
+        assert (Receiver.RECOVERED, 0) == (receiver_health(answered), answered.hook_failures)
+        assert T0 + minutes(10) == before.last_failure_at == answered.last_failure_at
         assert [1] == [n.number for n in report.charged]
-        assert (Receiver.RECOVERED, 0) == (receiver_health(after), after.hook_failures)
-        assert T0 + minutes(10) == before.last_failure_at == after.last_failure_at
+        assert (Receiver.OK, 0) == (receiver_health(after), after.hook_failures)
         assert [(T0 + minutes(30), 1, "delivered"), (T0 + minutes(10), 1, "gave-up")] == [
             (e.at, e.nudge, e.outcome) for e in after.last_outcomes
         ]

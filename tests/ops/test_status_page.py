@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 import stall_nudge
-from stall_core import HistoryEntry, PacingPolicy, PairStatus, Silence, Verdict
+from adapters.http import CREATED
+from stall_core import HistoryEntry, PacingPolicy, PairStatus, Silence, TodoRef, Verdict
 from stall_nudge.ops_port import SECURITY_HEADERS, serve_ops_port
 from stall_nudge.status_page import ROW_LIMIT, render_page
 from stall_testing import PostgresHost, Receiver
@@ -275,7 +276,22 @@ async def test_the_browser_shows_a_recovered_receiver_as_good_news_and_each_next
     a person with its step; the recovered one reads "recovered" in green, unmarked, no step."""
     pairs = [
         pair("lane-failing", Verdict.BACKING_OFF, hook_failures=2),
-        pair("lane-recovered", Verdict.BACKING_OFF, last_failure_at=NOW - timedelta(hours=2)),
+        pair(
+            "lane-recovered",
+            Verdict.BACKING_OFF,
+            last_failure_at=NOW - timedelta(hours=2),
+            last_outcomes=(
+                HistoryEntry(
+                    at=NOW - timedelta(hours=2),
+                    endpoint_id="ep-1",
+                    queue="lane-recovered",
+                    event="charged",
+                    nudge=1,
+                    todo_id="t1",
+                    outcome="gave-up",
+                ),
+            ),
+        ),
         pair("lane-m", Verdict.NO_RECEIVER, has_receiver=False),
     ]
     page = render_page(NOW, pairs, policy=POLICY, refresh_s=60)
@@ -377,9 +393,10 @@ async def test_a_real_board_shows_a_silence_a_recovered_receiver_and_a_next_step
     pg_pool: asyncpg.Pool, host: PostgresHost, receiver: Receiver
 ) -> None:
     """A reaper sweeps a Postgres board: a nudge its hook turns down (400) is refunded; the
-    receiver fixed, a reset pair's nudge is delivered. A silenced endpoint and a queue no hook
-    covers beside it. In chromium the page shows the receiver recovered (green, unmarked) with
-    both outcomes, the silence with its end, who and why, and the uncovered queue's step."""
+    receiver fixed, it answers the host's next creation wake. A silenced endpoint and a queue
+    no hook covers beside it. In chromium the page shows the receiver recovered (green,
+    unmarked) with the failed outcome, the silence with its end, who and why, and the
+    uncovered queue's step."""
     await stalled_pair(host, receiver, queue="lane-back")
     await stalled_pair(host, receiver, endpoint="ep-2", queue="lane-quiet", todo="q-0")
     await host.add_endpoint("ep-3")
@@ -389,9 +406,10 @@ async def test_a_real_board_shows_a_silence_a_recovered_receiver_and_a_next_step
         await reaper.silence("ep-2", None, lasting=timedelta(hours=2), by="ann", reason="deploy")
         assert [("ep-1", "lane-back")] == [n.key for n in (await reaper.tick()).charged]
         await reaper.settle()
-        receiver.route("hook", 204)  # the receiver is fixed; the person resets the pair
-        await reaper.reset("ep-1", "lane-back", by="ann", reason="receiver fixed")
-        assert [("ep-1", "lane-back")] == [n.key for n in (await reaper.tick()).charged]
+        receiver.route("hook", 204)  # the receiver is fixed; the host's next todo wakes it
+        new = TodoRef(id="l-1", created_at=ago(0))
+        await host.create_todo(new.id, endpoint_id="ep-1", queue="lane-back", created_at=ago(0))
+        await reaper.notify(endpoint_id="ep-1", queue="lane-back", todo=new, reason=CREATED)
         await reaper.settle()
         async with (
             serve_ops_port(reaper, host="127.0.0.1", port=0, refresh=1) as url,
@@ -407,9 +425,7 @@ async def test_a_real_board_shows_a_silence_a_recovered_receiver_and_a_next_step
     verdict, kind, receivers, outcomes, step, color = rows["lane-back"]
     assert ("backing-off", "", "", "rgb(23, 107, 44)") == (verdict, kind, step, color)
     assert re.fullmatch(r"recovered \(failed [\dms]+ ago\)", receivers), receivers
-    assert ["nudge 1: delivered", "nudge 1: gave-up"] == [
-        line.rsplit(",", 1)[0] for line in outcomes.splitlines()
-    ]
+    assert ["nudge 1: gave-up"] == [line.rsplit(",", 1)[0] for line in outcomes.splitlines()]
     verdict, kind, receivers, outcomes, step, _ = rows["lane-quiet"]
     assert ("silenced", "silenced", "ok", "") == (verdict, kind, receivers, outcomes)
     assert re.fullmatch(

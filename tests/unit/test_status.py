@@ -10,6 +10,7 @@ import pytest
 from stall_core import (
     NEXT_STEPS,
     QUARANTINE_QUEUE,
+    HistoryEntry,
     LedgerRow,
     PacingPolicy,
     PairState,
@@ -264,18 +265,29 @@ def test_a_pair_no_enabled_hook_covers_has_no_receiver_whatever_its_verdict() ->
     assert Receiver.OK is receiver_health(covered)
 
 
-def test_a_receiver_is_failing_then_recovered_once_its_failures_are_reset() -> None:
-    """Failures in a row: failing. None in a row, but a failure in the pair's history: a
-    success reset them since, so the receiver answers again."""
+def test_a_receiver_is_failing_then_recovered_until_a_nudge_is_delivered() -> None:
+    """Failures in a row: failing. None in a row, the pair's latest settled nudge having found
+    no receiver answering: a success reset them since, so the receiver answers again. A later
+    delivered nudge, or a last nudge our own dispatcher refused, is plain ok."""
     failed_at = T0 - minutes(30)
+
+    def charge(at: datetime, outcome: str | None) -> HistoryEntry:
+        return HistoryEntry(at=at, endpoint_id="ep-1", queue="lane-l", event="charged",
+                            nudge=1, todo_id="t1", outcome=outcome)  # fmt: skip
+
     failing = pair_status(
         pair(), None, sendable=1, held_by_gate=0, now=T0, policy=POLICY, hook_failures=2,
-        last_failure_at=failed_at,
+        last_failure_at=failed_at, last_outcomes=[charge(failed_at, "gave-up")],
     )  # fmt: skip
     answered = attrs.evolve(failing, hook_failures=0)
+    under_way = attrs.evolve(answered, last_outcomes=(charge(T0, None), *answered.last_outcomes))
+    delivered = attrs.evolve(answered, last_outcomes=(charge(T0, "delivered"),))
+    refused = attrs.evolve(answered, last_outcomes=(charge(T0, "refused"),))
 
     assert Receiver.FAILING is receiver_health(failing)
     assert (Receiver.RECOVERED, failed_at) == (receiver_health(answered), answered.last_failure_at)
+    assert Receiver.RECOVERED is receiver_health(under_way)
+    assert (Receiver.OK, Receiver.OK) == (receiver_health(delivered), receiver_health(refused))
 
 
 PROBLEMS = {
