@@ -54,6 +54,7 @@ from stall_core import (
     is_receiver,
     latest_claim,
     nudge_now,
+    nudge_now_detail,
     pair_status,
     passes_gate,
     plan_tick,
@@ -90,8 +91,11 @@ class BoardError(ValueError):
 
 @attrs.frozen(kw_only=True)
 class Endpoint:
+    """An endpoints row; ``name`` is the host's name for it, where the host keeps one."""
+
     id: str
     state: str = "active"
+    name: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -215,10 +219,13 @@ class MemoryBoard:
 
     # -- host verbs ----------------------------------------------------------
 
-    def add_endpoint(self, endpoint_id: str, *, state: str = "active") -> Endpoint:
+    def add_endpoint(
+        self, endpoint_id: str, *, state: str = "active", name: str | None = None
+    ) -> Endpoint:
         self._fresh_id("endpoint", endpoint_id, self._endpoints)
         _check_state(state)
-        self._endpoints[endpoint_id] = endpoint = Endpoint(id=endpoint_id, state=state)
+        endpoint = Endpoint(id=endpoint_id, state=state, name=name)
+        self._endpoints[endpoint_id] = endpoint
         return endpoint
 
     def set_endpoint_state(self, endpoint_id: str, state: str) -> Endpoint:
@@ -500,7 +507,8 @@ class MemoryBoard:
 
         As the Postgres ledger's ``status``: counts past and held by the sender
         gate, the covering hooks' health, the first host value the sweep cannot
-        read, the pair's silence and its last charges' outcomes, at ``clock()``.
+        read, the endpoint's name, the pair's silence and its last charges'
+        outcomes, at ``clock()``.
         """
         now = self._now()
         silences = [s for s in self._silences.values() if now < s.ends_at]
@@ -520,6 +528,7 @@ class MemoryBoard:
                 h for h in self._hooks.values() if covers(h.endpoint_id, h.queues, *pair.key)
             ]
             history = charges.get(pair.key, [])
+            endpoint = self._endpoints.get(pair.endpoint_id)
             found.append(
                 pair_status(
                     pair,
@@ -533,6 +542,7 @@ class MemoryBoard:
                     ),
                     hooks_disabled=sum(1 for h in covering if not h.enabled),
                     unreadable=_unreadable(pending, todos),
+                    endpoint_name=None if endpoint is None else endpoint.name,
                     last_failure_at=max(
                         (
                             e.settled_at
@@ -713,9 +723,12 @@ class MemoryBoard:
             )
         )
         decision = nudge_now(pair, row, now, policy)
-        if isinstance(decision, Charge) and row is not None:
+        self._act(now, key, "nudged", by=by, detail=nudge_now_detail(decision, reason))
+        if not isinstance(decision, Charge):  # only a candidate ticks
+            outcome = ChargeOutcome(now=now, skipped=True)
+            return NudgeNowResult(outcome=outcome, decision=decision, charged=None, row=row)
+        if row is not None:
             self._ledger[key] = reset_row(row, now)
-        self._act(now, key, "nudged", by=by, detail=reason)
         outcome = await self.charge_due(policy=policy)
         charged = next((n for n in outcome.charged if n.key == key), None)
         return NudgeNowResult(outcome=outcome, decision=decision, charged=charged, row=row)

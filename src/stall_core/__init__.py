@@ -63,6 +63,7 @@ from ._operate import (
     NoSuchPair,
     Silence,
     nudge_now,
+    nudge_now_detail,
     silenced_until,
     silences_pair,
 )
@@ -193,6 +194,7 @@ __all__ = [
     "next_step",
     "next_sweep_in",
     "nudge_now",
+    "nudge_now_detail",
     "pair_status",
     "parse_duration",
     "passes_gate",

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 import attrs
 
 from ._decide import Charge, Idle, IdleReason, Wait, _candidacy, later
+from ._durations import format_duration
 from ._policy import PacingPolicy
 from ._values import LedgerRow, Nudge, PairState, aware
 
@@ -35,6 +36,7 @@ __all__ = [
     "NoSuchPair",
     "Silence",
     "nudge_now",
+    "nudge_now_detail",
     "silenced_until",
     "silences_pair",
 ]
@@ -113,6 +115,18 @@ def nudge_now(
     if row is not None and now < later(row.last_nudged_at, NUDGE_NOW_GAP):
         return Wait(due_at=later(row.last_nudged_at, NUDGE_NOW_GAP))
     return Charge(number=1, todo=work)
+
+
+def nudge_now_detail(decision: Charge | Idle | Wait, reason: str) -> str:
+    """The history's detail of a nudge now: the operator's reason and what came of it."""
+    match decision:
+        case Idle(reason=why):
+            came = f"not a candidate: {why.value}"
+        case Wait(due_at=due_at):
+            came = f"nudged within {format_duration(NUDGE_NOW_GAP)}, until {due_at.isoformat()}"
+        case _:
+            came = "started over at nudge 1"
+    return f"{reason}; {came}" if reason else came
 
 
 @attrs.frozen(kw_only=True)

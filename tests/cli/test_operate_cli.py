@@ -106,3 +106,22 @@ async def test_the_operations_guide_verbs_run_as_printed(
 
     assert [(v, 0) for v in ("silence", "unsilence", "reset", "nudge", "history")] == statuses
     assert [("l-0", "lane-l")] == stalled(receiver)
+
+
+async def test_a_nudge_says_why_a_fresh_or_quarantined_queue_is_not_a_candidate(
+    pg_dsn: str, board: PostgresHost, receiver: Receiver
+) -> None:
+    """Fresh work names the policy's threshold; the quarantine queue is named as such."""
+    created = await board.todos()
+    await board.create_todo(
+        "q-0", endpoint_id="ep-1", queue="quarantine", created_at=created["l-0"]["created_at"]
+    )
+
+    fresh = await cli("nudge", "ep-1", "fresh", "--dsn", pg_dsn)
+    held = await cli("nudge", "ep-1", "quarantine", "--dsn", pg_dsn)
+
+    assert (3, "not nudged: ep-1/fresh: its oldest work is within the threshold (2m): the sweep "
+            "nudges it then\n") == (fresh.status, fresh.out)  # fmt: skip
+    assert (3, "not nudged: ep-1/quarantine: it is the quarantine queue: its deliveries are "
+            "held, never nudged\n") == (held.status, held.out)  # fmt: skip
+    assert [] == stalled(receiver)

@@ -166,9 +166,12 @@ def test_a_pair_no_enabled_hook_covers_shows_none_not_ok(verdict: Verdict) -> No
 
 
 def test_a_receiver_that_answers_again_reads_recovered_and_is_not_marked() -> None:
-    """Failures in the pair's history, none in a row now: a receiver answered since. It reads
-    "recovered" with when it failed, and the pair is no one's to fix."""
-    recovered = stale(Verdict.BACKING_OFF, last_failure_at=NOW - timedelta(hours=2, seconds=3))
+    """The pair's last nudge found no receiver, none fails in a row now: a receiver answered
+    since. It reads "recovered" with when it failed, and the pair is no one's to fix."""
+    failed_at = NOW - timedelta(hours=2, seconds=3)
+    gave_up = HistoryEntry(at=failed_at, endpoint_id="ep-1", queue="lane-l", event="charged",
+                           nudge=1, todo_id="t1", outcome="gave-up")  # fmt: skip
+    recovered = stale(Verdict.BACKING_OFF, last_failure_at=failed_at, last_outcomes=(gave_up,))
 
     _, row, *rest = render_table([recovered], NOW, PacingPolicy())
     [as_json] = json.loads(status_json([recovered], NOW, PacingPolicy()))["pairs"]

@@ -138,7 +138,7 @@ DAMAGES: dict[str, tuple[str, str]] = {
     ),
     "different view": (
         "CREATE OR REPLACE VIEW stall_nudge.host_endpoints AS"
-        " SELECT id, state, 'x'::text AS note FROM sb.endpoints",
+        " SELECT id, state, NULL::text AS name, 'x'::text AS note FROM sb.endpoints",
         "different: view host_endpoints",
     ),
     "missing table": ("DROP TABLE stall_nudge.ticks", "missing: stall_nudge.ticks"),

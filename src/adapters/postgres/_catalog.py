@@ -37,6 +37,7 @@ from ._types import Connection
 __all__ = [
     "GUEST_SEARCH_PATH",
     "Found",
+    "HostName",
     "Installed",
     "Key",
     "MigrationError",
@@ -44,6 +45,7 @@ __all__ = [
     "Owned",
     "applied_versions",
     "as_guest",
+    "endpoint_name",
     "find_host_schema",
     "fitting",
     "guest_session",
@@ -316,9 +318,12 @@ def _scratch_sql(sql: str) -> str:
     return sql.replace(f"{OUR_SCHEMA}.", "pg_temp.").replace(" CONCURRENTLY", "")
 
 
-async def this_build(conn: Connection, host_schema: str) -> dict[Key, Found] | None:
+async def this_build(
+    conn: Connection, host_schema: str, *, endpoint_name: bool = False
+) -> dict[Key, Found] | None:
     """This build's objects, built in the temporary schema, read back, and rolled back.
 
+    ``endpoint_name``: whether our view of endpoints reads the host's name.
     None when this role may not create temporary tables.
     """
     scratch = conn.transaction()
@@ -334,13 +339,30 @@ async def this_build(conn: Connection, host_schema: str) -> dict[Key, Found] | N
         for index in HOST_INDEXES:
             await conn.execute(_scratch_sql(index.sql("pg_temp")))
         for table in VIEWS:
-            await conn.execute(_scratch_sql(view_sql(table, "pg_temp")))
+            sql = view_sql(table, "pg_temp", endpoint_name=endpoint_name)
+            await conn.execute(_scratch_sql(sql))
         oid = await conn.fetchval("SELECT pg_catalog.pg_my_temp_schema()")
         return await objects(conn, oid, oid)
     except asyncpg.InsufficientPrivilegeError:
         return None
     finally:
         await scratch.rollback()
+
+
+@attrs.frozen
+class HostName:
+    """The host's column endpoints.name: its type, and whether our view may read it."""
+
+    type: str
+    #: Of a type of PostgreSQL's own (or a domain over one): its text form runs no code
+    #: another role wrote.
+    readable: bool
+
+
+async def endpoint_name(conn: Connection, host_schema: str) -> HostName | None:
+    """The host's name for its endpoints, if it keeps one (``ENDPOINT_NAME``)."""
+    row = await conn.fetchrow(_SQL["endpoint_name"], host_schema)
+    return None if row is None else HostName(type=row["type"], readable=row["own"])
 
 
 async def fitting(conn: Connection, host_schema: str, index: HostIndex) -> str | None:

@@ -10,6 +10,10 @@ role may not give goes to a DBA.
 A privilege is written "kind|target|column|privilege", its target as
 ``Privilege.target`` has it (the host's ``@`` and ``@todos``, ours
 qualified): so the record holds whichever schema the host's tables are in.
+
+SELECT on the host's endpoint names is needed exactly where our view of
+endpoints reads them: migrate asks whether the host has them (the view it
+makes will), the start-up check whether the view reads them now.
 """
 
 from __future__ import annotations
@@ -19,28 +23,51 @@ from collections.abc import Collection, Mapping, Sequence
 from adapters.postgres.sql import queries, quote_ident
 
 from ._catalog import MigrationError
-from ._manifest import SWEEPER_PRIVILEGES, on_host, qualified
+from ._manifest import (
+    ENDPOINT_NAME_PRIVILEGE,
+    SWEEPER_PRIVILEGES,
+    Privilege,
+    on_host,
+    qualified,
+)
 from ._steps import Step, literal
 from ._types import Connection
 
 __all__ = [
+    "NAME_ENTRY",
     "SWEEPER_ENTRIES",
     "describe_entry",
     "grant_statement",
     "missing_privileges",
     "plan_grants",
     "recorded_revokes",
+    "sweeper_entries",
 ]
 
 _SQL = queries("adapters.postgres", "migrate.sql")
 
+
+def _entries(privileges: Sequence[Privilege]) -> tuple[str, ...]:
+    return tuple(
+        f"{p.kind.removesuffix('s')}|{p.target}|{column}|{privilege}"
+        for p in privileges
+        for privilege in p.privileges
+        for column in (p.columns or ("",))
+    )
+
+
 #: Every privilege a sweeping role needs, one each, in SWEEPER_PRIVILEGES order (schemas first).
-SWEEPER_ENTRIES: tuple[str, ...] = tuple(
-    f"{p.kind.removesuffix('s')}|{p.target}|{column}|{privilege}"
-    for p in SWEEPER_PRIVILEGES
-    for privilege in p.privileges
-    for column in (p.columns or ("",))
-)
+SWEEPER_ENTRIES: tuple[str, ...] = _entries(SWEEPER_PRIVILEGES)
+#: SELECT on the host's endpoint names (``ENDPOINT_NAME_PRIVILEGE``).
+(NAME_ENTRY,) = _entries((ENDPOINT_NAME_PRIVILEGE,))
+_AFTER = 1 + max(i for i, e in enumerate(SWEEPER_ENTRIES) if e.split("|")[1] == "@endpoints")
+_NAMED = (*SWEEPER_ENTRIES[:_AFTER], NAME_ENTRY, *SWEEPER_ENTRIES[_AFTER:])
+
+
+def sweeper_entries(endpoint_name: bool) -> tuple[str, ...]:
+    """Every privilege a sweeping role needs where our view of endpoints reads the host's
+    name (``endpoint_name``) or not: SWEEPER_ENTRIES, and NAME_ENTRY after endpoints' own."""
+    return _NAMED if endpoint_name else SWEEPER_ENTRIES
 
 
 def _concrete(entry: str, host_schema: str) -> str:
@@ -93,8 +120,11 @@ async def missing_privileges(conn: Connection, host_schema: str | None) -> list[
     not read it) only our objects are asked about.
     """
     who: str = await conn.fetchval("SELECT pg_catalog.current_user()")
+    named = host_schema is not None and bool(await conn.fetchval(_SQL["view_reads_name"]))
     entries = [
-        e for e in SWEEPER_ENTRIES if host_schema is not None or not _target(e).startswith("@")
+        e
+        for e in sweeper_entries(named)
+        if host_schema is not None or not _target(e).startswith("@")
     ]
     schema = "" if host_schema is None else host_schema
     for schemas in (True, False):
@@ -116,12 +146,14 @@ async def plan_grants(
     grant: str | None,
     recorded: Mapping[str, Collection[str]],
     absent: Collection[str],
+    endpoint_name: bool = False,
 ) -> tuple[list[Step], list[str], tuple[tuple[str, int], ...]]:
     """Grants for ``grant`` (a sweeping role to be) and for each ``recorded`` role that lacks some.
 
     ``recorded``: the roles migrate recorded and what it gave each.
     ``absent``: targets of ours the plan creates (none of their privileges is
-    held yet). Returns the steps (each privilege its own GRANT, then the
+    held yet). ``endpoint_name``: whether our view of endpoints will read the
+    host's name (``sweeper_entries``). Returns the steps (each privilege its own GRANT, then the
     record of what was given), the grants on the host's objects this role may
     not give (for a DBA), and (role, how many it already held) for ``grant``.
     """
@@ -133,15 +165,16 @@ async def plan_grants(
     steps: list[Step] = []
     for_dba: list[str] = []
     held: tuple[tuple[str, int], ...] = ()
+    needed = sweeper_entries(endpoint_name)
     for role in roles:
-        present = [e for e in SWEEPER_ENTRIES if _target(e) not in absent]
+        present = [e for e in needed if _target(e) not in absent]
         lacking = [
-            *(e for e in SWEEPER_ENTRIES if _target(e) in absent),
+            *(e for e in needed if _target(e) in absent),
             *await _lacking(conn, role, host_schema, present),
         ]
-        lacking.sort(key=SWEEPER_ENTRIES.index)
+        lacking.sort(key=needed.index)
         if role == grant:
-            held = ((role, len(SWEEPER_ENTRIES) - len(lacking)),)
+            held = ((role, len(needed) - len(lacking)),)
         not_mine = await _not_grantable(
             conn, host_schema, [e for e in lacking if on_host(_target(e))]
         )
@@ -208,4 +241,4 @@ def recorded_revokes(recorded: Mapping[str, Collection[str]], host_schema: str) 
 
 
 def _order(entry: str) -> int:
-    return SWEEPER_ENTRIES.index(entry) if entry in SWEEPER_ENTRIES else len(SWEEPER_ENTRIES)
+    return _NAMED.index(entry) if entry in _NAMED else len(_NAMED)

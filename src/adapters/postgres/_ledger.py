@@ -17,7 +17,6 @@ from adapters.postgres.sql import queries
 from stall_core import (
     CLAIMS_LOOKBACK,
     FULL_PASS_INTERVAL,
-    NUDGE_NOW_GAP,
     QUARANTINE_QUEUE,
     REACHED_NOBODY,
     RECENT_OUTCOMES,
@@ -27,7 +26,6 @@ from stall_core import (
     Clock,
     DeliveryOutcome,
     HistoryEntry,
-    Idle,
     LedgerError,
     LedgerRow,
     NoSuchPair,
@@ -40,13 +38,13 @@ from stall_core import (
     Silence,
     TodoRef,
     Unreadable,
-    Wait,
     aware,
     claims_window,
     format_duration,
     format_seconds,
     full_pass_due,
     nudge_now,
+    nudge_now_detail,
     pair_status,
     positive_seconds,
     silenced_until,
@@ -481,6 +479,7 @@ class PostgresLedger:
                     column=r["unreadable_column"],
                     value=r["unreadable_value"],
                 ),
+                endpoint_name=r["endpoint_name"],
                 last_failure_at=r["last_failure_at"],
                 silences=silences,
                 last_outcomes=recent.get((r["endpoint_id"], r["queue"]), ()),
@@ -538,12 +537,14 @@ class PostgresLedger:
             await _exists(conn, endpoint_id, queue)
             pair, row = await self._pair_state(conn, endpoint_id, queue, now, record)
             decision = nudge_now(pair, row, now, policy)
+            said = nudge_now_detail(decision, reason)
+            await _action(conn, now, endpoint_id, queue, "nudged", by, said, None)
+            # Only a candidate ticks: a refused nudge delivers nothing from here.
+            outcome = ChargeOutcome(now=now, skipped=True)
             if isinstance(decision, Charge):
                 await conn.execute(_SQL["reset_pair"], endpoint_id, queue, now)
-            said = _said(decision, reason)
-            await _action(conn, now, endpoint_id, queue, "nudged", by, said, None)
-            also = (endpoint_id, queue) if isinstance(decision, Charge) else None
-            outcome = await self._tick(conn, record, now, policy, None, also)
+                also = (endpoint_id, queue)
+                outcome = await self._tick(conn, record, now, policy, None, also)
         self._started = True
         charged = next((n for n in outcome.charged if n.key == (endpoint_id, queue)), None)
         return NudgeNowResult(outcome=outcome, decision=decision, charged=charged, row=row)
@@ -664,18 +665,6 @@ def _ends(now: datetime, lasting: timedelta) -> datetime:
 
 def _pair(endpoint_id: str, queue: str | None) -> str:
     return endpoint_id if queue is None else f"{endpoint_id}/{queue}"
-
-
-def _said(decision: Charge | Idle | Wait, reason: str) -> str:
-    """The history's detail of a nudge now: the operator's reason and what came of it."""
-    match decision:
-        case Idle(reason=why):
-            came = f"not a candidate: {why.value}"
-        case Wait(due_at=due_at):
-            came = f"nudged within {format_duration(NUDGE_NOW_GAP)}, until {due_at.isoformat()}"
-        case _:
-            came = "started over at nudge 1"
-    return f"{reason}; {came}" if reason else came
 
 
 async def _exists(conn: PooledConnection, endpoint_id: str, queue: str | None) -> None:

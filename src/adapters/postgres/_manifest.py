@@ -7,8 +7,9 @@ indexes our reads need on the host's tables (``HOST_INDEXES``). Anything
 else in our schema, and any index, trigger or function in the host's schema
 whose name carries our prefix, belongs to no build of ours that is current:
 migrate removes it. ``SWEEPER_PRIVILEGES`` is everything ``sweep`` and
-``status`` read and write, column by column: what ``migrate --grant ROLE``
-grants and the start-up check asks for.
+``status`` read and write, column by column (with ``ENDPOINT_NAME_PRIVILEGE``
+where the host names its endpoints): what ``migrate --grant ROLE`` grants
+and the start-up check asks for.
 
 The views and the indexes name the host's schema, so they are built here,
 from data, rather than written in a ``.sql`` file: every name quoted, every
@@ -27,6 +28,8 @@ import attrs
 from adapters.postgres.sql import parse_queries, quote_ident
 
 __all__ = [
+    "ENDPOINT_NAME",
+    "ENDPOINT_NAME_PRIVILEGE",
     "HOOK_HEALTH",
     "HOST_COLUMNS",
     "HOST_INDEXES",
@@ -98,6 +101,10 @@ HOST_COLUMNS: Mapping[str, tuple[str, ...]] = {
     ),
 }
 HOST_TABLES = tuple(HOST_COLUMNS)
+#: The host's name for an endpoint, a column of endpoints some hosts keep and the reference
+#: host does not: our view of endpoints carries it as text (status shows it) where the host
+#: has one of a type of PostgreSQL's own (``_catalog.endpoint_name``), else NULL.
+ENDPOINT_NAME = "name"
 #: The columns of notify_hooks a failed or delivered message writes.
 HOOK_HEALTH = ("consecutive_failures", "enabled", "disabled_at", "disabled_reason")
 #: Our view of each host table, in our schema: "host_" and the table's name (a name of its
@@ -212,16 +219,21 @@ HOST_INDEXES: tuple[HostIndex, ...] = (
 )
 
 
-def view_sql(table: str, host_schema: str) -> str:
+def view_sql(table: str, host_schema: str, *, endpoint_name: bool = False) -> str:
     """The view of a host table our statements read: its columns we use, the invoker's rights.
 
     security_invoker (PostgreSQL 15): whoever reads through the view needs the
     privileges on the host's columns themselves, so the view grants nothing.
+    The view of endpoints also carries ``name``: the host's (``endpoint_name``),
+    as text, or NULL, so one statement serves hosts with and without it.
     """
-    columns = ", ".join(HOST_COLUMNS[table])
+    columns = list(HOST_COLUMNS[table])
+    if table == "endpoints":
+        read = f"{ENDPOINT_NAME}::text" if endpoint_name else "NULL::text"
+        columns.append(f"{read} AS {ENDPOINT_NAME}")
     return (
         f"CREATE VIEW {OUR_SCHEMA}.{VIEWS[table]} WITH (security_invoker = true) "
-        f"AS SELECT {columns} FROM {quote_ident(host_schema)}.{table}"
+        f"AS SELECT {', '.join(columns)} FROM {quote_ident(host_schema)}.{table}"
     )
 
 
@@ -304,6 +316,11 @@ SWEEPER_PRIVILEGES: tuple[Privilege, ...] = (
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.settings"),
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.migrations"),
     Privilege(privileges=("SELECT",), kind="table", target=f"{OUR_SCHEMA}.grants"),
+)
+#: What a sweeping role also needs where our view of endpoints reads the host's name:
+#: every read of a security_invoker view asks for each column the view reads.
+ENDPOINT_NAME_PRIVILEGE = Privilege(
+    privileges=("SELECT",), kind="columns", target="@endpoints", columns=(ENDPOINT_NAME,)
 )
 
 

@@ -17,7 +17,6 @@ import attrs
 from adapters.postgres.sql import queries, script
 
 from ._catalog import MigrationError, guest_session
-from ._grants import SWEEPER_ENTRIES
 from ._plan import make_plan
 from ._steps import LOCK_TIMEOUT, SCHEMA_VERSION, Plan, Step
 from ._types import Connection
@@ -116,7 +115,7 @@ async def migrate(
     for ours, theirs in todo.used:
         tell(f"uses the host's index {theirs} instead of building {ours}")
     for role, held in todo.held:
-        tell(f"{role} already held {held} of the {len(SWEEPER_ENTRIES)} privileges it needs")
+        tell(f"{role} already held {held} of the {todo.needed} privileges it needs")
     return MigrationReport(
         version=SCHEMA_VERSION,
         repaired=todo.problems,

@@ -31,6 +31,7 @@ from ._catalog import (
     Key,
     MigrationError,
     applied_versions,
+    endpoint_name,
     fitting,
     guest_session,
     objects,
@@ -39,8 +40,9 @@ from ._catalog import (
     recorded_schema,
     this_build,
 )
-from ._grants import plan_grants
+from ._grants import NAME_ENTRY, plan_grants, sweeper_entries
 from ._manifest import (
+    ENDPOINT_NAME,
     HOST_INDEXES,
     HOST_TABLES,
     OUR_SCHEMA,
@@ -129,8 +131,11 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
         )
 
     # 2. Indexes on the host's tables: a fitting one of the host's, or ours as this build
-    #    defines it, valid.
-    expected = await this_build(conn, host_schema)
+    #    defines it, valid. Our view of endpoints reads the host's name where it has one
+    #    (the view is made again when that changes).
+    host_name = await endpoint_name(conn, host_schema)
+    named = host_name is not None and host_name.readable
+    expected = await this_build(conn, host_schema, endpoint_name=named)
     used: list[tuple[str, str]] = []
     wanted: set[Key] = set()
     for index in HOST_INDEXES:
@@ -190,7 +195,7 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     steps += _repairs(present, expected, wanted, host_schema, compare=not made_by_migrations)
     recorded = await recorded_schema(conn)
     made, view_steps = _views(
-        present, expected, host_schema, moved=recorded not in (None, host_schema)
+        present, expected, host_schema, moved=recorded not in (None, host_schema), named=named
     )
     steps += view_steps
     if recorded != host_schema:
@@ -220,8 +225,18 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
     recorded_roles = {}
     if "stall_nudge.grants" not in absent:
         recorded_roles = {r["role"]: r["given"] for r in await conn.fetch(_SQL["recorded_grants"])}
+    if host_name is None and any(NAME_ENTRY in given for given in recorded_roles.values()):
+        # The host dropped its names (and our view with them): nothing left to revoke.
+        steps.append(
+            Step(
+                sql="UPDATE stall_nudge.grants "
+                f"SET given = array_remove(given, {literal(NAME_ENTRY)})",
+                why=f"extra: the record of SELECT ({ENDPOINT_NAME}) on endpoints, "
+                "a column the host no longer has",
+            )
+        )
     grant_steps, for_dba, held = await plan_grants(
-        conn, host_schema, grant=grant, recorded=recorded_roles, absent=absent
+        conn, host_schema, grant=grant, recorded=recorded_roles, absent=absent, endpoint_name=named
     )
     steps += grant_steps
 
@@ -248,7 +263,9 @@ async def make_plan(conn: Connection, host_schema: str, *, grant: str | None) ->
         for_dba=tuple(for_dba),
         used=tuple(used),
         held=held,
+        needed=len(sweeper_entries(named)),
         compared=expected is not None,
+        unread_name=None if host_name is None or named else host_name.type,
     )
 
 
@@ -346,15 +363,22 @@ def _views(
     host_schema: str,
     *,
     moved: bool,
+    named: bool,
 ) -> tuple[set[str], list[Step]]:
     """Make each view of a host table that is missing, differs from this build's, or reads
-    the schema the host's tables were in before (``moved``): the views made, and the steps."""
+    the schema the host's tables were in before (``moved``): the views made, and the steps.
+
+    ``named``: the view of endpoints reads the host's name. A view's definition
+    holds the host's columns it reads, so a host that adds the name finds the
+    view different.
+    """
     steps: list[Step] = []
     made: set[str] = set()
     for table, view in VIEWS.items():
         key = ("view", view, "")
         found = present.get(key)
-        create = Step(sql=view_sql(table, host_schema), why=f"missing: view {view}")
+        sql = view_sql(table, host_schema, endpoint_name=named)
+        create = Step(sql=sql, why=f"missing: view {view}")
         if found is None:
             steps.append(create)
             made.add(view)
@@ -459,6 +483,12 @@ async def check(conn: Connection) -> CheckReport:
             )
         if not todo.compared:
             advice.append("this role may not create temporary tables: definitions not compared")
+        if todo.unread_name is not None:
+            advice.append(
+                f"the host's endpoints.{ENDPOINT_NAME} is of type {todo.unread_name}, not one of "
+                "PostgreSQL's own: its text form could run another role's code, so status "
+                "shows endpoint ids alone"
+            )
     problems = [*todo.problems, *(f"for a DBA: {sql}" for sql in todo.for_dba)]
     if todo.steps:
         problems.append("stall-nudge migrate repairs these")

@@ -72,8 +72,13 @@ class Plan:
     used: tuple[tuple[str, str], ...] = ()
     #: For the role ``--grant`` named: (role, how many of its privileges it already held).
     held: tuple[tuple[str, int], ...] = ()
+    #: How many privileges a sweeping role needs on this database (``sweeper_entries``).
+    needed: int = 0
     #: Whether definitions were compared with this build's (False: no TEMP privilege).
     compared: bool = True
+    #: The type of the host's endpoint names when our view may not read them (None: it
+    #: reads them, or the host keeps none).
+    unread_name: str | None = None
 
     @property
     def problems(self) -> tuple[str, ...]:

@@ -39,9 +39,10 @@ SELECT t.swept_at, t.interval_ms, t.last_kind, t.last_judged, t.full_pass_at, t.
 -- todos past the sender gate and held by it (stall_core.passes_gate) and finds its work
 -- (stall_core.work_of); one range scan finds each pair's latest new claim
 -- (stall_core.latest_claim); then per pair one descent each for its receiver, its endpoint
--- and its hooks' health, and its first todo holding an instant the sweep does not read
--- (stall_core.readable); one pass over the history finds when each pair's nudges last
--- reached no receiver (stall_core.PairStatus.last_failure_at).
+-- (and its name: NULL in our view where the host keeps none) and its hooks' health, and its
+-- first todo holding an instant the sweep does not read (stall_core.readable); one pass
+-- over the history finds when each pair's nudges last reached no receiver
+-- (stall_core.PairStatus.last_failure_at).
 WITH pending AS (
     SELECT t.endpoint_id, t.queue,
            count(*) FILTER (WHERE g.passes) AS sendable,
@@ -119,6 +120,7 @@ SELECT f.endpoint_id, f.queue, f.sendable, f.held_by_gate, f.todo_id, f.created_
        AS title,
        EXISTS (SELECT 1 FROM host_endpoints e WHERE e.id = f.key AND e.state = 'active')
        AS endpoint_active,
+       (SELECT e.name FROM host_endpoints e WHERE e.id = f.key) AS endpoint_name,
        coalesce(h.receivers, 0) > 0 AS has_receiver,
        c.latest AS latest_claim,
        r.named_todo IS NOT NULL

@@ -83,7 +83,7 @@ SELECT (SELECT oid FROM pg_namespace WHERE nspname = 'stall_nudge') AS ours,
        (SELECT oid FROM pg_namespace WHERE nspname = $1) AS host;
 
 -- name: objects
--- Every object of ours in the catalog: whatever is in our schema ($1), whatever carries our prefix in the host's ($2), the indexes and triggers with our prefix on the host's tables ($3), and every trigger, rule, policy and row-level security on our tables (no build of ours makes one: code another role hangs on our tables), with the definition migrate compares. In the scratch schema the host's tables are copies: never ours.
+-- Every object of ours in the catalog: whatever is in our schema ($1), whatever carries our prefix in the host's ($2), the indexes and triggers with our prefix on the host's tables ($3), and every trigger, rule, policy and row-level security on our tables (no build of ours makes one: code another role hangs on our tables), with the definition migrate compares (a view's: its columns, and the columns of other tables it reads). In the scratch schema the host's tables are copies: never ours.
 WITH ours AS (
     SELECT c.oid, c.relname, c.relkind
       FROM pg_class c
@@ -110,7 +110,17 @@ SELECT CASE o.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid
                                            AND d.adnum = a.attnum
          WHERE a.attrelid = o.oid AND a.attnum > 0
-           AND NOT a.attisdropped) AS definition,
+           AND NOT a.attisdropped)
+       || coalesce(' reads ' || (
+           SELECT string_agg(DISTINCT t.relname || '.' || a.attname, ', '
+                              ORDER BY t.relname || '.' || a.attname)
+             FROM pg_rewrite r
+             JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+                             AND d.refclassid = 'pg_class'::regclass AND d.refobjsubid > 0
+                             AND d.refobjid <> o.oid
+             JOIN pg_class t ON t.oid = d.refobjid
+             JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+            WHERE r.ev_class = o.oid AND r.rulename = '_RETURN'), '') AS definition,
        true AS valid
   FROM ours o
 UNION ALL
@@ -168,6 +178,35 @@ SELECT 'function',
  WHERE p.pronamespace = $1
     OR (p.pronamespace = $2 AND p.proname LIKE 'stall\_nudge\_%')
  ORDER BY 1, 2, 3;
+
+-- name: endpoint_name
+-- The host's column endpoints.name in schema $1, if any: its type, and whether its text form is PostgreSQL's own (a type in pg_catalog, or a domain over one). Only then does our view of endpoints read it: a type another role made could run its code as whoever reads the view.
+SELECT format_type(a.atttypid, a.atttypmod) AS type,
+       coalesce(b.typnamespace, y.typnamespace) = 'pg_catalog'::regnamespace AS own
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_type y ON y.oid = a.atttypid
+  LEFT JOIN pg_type b ON b.oid = y.typbasetype
+ WHERE n.nspname = $1 AND c.relname = 'endpoints' AND c.relkind = ANY ('{r,p}')
+   AND a.attname = 'name' AND a.attnum > 0 AND NOT a.attisdropped;
+
+-- name: view_reads_name
+-- Whether our view of the host's endpoints reads the host's column "name" (migrate made it so where the host has one): only then does a sweeping role need SELECT on it. The start-up check runs it under the caller's search_path: every name is qualified.
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_catalog.pg_class v
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) v.relnamespace
+      JOIN pg_catalog.pg_rewrite r ON r.ev_class OPERATOR(pg_catalog.=) v.oid
+      JOIN pg_catalog.pg_depend d ON d.objid OPERATOR(pg_catalog.=) r.oid
+      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) d.refobjid
+                                    AND a.attnum OPERATOR(pg_catalog.=) d.refobjsubid
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'stall_nudge'::pg_catalog.name
+       AND v.relname OPERATOR(pg_catalog.=) 'host_endpoints'::pg_catalog.name
+       AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+       AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.<>) v.oid
+       AND a.attname OPERATOR(pg_catalog.=) 'name'::pg_catalog.name);
 
 -- name: fitting_index
 -- A valid btree index of the host's on table $1 whose leading keys are the plain columns $2, with default operator classes and collations, and a predicate in $3 ('' for none): its name, or NULL.

@@ -96,7 +96,15 @@ def register(subparsers: Any) -> None:
         description="Charge ENDPOINT QUEUE now as nudge 1 if it is a candidate, and deliver "
         "it: a tick under the fleet's tick lock, so racing operators and a sweeping fleet "
         "wake it once. Says why when it is not a candidate. Exit 0 when it is nudged (now "
-        f"or within the last minute), {ATTENTION} when not, or when no receiver answered.",
+        f"or within the last minute), {ATTENTION} when not, or when no receiver answered. "
+        "Its tick delivers what else is due too, from where it runs: run it beside the sweep, "
+        "with the sweep's --refuse-private.",
+    )
+    nudge.add_argument(
+        "--refuse-private",
+        action="store_true",
+        help="refuse hooks on private and other special-purpose addresses, as `sweep "
+        "--refuse-private` does (give it when the fleet does)",
     )
     _pair_arguments(nudge, queue="required")
     nudge.add_argument("--reason", default="", help="why, for the history")
@@ -117,7 +125,11 @@ def with_reaper(args: argparse.Namespace, act: Callable[[Reaper], Awaitable[int]
     dsn = resolve_dsn(args)
 
     async def main() -> int:
-        async with stall_nudge.open_reaper(dsn, timeout=COMMAND_TIMEOUT_S) as reaper:
+        async with stall_nudge.open_reaper(
+            dsn,
+            timeout=COMMAND_TIMEOUT_S,
+            refuse_private=getattr(args, "refuse_private", False),
+        ) as reaper:
             return await act(reaper)
 
     try:
@@ -182,25 +194,33 @@ def _run_reset(args: argparse.Namespace) -> int:
     return with_reaper(args, act)
 
 
-#: Why a pair is not nudged now, by ``stall_core.IdleReason`` value.
+#: Why a pair is not nudged now, by ``stall_core.IdleReason`` value; ``{threshold}`` is
+#: the policy's.
 WHY_NOT = {
     "no-work": "it has no work: no pending todo that passes the sender gate",
     "endpoint-inactive": "its endpoint is not active",
     "no-receiver": "no enabled hook covers it",
-    "fresh": "its oldest work is within the threshold (2 minutes): the sweep nudges it then",
+    "fresh": "its oldest work is within the threshold ({threshold}): the sweep nudges it then",
     "silenced": "it is silenced: unsilence it first",
 }
+#: A quarantine queue has no work by rule (``stall_core.is_quarantine``), whatever it holds.
+QUARANTINED = "it is the quarantine queue: its deliveries are held, never nudged"
 
 
 def _run_nudge(args: argparse.Namespace) -> int:
-    from stall_core import Charge, Idle, Wait, format_duration, printable_text
+    from stall_core import Charge, Idle, Wait, format_duration, is_quarantine, printable_text
 
     async def act(reaper: Reaper) -> int:
         result, _ = await reaper.nudge(args.endpoint, args.queue, by=_who(args), reason=args.reason)
         what = _name(args.endpoint, args.queue)
         decision = result.decision
         if isinstance(decision, Idle):
-            print(f"not nudged: {what}: {WHY_NOT[decision.reason.value]}")
+            why = WHY_NOT[decision.reason.value].format(
+                threshold=format_duration(reaper.policy.threshold)
+            )
+            if is_quarantine(args.queue):
+                why = QUARANTINED
+            print(f"not nudged: {what}: {why}")
             return ATTENTION
         if isinstance(decision, Wait):
             assert result.row is not None  # a Wait has a row
