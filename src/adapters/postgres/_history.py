@@ -61,7 +61,7 @@ async def read_history(
             "created_at": t["created_at"],
             "claimed_at": t["claimed_at"],
             "state": t["state"],
-            "verified": passes_gate(t["id"] if t["has_delivery"] else None, t["verified"]),
+            "verified": passes_gate(t["delivery_id"], t["verified"]),
         }
         for t in todos
     ]

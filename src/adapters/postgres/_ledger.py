@@ -235,7 +235,8 @@ class PostgresLedger:
         """One tick with the tick lock held: judge, charge, book the charges, prune, record.
 
         ``also`` is a pair a delta judges whatever its finder found (an
-        operator's nudge now).
+        operator's nudge now, which prunes nothing: its process's retention
+        need not be the fleet's).
         """
         parameters = charge_due_parameters(now, policy)
         loop = asyncio.get_running_loop()
@@ -274,7 +275,8 @@ class PostgresLedger:
                 [n.todo.id for n in c],
                 now,
             )
-        await conn.execute(_SQL["prune"], now - self._history_retention, PRUNE_BATCH)
+        if also is None:  # an operator's nudge keeps whatever retention the fleet runs with
+            await conn.execute(_SQL["prune"], now - self._history_retention, PRUNE_BATCH)
         interval_ms = None if every is None else every / timedelta(milliseconds=1)
         read_ids, read_at = zip(*read, strict=True) if read else ((), ())
         await conn.execute(

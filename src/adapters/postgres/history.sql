@@ -8,10 +8,10 @@
 -- The todos on the board in the window [$1, $2]: created in it, or before it and not yet claimed at its start; with their delivery's verified flag, for the gate.
 -- A todo created before the window that was claimed before it, or finished with no claim stamp,
 -- was not on the board: it is left out. The gate itself is stall_core.passes_gate, applied by
--- the reader (adapters.postgres._history) to has_delivery and verified (NULL: row missing).
+-- the reader (adapters.postgres._history) to delivery_id and verified (NULL: row missing).
 SELECT t.id::text AS id, t.endpoint_id::text AS endpoint_id, t.queue::text AS queue,
        t.created_at, t.claimed_at, t.state::text AS state,
-       t.delivery_id IS NOT NULL AS has_delivery, d.verified
+       t.delivery_id::text AS delivery_id, d.verified
   FROM host_todos t
   LEFT JOIN host_deliveries d ON d.id = t.delivery_id
  WHERE t.created_at <= $2

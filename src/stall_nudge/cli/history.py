@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .common import COMMAND_TIMEOUT_S, FAILED, OK, USAGE, CliError, add_dsn_argument, duration
+from .common import OK, CliError, add_dsn_argument, duration
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -36,29 +36,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
-    import stall_nudge
-    from stall_core import LedgerError
-
-    from .common import resolve_dsn
+    from .operate import on_reaper
 
     if args.limit < 1:
         raise CliError(f"--limit must be 1 or more, got {args.limit}")
-    dsn = resolve_dsn(args)
-
-    async def main() -> tuple[HistoryEntry, ...]:
-        async with stall_nudge.open_reaper(dsn, timeout=COMMAND_TIMEOUT_S) as reaper:
-            return await reaper.history(
-                endpoint_id=args.endpoint, queue=args.queue, since=args.since, limit=args.limit
-            )
-
-    try:
-        entries = asyncio.run(main())
-    except stall_nudge.DsnError as exc:
-        raise CliError(str(exc), status=USAGE) from None
-    except (stall_nudge.StartupError, LedgerError) as exc:
-        raise CliError(str(exc), status=FAILED) from None
+    entries = on_reaper(
+        args,
+        lambda reaper: reaper.history(
+            endpoint_id=args.endpoint, queue=args.queue, since=args.since, limit=args.limit
+        ),
+    )
     for line in [history_json(entries)] if args.json else history_lines(entries):
         print(line)
     return OK

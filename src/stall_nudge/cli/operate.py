@@ -8,7 +8,7 @@ not have is refused: one line, exit 2.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .common import (
     ATTENTION,
@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
     from stall_nudge import Reaper
 
-__all__ = ["default_by", "register", "with_reaper"]
+__all__ = ["default_by", "on_reaper", "register", "with_reaper"]
+
+_T = TypeVar("_T")
 
 
 def default_by() -> str:
@@ -111,20 +113,25 @@ def register(subparsers: Any) -> None:
     nudge.set_defaults(run=_run_nudge)
 
 
-def with_reaper(args: argparse.Namespace, act: Callable[[Reaper], Awaitable[int]]) -> int:
+def with_reaper(args: argparse.Namespace, act: Callable[[Reaper], Awaitable[_T]]) -> _T:
     """Run ``act`` on a reaper over the command's database; a missing pair exits 2."""
+    if not args.endpoint:
+        raise CliError("ENDPOINT must not be empty")
+    if getattr(args, "queue", None) == "":
+        raise CliError("QUEUE must not be empty")
+    return on_reaper(args, act)
+
+
+def on_reaper(args: argparse.Namespace, act: Callable[[Reaper], Awaitable[_T]]) -> _T:
+    """Run ``act`` on a reaper over the command's database, each failure its exit status."""
     import asyncio
 
     import stall_nudge
     from stall_core import LedgerError, NoSuchPair
 
-    if not args.endpoint:
-        raise CliError("ENDPOINT must not be empty")
-    if getattr(args, "queue", None) == "":
-        raise CliError("QUEUE must not be empty")
     dsn = resolve_dsn(args)
 
-    async def main() -> int:
+    async def main() -> _T:
         async with stall_nudge.open_reaper(
             dsn,
             timeout=COMMAND_TIMEOUT_S,
