@@ -207,7 +207,9 @@ RETURNING n.endpoint_id, n.queue, n.nudges, n.last_nudged_at, n.named_todo, n.pr
 
 -- name: hold_pair
 -- Have the next delta judge a pair an operator reset: a held entry, first in charge order.
--- $1 endpoint id, $2 queue, $3 now (the entry's age when the pair has no pending todo).
+-- $1 endpoint id, $2 queue, $3 now (the entry's age when the pair has no pending todo). Its
+-- age is the oldest pending todo created at a readable instant (stall_core.readable): an
+-- ordering hint only, the judge decides.
 INSERT INTO held AS h (endpoint_id, queue, spent, created_at)
 SELECT $1, $2, 0, coalesce(min(t.created_at), $3)
   FROM host_todos t
