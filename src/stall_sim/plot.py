@@ -313,7 +313,12 @@ def _names(
     """The policies of one line: ``default = fixed-5m`` when what is ``drawn`` of them is
     equal, ``default ≈ fixed-5m`` when only near."""
     same = all(drawn(results[i]) == drawn(results[group[0]]) for i in group)
-    return (" = " if same else " ≈ ").join(results[i].policy for i in group)
+    return (" = " if same else " ≈ ").join(_label(results[i]) for i in group)
+
+
+def _label(result: SimResult) -> str:
+    """A policy's name in a legend, the spec's production policy marked."""
+    return f"{result.policy} (spec)" if result.spec else result.policy
 
 
 def _span(values: Sequence[float], show: Callable[[float], str]) -> str:

@@ -33,6 +33,9 @@ class SimResult:
     """What one policy did over one scenario."""
 
     policy: str
+    #: Whether the policy paces as the spec's production policy (``PacingPolicy()``): tables
+    #: and plots mark it.
+    spec: bool = False
     pairs: int
     ticks: int
     todos: int

@@ -48,6 +48,7 @@ from typing import Any
 from stall_core import (
     LedgerRow,
     Nudge,
+    PacingPolicy,
     PairKey,
     PairState,
     TodoRef,
@@ -1032,6 +1033,7 @@ class _Run:
                     capped_pairs += 1
         return SimResult(
             policy=self.policy.name,
+            spec=self.policy.pacing == PacingPolicy(),
             pairs=self.scenario.pairs,
             ticks=self.scenario.ticks,
             todos=tally.todos,

@@ -18,13 +18,14 @@ SMALL = ["simulate", "--pairs", "6", "--days", "0.25", "--backlog", "2", "--seed
 
 
 def test_table_has_one_column_per_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    """The default comparison prints default, edge-only and fixed-5m side by side."""
+    """The default comparison prints default, edge-only and fixed-5m side by side, the spec's
+    production policy marked."""
     status = main(SMALL)
 
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if "edge-only" in line)
     assert 0 == status
-    assert ["default", "edge-only", "fixed-5m"] == header.split()
+    assert ["default", "(spec)", "edge-only", "fixed-5m"] == header.split()
     assert "wakes per claim" in out
 
 

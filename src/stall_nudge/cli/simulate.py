@@ -710,8 +710,8 @@ _FAULT_ROWS = ("  dropped", "  failed", "  refunded", "hooks disabled")
 
 
 def format_table(results: Sequence[SimResult], *, faults: bool = False) -> str:
-    """The metrics as rows, one column per policy; the fault rows when ``faults``."""
-    header = ["", *(r.policy for r in results)]
+    """The metrics as rows, a column per policy (the spec's marked); fault rows when ``faults``."""
+    header = ["", *(f"{r.policy} (spec)" if r.spec else r.policy for r in results)]
     rows = [(label, cell) for label, cell in _ROWS if faults or label not in _FAULT_ROWS]
     body = [[label, *(cell(r) for r in results)] for label, cell in rows]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
@@ -781,6 +781,7 @@ def _as_json(scenario: Scenario, seed: int) -> dict[str, Any]:
 def _result_json(r: SimResult) -> dict[str, Any]:
     return {
         "policy": r.policy,
+        "spec": r.spec,
         "todos": r.todos,
         "wakes_sent": r.wakes_sent,
         "creation_wakes": r.creation_wakes,
