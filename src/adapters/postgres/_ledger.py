@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -440,33 +440,13 @@ class PostgresLedger:
             )
             record = await conn.fetchrow(_SQL["fleet_record"])
             assert record is not None  # one row, even before the first sweep
-            since = claims_window(record["judged_to"], now, self._lookback)
-            rows = await conn.fetch(
-                _SQL["pair_status"],
-                QUARANTINE_QUEUE,
-                since,
-                record["claims_read_ids"] or [],
-                record["claims_read_at"] or [],
-                list(REACHED_NOBODY),
-            )
-            silences = [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
+            rows, silences = await self._pairs(conn, now, record)
             recent: dict[PairKey, list[HistoryEntry]] = {}
             for r in await conn.fetch(_SQL["recent_outcomes"], RECENT_OUTCOMES):
                 recent.setdefault((r["endpoint_id"], r["queue"]), []).append(_entry(r))
         return now, [
             pair_status(
-                PairState(
-                    endpoint_id=r["endpoint_id"],
-                    queue=r["queue"],
-                    oldest=None
-                    if r["todo_id"] is None
-                    else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
-                    endpoint_active=r["endpoint_active"],
-                    has_receiver=r["has_receiver"],
-                    latest_claim=r["latest_claim"],
-                    named_departed=bool(r["named_departed"]),
-                    silenced_until=silenced_until(silences, r["endpoint_id"], r["queue"], now),
-                ),
+                _pair_of(r, silences, now),
                 None if r["nudges"] is None else _ledger_row(r),
                 sendable=r["sendable"],
                 held_by_gate=r["held_by_gate"],
@@ -618,16 +598,7 @@ class PostgresLedger:
         record: asyncpg.Record,
     ) -> tuple[PairState, LedgerRow | None]:
         """One pair as ``status`` reads it (the same statement), in this transaction."""
-        since = claims_window(record["judged_to"], now, self._lookback)
-        rows = await conn.fetch(
-            _SQL["pair_status"],
-            QUARANTINE_QUEUE,
-            since,
-            record["claims_read_ids"] or [],
-            record["claims_read_at"] or [],
-            list(REACHED_NOBODY),
-        )
-        silences = [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
+        rows, silences = await self._pairs(conn, now, record)
         r = next((r for r in rows if (r["endpoint_id"], r["queue"]) == (endpoint_id, queue)), None)
         if r is None:
             pair = PairState(
@@ -638,19 +609,37 @@ class PostgresLedger:
                 has_receiver=False,
             )
             return pair, None
-        pair = PairState(
-            endpoint_id=endpoint_id,
-            queue=queue,
-            oldest=None
-            if r["todo_id"] is None
-            else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
-            endpoint_active=r["endpoint_active"],
-            has_receiver=r["has_receiver"],
-            latest_claim=r["latest_claim"],
-            named_departed=bool(r["named_departed"]),
-            silenced_until=silenced_until(silences, endpoint_id, queue, now),
+        return _pair_of(r, silences, now), None if r["nudges"] is None else _ledger_row(r)
+
+    async def _pairs(
+        self, conn: PooledConnection, now: datetime, record: asyncpg.Record
+    ) -> tuple[list[asyncpg.Record], list[Silence]]:
+        """Every pair's status row, and the silences in force at ``now``."""
+        rows = await conn.fetch(
+            _SQL["pair_status"],
+            QUARANTINE_QUEUE,
+            claims_window(record["judged_to"], now, self._lookback),
+            record["claims_read_ids"] or [],
+            record["claims_read_at"] or [],
+            list(REACHED_NOBODY),
         )
-        return pair, None if r["nudges"] is None else _ledger_row(r)
+        return rows, [_silence(r) for r in await conn.fetch(_SQL["silences"], now)]
+
+
+def _pair_of(r: asyncpg.Record, silences: Sequence[Silence], now: datetime) -> PairState:
+    """A pair's state from its ``pair_status`` row and the silences in force."""
+    return PairState(
+        endpoint_id=r["endpoint_id"],
+        queue=r["queue"],
+        oldest=None
+        if r["todo_id"] is None
+        else TodoRef(id=r["todo_id"], created_at=r["created_at"], title=r["title"]),
+        endpoint_active=r["endpoint_active"],
+        has_receiver=r["has_receiver"],
+        latest_claim=r["latest_claim"],
+        named_departed=bool(r["named_departed"]),
+        silenced_until=silenced_until(silences, r["endpoint_id"], r["queue"], now),
+    )
 
 
 #: Before any history: the start of a listing with no ``since``.
