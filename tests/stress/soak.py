@@ -70,7 +70,7 @@ from aiohttp import web
 
 from adapters.http import HookDispatcher
 from adapters.postgres import DATABASE_ERRORS, PostgresHooks, PostgresLedger, migrate
-from stall_core import LedgerError, LedgerRow, NoSuchPair, TodoRef, WakeError
+from stall_core import HistoryEntry, LedgerError, LedgerRow, NoSuchPair, TodoRef, WakeError
 from stall_testing import PostgresHost, Received, Receiver, create_database, with_database
 from tests.stress.shared import nudge_from, spawn
 from tests.stress.soak_check import (
@@ -79,7 +79,6 @@ from tests.stress.soak_check import (
     ChargeRecord,
     Findings,
     HistoryFindings,
-    HistoryRow,
     HostWrite,
     LedgerWrite,
     MessageRecord,
@@ -1029,7 +1028,7 @@ class Soak:
         ]  # fmt: skip
         messages = self.answers.messages
         history_rows = [
-            HistoryRow(**{k: r[k] for k in HISTORY_COLUMNS})
+            HistoryEntry(by=r["actor"], **{k: r[k] for k in HISTORY_COLUMNS})
             for r in await conn.fetch("SELECT * FROM stall_nudge.history ORDER BY at")
         ]
         bookings = _bookings(events)
@@ -1128,7 +1127,7 @@ class Soak:
 
 
 HISTORY_COLUMNS = (
-    "at", "endpoint_id", "queue", "event", "nudge", "todo_id", "outcome", "detail", "actor",
+    "at", "endpoint_id", "queue", "event", "nudge", "todo_id", "outcome", "detail",
 )  # fmt: skip
 
 

@@ -70,6 +70,8 @@ import attrs
 
 from stall_core import (
     CLAIMS_LOOKBACK,
+    REACHED_NOBODY,
+    HistoryEntry,
     LedgerRow,
     Nudge,
     PacingPolicy,
@@ -853,23 +855,6 @@ HISTORY_FAULTS = (
     "action_twice",  # an operator action kept more than once
     "unexplained_action",  # an action row of no action the soak took
 )
-#: What a charge came to, in the history: stall_core.OUTCOMES, or none booked.
-NOT_DELIVERED = ("refused", "gave-up", "hook-disabled")
-
-
-@attrs.frozen(kw_only=True)
-class HistoryRow:
-    """One row of ``stall_nudge.history`` as the soak read it at the end."""
-
-    at: datetime
-    endpoint_id: str
-    queue: str | None
-    event: str
-    nudge: int | None = None
-    todo_id: str | None = None
-    outcome: str | None = None
-    detail: str | None = None
-    actor: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -917,7 +902,7 @@ class HistoryFindings:
 
 def check_history(
     *,
-    history: Iterable[HistoryRow],
+    history: Iterable[HistoryEntry],
     ledger: Iterable[LedgerWrite],
     charges: Iterable[ChargeRecord],
     bookings: Iterable[BookingRecord],
@@ -949,8 +934,8 @@ def check_history(
             named[(*w.key, new.nudges, new.last_nudged_at)] = new.named_todo
     for c in charges:
         named.setdefault(c.id, c.nudge.todo.id)
-    rows: dict[ChargeId, list[HistoryRow]] = defaultdict(list)
-    kept: list[HistoryRow] = []
+    rows: dict[ChargeId, list[HistoryEntry]] = defaultdict(list)
+    kept: list[HistoryEntry] = []
     for row in history:
         if row.event != "charged":
             kept.append(row)
@@ -994,7 +979,7 @@ def check_history(
 
 def _outcome_said(
     charge_id: ChargeId,
-    row: HistoryRow,
+    row: HistoryEntry,
     todo: str | None,
     bookings: Sequence[BookingRecord],
     asked: set[ChargeId],
@@ -1012,7 +997,7 @@ def _outcome_said(
         return f"{charge_id}: delivered, yet no message of it was answered 2xx"
     if row.outcome == "delivered" and charge_id in asked:
         return f"{charge_id}: delivered, yet its refund was asked for"
-    if row.outcome in NOT_DELIVERED and charge_id not in asked:
+    if row.outcome in REACHED_NOBODY and charge_id not in asked:
         return f"{charge_id}: {row.outcome}, yet no refund was asked for"
     return ""
 
@@ -1022,12 +1007,12 @@ _ActionKey = tuple[str, str, str | None, str, str | None]
 
 
 def _check_actions(
-    kept: Sequence[HistoryRow], actions: Sequence[ActionRecord], flag: Callable[[str, str], None]
+    kept: Sequence[HistoryEntry], actions: Sequence[ActionRecord], flag: Callable[[str, str], None]
 ) -> None:
     """Each action the soak took is kept once (a failed call's at most once), none else."""
-    by_reason: dict[_ActionKey, list[HistoryRow]] = defaultdict(list)
+    by_reason: dict[_ActionKey, list[HistoryEntry]] = defaultdict(list)
     for row in kept:
-        by_reason[row.event, row.endpoint_id, row.queue, row.detail or "", row.actor].append(row)
+        by_reason[row.event, row.endpoint_id, row.queue, row.detail or "", row.by].append(row)
     taken: set[_ActionKey] = set()
     for a in actions:
         key: _ActionKey = (a.action, a.endpoint_id, a.queue, a.reason, a.by)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import attrs
 import pytest
 
-from stall_core import LedgerRow, Nudge, charge_row, refunded_row, reset_row
+from stall_core import HistoryEntry, LedgerRow, Nudge, charge_row, refunded_row, reset_row
 from tests.stress.shared import nudge
 from tests.stress.soak_check import (
     HISTORY_FAULTS,
@@ -28,7 +28,6 @@ from tests.stress.soak_check import (
     ChargeRecord,
     Findings,
     HistoryFindings,
-    HistoryRow,
     HostWrite,
     LedgerWrite,
     MessageRecord,
@@ -433,17 +432,17 @@ THROUGH_A_FAULT = ActionRecord(
 )
 
 
-def _charged(n: Nudge, outcome: str | None) -> HistoryRow:
-    return HistoryRow(
+def _charged(n: Nudge, outcome: str | None) -> HistoryEntry:
+    return HistoryEntry(
         at=n.charged_at, endpoint_id=n.endpoint_id, queue=n.queue, event="charged",
         nudge=n.number, todo_id=n.todo.id, outcome=outcome,
     )  # fmt: skip
 
 
-def _kept(a: ActionRecord, actor: str | None = None) -> HistoryRow:
-    return HistoryRow(
+def _kept(a: ActionRecord, actor: str | None = None) -> HistoryEntry:
+    return HistoryEntry(
         at=_at(3), endpoint_id=a.endpoint_id, queue=a.queue, event=a.action, detail=a.reason,
-        actor=a.by if actor is None else actor,
+        by=a.by if actor is None else actor,
     )  # fmt: skip
 
 
@@ -471,7 +470,7 @@ def _written(seq: int, n: Nudge, old: LedgerRow | None) -> LedgerWrite:
 
 
 def _check_history(
-    history: list[HistoryRow],
+    history: list[HistoryEntry],
     *,
     bookings: tuple[BookingRecord, ...] | None = None,
     messages: tuple[MessageRecord, ...] | None = None,
@@ -543,7 +542,7 @@ def test_every_history_fault_has_a_planted_case() -> None:
     [(kind, tampered) for kind, _, tampered in HISTORY_CASES],
     ids=[f"{kind}: {what}" for kind, what, _ in HISTORY_CASES],
 )
-def test_a_tampered_history_is_flagged(kind: str, tampered: list[HistoryRow]) -> None:
+def test_a_tampered_history_is_flagged(kind: str, tampered: list[HistoryEntry]) -> None:
     """One row gone, doubled, added or changed: flagged once, as exactly that kind."""
     found = _check_history(tampered)
 
