@@ -14,7 +14,7 @@ from typing import Any
 
 from .common import CliError, positive_duration
 
-__all__ = ["KEYS", "human", "pacing_value", "write_plot"]
+__all__ = ["KEYS", "human", "pacing_value", "whole", "write_plot"]
 
 
 def pacing_value(key: str, text: str) -> Any:
@@ -40,7 +40,8 @@ def _backoff(text: str) -> tuple[timedelta, ...]:
     return steps
 
 
-def _whole(text: str) -> int:
+def whole(text: str) -> int:
+    """argparse type for a whole number from 1 (a cap, a tick limit, a worker count)."""
     try:
         number = int(text)
     except ValueError:
@@ -53,8 +54,8 @@ def _whole(text: str) -> int:
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "threshold": positive_duration,
     "backoff": _backoff,
-    "cap": _whole,
-    "tick_limit": _whole,
+    "cap": whole,
+    "tick_limit": whole,
 }
 
 #: The fields of a pacing policy a command line sets, as the options name them.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .common import CliError
 from .jsonout import dumps
-from .simulate_common import KEYS, human, pacing_value, write_plot
+from .simulate_common import KEYS, human, pacing_value, whole, write_plot
 
 if TYPE_CHECKING:
     from stall_sim import SimPolicy, SimResult
@@ -46,7 +46,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=_workers,
+        type=whole,
         default=None,
         help="processes a sweep runs on (default: one per core)",
     )
@@ -68,16 +68,6 @@ def sweep_axis(text: str) -> Axis:
         if value in parsed[:i]:
             raise argparse.ArgumentTypeError(f"{key}: {items[i]!r} is listed twice")
     return key, parsed
-
-
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
 
 
 def grid_of(axes: Sequence[Axis]) -> Grid:
